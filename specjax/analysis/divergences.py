@@ -1,0 +1,137 @@
+"""Divergences, acceptance rate, block efficiency and matched truncation baselines.
+
+SPEC.md §6 utilities.  Every function works over the last axis (the
+vocabulary) and broadcasts over leading axes (contexts).  Conventions:
+``0 log 0 = 0``; ``KL(P || Q) = +inf`` when P puts mass where Q has none.
+
+The allowed sets and truncated distributions of SPEC §3 (min-p / SpecCascade,
+eta / typical acceptance) are defined once, in
+:mod:`specjax.verifiers.truncation`, and re-exported here; the matched
+baselines of "Revisiting Lossy Verification" (the truncation applied to the
+target as a logits processor, then lossless verification) are exactly the
+truncated targets ``p_A``.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from specjax.decoding.sampling import entropy_nats
+from specjax.verifiers.truncation import allowed_set_eta, allowed_set_min_p, truncate
+
+__all__ = ["kl", "kl_both", "tv", "entropy", "entropy_nats", "acceptance_rate",
+           "block_efficiency", "allowed_set_min_p", "allowed_set_eta", "truncate",
+           "allowed_mass", "min_p_baseline", "eta_baseline", "matched_allowed_set",
+           "matched_baseline", "joint"]
+
+
+def kl(p: jax.Array, q: jax.Array) -> jax.Array:
+  """KL(p || q) = sum p log(p / q) in nats over the last axis. [..., V] -> [...].
+
+  ``+inf`` where ``p > 0`` and ``q = 0``; terms with ``p = 0`` are 0.  Tiny
+  negative values from float error are clipped to 0.
+  """
+  p = jnp.asarray(p)
+  q = jnp.asarray(q)
+  pos = p > 0
+  safe_p = jnp.where(pos, p, 1.0)
+  safe_q = jnp.where(q > 0, q, 1.0)
+  terms = jnp.where(pos, p * (jnp.log(safe_p) - jnp.log(safe_q)), 0.0)
+  out = jnp.sum(terms, axis=-1)
+  bad = jnp.any(pos & (q <= 0), axis=-1)
+  return jnp.where(bad, jnp.inf, jnp.maximum(out, 0.0))
+
+
+def kl_both(p: jax.Array, q: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """(KL(p || q), KL(q || p)), each [...]."""
+  return kl(p, q), kl(q, p)
+
+
+def tv(p: jax.Array, q: jax.Array) -> jax.Array:
+  """Total variation ``0.5 sum |p - q|`` = ``1 - sum min(p, q)`` for distributions. [...]"""
+  return 0.5 * jnp.sum(jnp.abs(jnp.asarray(p) - jnp.asarray(q)), axis=-1)
+
+
+entropy = entropy_nats  # Shannon entropy in nats (one definition: decoding.sampling)
+
+
+def acceptance_rate(p: jax.Array, q: jax.Array) -> jax.Array:
+  """Lossless acceptance rate ``alpha = sum_v min(p(v), q(v))`` (Leviathan et al., Def. 3.1). [...]"""
+  return jnp.sum(jnp.minimum(jnp.asarray(p), jnp.asarray(q)), axis=-1)
+
+
+def block_efficiency(alpha: jax.Array, gamma: int | jax.Array) -> jax.Array:
+  """Expected tokens per target call for draft length gamma (Leviathan et al., Eq. 1).
+
+  ``(1 - alpha**(gamma + 1)) / (1 - alpha)`` = ``sum_{i=0..gamma} alpha**i``;
+  ``gamma + 1`` at ``alpha = 1``.  With a Python-int ``gamma`` the geometric
+  sum is evaluated directly (Horner), which is exact near ``alpha = 1``.
+  """
+  alpha = jnp.asarray(alpha, jnp.float32)
+  if isinstance(gamma, int):
+    if gamma < 0:
+      raise ValueError(f"gamma={gamma!r} must be an integer >= 0")
+    out = jnp.ones_like(alpha)
+    for _ in range(gamma):
+      out = 1.0 + alpha * out
+    return out
+  gamma = jnp.asarray(gamma, jnp.float32)
+  one = jnp.abs(1.0 - alpha) < 1e-6
+  safe = jnp.where(one, 0.5, alpha)
+  closed = (1.0 - safe ** (gamma + 1.0)) / (1.0 - safe)
+  # Near alpha = 1: (gamma + 1) - gamma (gamma + 1) / 2 * (1 - alpha) to first order.
+  near = (gamma + 1.0) - 0.5 * gamma * (gamma + 1.0) * (1.0 - alpha)
+  return jnp.where(one, near, closed)
+
+
+def allowed_mass(p: jax.Array, mask: jax.Array) -> jax.Array:
+  """``Z_A(p) = sum_{v in A} p(v)``. [..., V], bool [..., V] -> [...]."""
+  return jnp.sum(jnp.where(mask, p, 0.0), axis=-1)
+
+
+def min_p_baseline(p: jax.Array, p_base: float) -> jax.Array:
+  """Matched baseline of SpecCascade: min-p sampling on the target, ``p_A`` [..., V]."""
+  return truncate(p, allowed_set_min_p(p, p_base))
+
+
+def eta_baseline(p: jax.Array, eps: float, delta: float | None = None) -> jax.Array:
+  """Matched baseline of typical acceptance: eta sampling on the target, ``p_A`` [..., V].
+
+  ``delta`` defaults to ``sqrt(eps)`` (the eta-sampling convention, SPEC §3).
+  """
+  delta = float(eps) ** 0.5 if delta is None else delta
+  return truncate(p, allowed_set_eta(p, eps, delta))
+
+
+def matched_allowed_set(rule, p: jax.Array) -> jax.Array:
+  """bool [..., V] allowed set ``A(p)`` of a truncation rule (its matched baseline's).
+
+  Uses the rule's own ``allowed_set(p)`` when it defines one (the rule's
+  definition is the single source of truth); otherwise recognises the rule's
+  hyperparameters ``p_base`` (min-p) or ``eps`` / ``delta`` (eta).
+  """
+  p = jnp.asarray(p, jnp.float32)
+  if hasattr(rule, "allowed_set"):
+    fn = rule.allowed_set
+    for _ in range(p.ndim - 1):
+      fn = jax.vmap(fn)
+    return fn(p)
+  if hasattr(rule, "p_base"):
+    return allowed_set_min_p(p, rule.p_base)
+  if hasattr(rule, "eps"):
+    delta = getattr(rule, "delta", None)
+    return allowed_set_eta(p, rule.eps, float(rule.eps) ** 0.5 if delta is None else delta)
+  raise ValueError(f"rule {type(rule).__name__} has no allowed set (not a truncation rule); "
+                   "pass the baseline p_A explicitly")
+
+
+def matched_baseline(rule, p: jax.Array) -> jax.Array:
+  """``p_A`` [..., V]: the matched truncation-sampling baseline of a truncation rule."""
+  p = jnp.asarray(p, jnp.float32)
+  return truncate(p, matched_allowed_set(rule, p))
+
+
+def joint(p1: jax.Array, p2_given: jax.Array) -> jax.Array:
+  """Joint law of two tokens from ``p1 [V]`` and ``p2_given [V, V]`` (row y1). [V, V]."""
+  return jnp.asarray(p1)[:, None] * jnp.asarray(p2_given)

@@ -1,0 +1,136 @@
+"""Target-only generation: the baseline every speedup divides.
+
+Prefill and the whole decode run inside one jitted function (one
+``lax.while_loop``); prompts are right-padded to a power-of-two bucket, so
+prompts of different lengths within a bucket reuse one compilation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specjax.decoding.prompts import (eos_tuple, is_eos, prepare_prompts,
+                                      resolve_cache_length)
+from specjax.decoding.sampling import SamplingConfig, sample_logits
+from specjax.models import kv_cache as kvc
+from specjax.models.transformer import Model
+
+# finish_reason codes
+RUNNING, MAX_TOKENS, EOS, CACHE_FULL = 0, 1, 2, 3
+FINISH_REASONS = {RUNNING: "running", MAX_TOKENS: "max_new_tokens", EOS: "eos",
+                  CACHE_FULL: "cache_full"}
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class GenerationResult:
+  """Attributes:
+    tokens: [B, max_new_tokens] int32 generated tokens (0 beyond ``lengths``).
+    lengths: [B] int32 number of generated tokens (EOS included).
+    finish_reason: [B] int32: 1 max_new_tokens, 2 eos, 3 cache_full (see FINISH_REASONS).
+    target_calls: [] int32 target forward passes (prefill included).
+  """
+
+  tokens: jax.Array
+  lengths: jax.Array
+  finish_reason: jax.Array
+  target_calls: jax.Array
+
+  def to_lists(self) -> list[list[int]]:
+    toks, lens = np.asarray(self.tokens), np.asarray(self.lengths)
+    return [toks[i, :lens[i]].tolist() for i in range(toks.shape[0])]
+
+
+def row_key(key: jax.Array, row_ids: jax.Array, step) -> jax.Array:
+  """Per-row keys ``[B]`` from the global row index and step (never the device index)."""
+  return jax.vmap(lambda r: jax.random.fold_in(jax.random.fold_in(key, r), step))(row_ids)
+
+
+def prefill(model: Model, params, tokens, lengths, cache_length: int):
+  """Run the padded prompts ``[B, P]`` through the model; commit each row's length.
+
+  Returns ``(cache, last_logits [B, V])`` where ``last_logits`` predict the token
+  after each prompt.
+  """
+  b, p = tokens.shape
+  cache = model.init_cache(b, cache_length)
+  positions = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (b, p))
+  out = model.apply(params, tokens, positions, cache, logits_index=(lengths - 1)[:, None])
+  return kvc.commit(out.cache, lengths), out.logits[:, 0]
+
+
+@functools.partial(jax.jit, static_argnames=("model", "max_new_tokens", "sampling", "eos",
+                                             "cache_length"))
+def _generate(model: Model, params, tokens, lengths, key, row_ids, *, max_new_tokens: int,
+              sampling: SamplingConfig, eos: tuple, cache_length: int) -> GenerationResult:
+  b = tokens.shape[0]
+  cache, logits = prefill(model, params, tokens, lengths, cache_length)
+  first, _ = jax.vmap(lambda k, l: sample_logits(k, l, sampling))(row_key(key, row_ids, 0), logits)
+  out = jnp.zeros((b, max_new_tokens), jnp.int32).at[:, 0].set(first)
+  n = jnp.ones((b,), jnp.int32)
+  reason = jnp.where(is_eos(first, eos), EOS, jnp.where(n >= max_new_tokens, MAX_TOKENS, RUNNING))
+
+  def cond(s):
+    return jnp.any(s[3] == RUNNING)
+
+  def body(s):
+    cache, out, n, reason, last, step, calls = s
+    full = (reason == RUNNING) & (cache.lengths >= cache_length)
+    reason = jnp.where(full, CACHE_FULL, reason)
+    active = reason == RUNNING
+    o = model.apply(params, last[:, None], cache.lengths[:, None], cache)
+    cache = kvc.commit(o.cache, active.astype(jnp.int32))
+    tok, _ = jax.vmap(lambda k, l: sample_logits(k, l, sampling))(
+        row_key(key, row_ids, step), o.logits[:, 0])
+    write = jnp.where(active, n, max_new_tokens)  # out of range -> dropped
+    out = out.at[jnp.arange(b), write].set(tok, mode="drop")
+    n = n + active.astype(jnp.int32)
+    reason = jnp.where(active & is_eos(tok, eos), EOS,
+                       jnp.where(active & (n >= max_new_tokens), MAX_TOKENS, reason))
+    last = jnp.where(active, tok, last)
+    return cache, out, n, reason, last, step + 1, calls + 1
+
+  state = (cache, out, n, reason, first, jnp.int32(1), jnp.int32(1))
+  _, out, n, reason, _, _, calls = jax.lax.while_loop(cond, body, state)
+  return GenerationResult(out, n, reason, calls)
+
+
+def generate(model: Model, params, prompts, *, max_new_tokens: int,
+             sampling: SamplingConfig = SamplingConfig(temperature=0.0), key=None,
+             eos_token_id="config", cache_length: int | None = None,
+             row_offset: int = 0) -> GenerationResult:
+  """Target-only generation for a batch of ragged prompts.
+
+  Args:
+    model, params: the target.
+    prompts: list of token-id lists, or ``(tokens [B, P], lengths [B])``.
+    max_new_tokens: tokens to generate per row (the first comes from prefill).
+    sampling: temperature and processors; default greedy.
+    key: PRNG key (required when sampling with temperature > 0).
+    eos_token_id: int, list, None, or "config" (the model config's).
+    cache_length: KV-cache slots; default prompt bucket + max_new_tokens. A row
+      whose cache fills stops with finish_reason CACHE_FULL.
+    row_offset: global index of the first row (per-row RNG streams).
+  """
+  if not (isinstance(max_new_tokens, (int, np.integer)) and max_new_tokens >= 1):
+    raise ValueError(f"max_new_tokens={max_new_tokens!r} must be an integer >= 1")
+  if not isinstance(sampling, SamplingConfig):
+    raise ValueError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}")
+  if key is None:
+    if not sampling.greedy:
+      raise ValueError("a PRNG key is required when temperature > 0")
+    key = jax.random.key(0)
+  eos = eos_tuple(model.config.eos_token_id if eos_token_id == "config" else eos_token_id)
+  tokens, lengths = prepare_prompts(prompts, model.config.vocab_size)
+  cache_length, bucket = resolve_cache_length(lengths, tokens.shape[1], max_new_tokens,
+                                              cache_length)
+  tokens = tokens[:, :bucket]
+  row_ids = jnp.arange(tokens.shape[0], dtype=jnp.int32) + row_offset
+  return _generate(model, params, jnp.asarray(tokens), jnp.asarray(lengths), key, row_ids,
+                   max_new_tokens=int(max_new_tokens), sampling=sampling, eos=eos,
+                   cache_length=cache_length)

@@ -1,0 +1,93 @@
+"""Host-side prompt validation and bucketing (done once, before tracing)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+MIN_BUCKET = 16
+
+
+def bucket_length(n: int, minimum: int = MIN_BUCKET) -> int:
+  """Next power of two >= max(n, minimum): prompt lengths within a bucket share one compile."""
+  b = minimum
+  while b < n:
+    b *= 2
+  return b
+
+
+def prepare_prompts(prompts, vocab_size: int, *, bucket: int | None = None, pad_id: int = 0):
+  """Validate prompts and right-pad them to a bucket.
+
+  Args:
+    prompts: a list of token-id lists, or a tuple ``(tokens [B, P], lengths [B])``.
+    vocab_size: ids must lie in ``[0, vocab_size)``.
+    bucket: padded length; default :func:`bucket_length` of the longest prompt.
+
+  Returns:
+    ``(tokens int32 [B, bucket], lengths int32 [B])`` as numpy arrays.
+  """
+  if isinstance(prompts, tuple) and len(prompts) == 2 and hasattr(prompts[0], "shape"):
+    toks, lens = np.asarray(prompts[0]), np.asarray(prompts[1])
+    if toks.ndim != 2 or lens.shape != (toks.shape[0],):
+      raise ValueError(f"prompt arrays must be tokens [B, P] and lengths [B]; got "
+                       f"{toks.shape} and {lens.shape}")
+    rows = [toks[i, :int(lens[i])].tolist() for i in range(toks.shape[0])]
+  else:
+    if isinstance(prompts, np.ndarray) and prompts.ndim == 1:
+      prompts = [prompts]
+    rows = [list(np.asarray(r).reshape(-1).tolist()) for r in prompts]
+  if not rows:
+    raise ValueError("prompts is empty: give at least one prompt")
+  lengths = np.array([len(r) for r in rows], np.int32)
+  if lengths.min() < 1:
+    raise ValueError(f"prompt {int(np.argmin(lengths))} is empty; every prompt needs >= 1 token")
+  for i, r in enumerate(rows):
+    if r and (min(r) < 0 or max(r) >= vocab_size):
+      raise ValueError(f"prompt {i} has token ids outside [0, {vocab_size}): "
+                       f"min {min(r)}, max {max(r)}")
+  longest = int(lengths.max())
+  p = bucket_length(longest) if bucket is None else bucket
+  if p < longest:
+    raise ValueError(f"prompt bucket {p} is shorter than the longest prompt ({longest} tokens)")
+  tokens = np.full((len(rows), p), pad_id, np.int32)
+  for i, r in enumerate(rows):
+    tokens[i, :len(r)] = r
+  return tokens, lengths
+
+
+def resolve_cache_length(prompt_lengths: np.ndarray, bucket: int, needed: int,
+                         cache_length: int | None) -> tuple[int, int]:
+  """Choose (cache_length, bucket). ``needed`` = slots a full generation uses beyond the prompt.
+
+  Raises ``ValueError`` if a prompt does not fit the requested cache.
+  """
+  longest = int(prompt_lengths.max())
+  if cache_length is None:
+    return bucket + needed, bucket
+  if not (isinstance(cache_length, (int, np.integer)) and cache_length > 0):
+    raise ValueError(f"cache_length={cache_length!r} must be a positive integer")
+  if longest >= cache_length:
+    raise ValueError(f"prompt of {longest} tokens does not fit the cache of length "
+                     f"{cache_length}: the cache needs room for the prompt plus at least one "
+                     "generated token")
+  return int(cache_length), min(bucket, int(cache_length))
+
+
+def eos_tuple(eos_token_id) -> tuple:
+  """None | int | sequence -> a hashable tuple of ints."""
+  if eos_token_id is None:
+    return ()
+  if isinstance(eos_token_id, (int, np.integer)):
+    return (int(eos_token_id),)
+  return tuple(int(e) for e in eos_token_id)
+
+
+def is_eos(tokens, eos: Sequence[int]):
+  """Elementwise ``tokens in eos`` for a static tuple (jnp)."""
+  import jax.numpy as jnp
+  out = jnp.zeros(jnp.shape(tokens), bool)
+  for e in eos:
+    out = out | (tokens == e)
+  return out

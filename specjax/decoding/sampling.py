@@ -1,0 +1,133 @@
+"""Logits processors with Hugging Face semantics, and sampling helpers.
+
+Order (as in ``transformers`` ``GenerationMixin._get_logits_processor``):
+temperature -> top-k -> top-p -> min-p -> eta.  Temperature 0 means greedy:
+the distribution is one-hot at the argmax of the raw logits.
+
+Every function works on logits ``[..., V]``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+NEG_INF = -jnp.inf
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingConfig:
+  """Static sampling hyperparameters (hashable: a static argument under jit).
+
+  Attributes:
+    temperature: 0 for greedy, else > 0.
+    top_k: keep the k most likely tokens; 0 disables.
+    top_p: nucleus mass in (0, 1]; 1 disables.
+    min_p: keep tokens with p >= min_p * max p; 0 disables (Nguyen et al. 2024).
+    eta: eta-sampling epsilon in (0, 1); keep p >= min(eta, sqrt(eta) exp(-H(p)))
+      (Hewitt et al. 2022); 0 disables.
+  """
+
+  temperature: float = 1.0
+  top_k: int = 0
+  top_p: float = 1.0
+  min_p: float = 0.0
+  eta: float = 0.0
+
+  def __post_init__(self):
+    t = self.temperature
+    if not (isinstance(t, (int, float)) and t >= 0 and t == t and t != float("inf")):
+      raise ValueError(f"temperature={t!r} must be a finite number >= 0 (0 means greedy)")
+    if not (isinstance(self.top_k, int) and self.top_k >= 0):
+      raise ValueError(f"top_k={self.top_k!r} must be an integer >= 0 (0 disables)")
+    if not (0.0 < self.top_p <= 1.0):
+      raise ValueError(f"top_p={self.top_p!r} must be in (0, 1] (1 disables)")
+    if not (0.0 <= self.min_p <= 1.0):
+      raise ValueError(f"min_p={self.min_p!r} must be in [0, 1] (0 disables)")
+    if not (0.0 <= self.eta < 1.0):
+      raise ValueError(f"eta={self.eta!r} must be in [0, 1) (0 disables)")
+
+  @property
+  def greedy(self) -> bool:
+    return self.temperature == 0
+
+
+def top_k_filter(logits: jax.Array, k: int) -> jax.Array:
+  """Keep logits >= the k-th largest (HF ``TopKLogitsWarper``)."""
+  k = min(k, logits.shape[-1])
+  kth = jax.lax.top_k(logits, k)[0][..., -1:]
+  return jnp.where(logits < kth, NEG_INF, logits)
+
+
+def top_p_filter(logits: jax.Array, top_p: float) -> jax.Array:
+  """Nucleus filter (HF ``TopPLogitsWarper``): drop the ascending-sorted tokens
+  whose cumulative probability is <= 1 - top_p, always keeping the top one."""
+  order = jnp.argsort(logits, axis=-1)  # ascending
+  sorted_logits = jnp.take_along_axis(logits, order, axis=-1)
+  cum = jnp.cumsum(jax.nn.softmax(sorted_logits, axis=-1), axis=-1)
+  remove_sorted = cum <= 1.0 - top_p
+  remove_sorted = remove_sorted.at[..., -1].set(False)
+  remove = jnp.zeros_like(remove_sorted)
+  remove = jnp.put_along_axis(remove, order, remove_sorted, axis=-1, inplace=False)
+  return jnp.where(remove, NEG_INF, logits)
+
+
+def min_p_filter(logits: jax.Array, min_p: float) -> jax.Array:
+  """Drop tokens with ``p < min_p * max p`` (HF ``MinPLogitsWarper``)."""
+  probs = jax.nn.softmax(logits, axis=-1)
+  top = jnp.max(probs, axis=-1, keepdims=True)
+  return jnp.where(probs < min_p * top, NEG_INF, logits)
+
+
+def entropy_nats(probs: jax.Array) -> jax.Array:
+  """Shannon entropy in nats over the last axis (0 log 0 = 0)."""
+  return -jnp.sum(jnp.where(probs > 0, probs * jnp.log(jnp.where(probs > 0, probs, 1.0)), 0.0),
+                  axis=-1)
+
+
+def eta_filter(logits: jax.Array, eta: float) -> jax.Array:
+  """Eta sampling (HF ``EtaLogitsWarper``): drop ``p < min(eta, sqrt(eta) exp(-H))``,
+  keeping at least the most likely token."""
+  probs = jax.nn.softmax(logits, axis=-1)
+  thresh = jnp.minimum(eta, jnp.sqrt(eta) * jnp.exp(-entropy_nats(probs)))[..., None]
+  top = jnp.max(logits, axis=-1, keepdims=True)
+  remove = (probs < thresh) & (logits < top)
+  return jnp.where(remove, NEG_INF, logits)
+
+
+def process_logits(logits: jax.Array, cfg: SamplingConfig) -> jax.Array:
+  """Apply temperature and processors (T must be > 0). Returns logits ``[..., V]``."""
+  x = logits.astype(jnp.float32) / cfg.temperature
+  if cfg.top_k:
+    x = top_k_filter(x, cfg.top_k)
+  if cfg.top_p < 1.0:
+    x = top_p_filter(x, cfg.top_p)
+  if cfg.min_p > 0.0:
+    x = min_p_filter(x, cfg.min_p)
+  if cfg.eta > 0.0:
+    x = eta_filter(x, cfg.eta)
+  return x
+
+
+def probs_from_logits(logits: jax.Array, cfg: SamplingConfig) -> jax.Array:
+  """The distribution tokens are drawn from: one-hot argmax at T = 0, else
+  softmax of the processed logits. ``[..., V]`` float32."""
+  if cfg.greedy:
+    return jax.nn.one_hot(jnp.argmax(logits, axis=-1), logits.shape[-1], dtype=jnp.float32)
+  return jax.nn.softmax(process_logits(logits, cfg), axis=-1)
+
+
+def sample_from_probs(key: jax.Array, probs: jax.Array) -> jax.Array:
+  """Draw one token per row from ``probs [..., V]`` (zeros never drawn). int32 ``[...]``."""
+  logp = jnp.where(probs > 0, jnp.log(jnp.where(probs > 0, probs, 1.0)), NEG_INF)
+  return jax.random.categorical(key, logp, axis=-1).astype(jnp.int32)
+
+
+def sample_logits(key: jax.Array, logits: jax.Array, cfg: SamplingConfig):
+  """Sample from raw ``logits [..., V]`` under ``cfg``. Returns (tokens [...], probs [..., V])."""
+  probs = probs_from_logits(logits, cfg)
+  if cfg.greedy:
+    return jnp.argmax(logits, axis=-1).astype(jnp.int32), probs
+  return sample_from_probs(key, probs), probs

@@ -1,0 +1,103 @@
+"""Static-shape KV cache with one write cursor per row.
+
+Buffers ``k, v: [layers, B, S_max, kv_heads, head_dim]`` and ``lengths: [B]``
+(committed tokens per row).  A forward pass *writes* its T new tokens at slots
+``lengths[b] .. lengths[b] + T - 1`` of each row without committing them;
+:func:`commit` then advances each row by the number of tokens it keeps, so
+rejected speculative tokens are dropped by simply not committing them (the
+next write overwrites them).  For trees, :func:`gather_path` first moves the
+accepted path's entries to contiguous slots.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class KVCache:
+  """Attributes:
+    k: [L, B, S_max, KVH, D] keys.
+    v: [L, B, S_max, KVH, D] values.
+    lengths: [B] int32 committed tokens per row.
+  """
+
+  k: jax.Array
+  v: jax.Array
+  lengths: jax.Array
+
+  @property
+  def max_length(self) -> int:
+    return self.k.shape[2]
+
+  @property
+  def batch_size(self) -> int:
+    return self.k.shape[1]
+
+
+def init_cache(num_layers: int, batch: int, max_length: int, kv_heads: int, head_dim: int,
+               dtype=jnp.float32) -> KVCache:
+  """An empty cache (all lengths 0)."""
+  shape = (num_layers, batch, max_length, kv_heads, head_dim)
+  return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype), jnp.zeros((batch,), jnp.int32))
+
+
+def write_layer(buf: jax.Array, new: jax.Array, offsets: jax.Array) -> jax.Array:
+  """Write ``new [B, T, KVH, D]`` into one layer's ``buf [B, S, KVH, D]`` at per-row ``offsets [B]``.
+
+  The caller guarantees ``offsets + T <= S`` for rows whose result matters
+  (``dynamic_update_slice`` would clamp the start otherwise).
+  """
+  def one(b, n, o):
+    return jax.lax.dynamic_update_slice(b, n.astype(b.dtype), (o, 0, 0))
+  return jax.vmap(one)(buf, new, offsets)
+
+
+def write(cache: KVCache, layer_k: jax.Array, layer_v: jax.Array) -> KVCache:
+  """Write new keys/values for all layers ``[L, B, T, KVH, D]`` at each row's cursor
+  (uncommitted: lengths are unchanged)."""
+  wl = jax.vmap(write_layer, in_axes=(0, 0, None))
+  return KVCache(wl(cache.k, layer_k, cache.lengths), wl(cache.v, layer_v, cache.lengths),
+                 cache.lengths)
+
+
+def commit(cache: KVCache, num_tokens: jax.Array) -> KVCache:
+  """Keep the first ``num_tokens[b]`` written-but-uncommitted tokens of each row."""
+  return dataclasses.replace(cache, lengths=cache.lengths + num_tokens.astype(jnp.int32))
+
+
+def rollback(cache: KVCache, lengths: jax.Array) -> KVCache:
+  """Set the committed lengths back to ``lengths [B]`` (<= current); later slots are dropped."""
+  return dataclasses.replace(cache, lengths=jnp.minimum(cache.lengths, lengths.astype(jnp.int32)))
+
+
+def gather_path(cache: KVCache, path: jax.Array, num_accepted: jax.Array) -> KVCache:
+  """Move an accepted tree path to contiguous slots and commit it.
+
+  After a tree forward wrote nodes 0..N (node 0 = the root token) at slots
+  ``lengths[b] + j``, the accepted nodes ``path[b, :num_accepted[b]]`` (tree
+  indices, root excluded) are copied to slots ``lengths[b] + 1 + i`` and
+  ``1 + num_accepted[b]`` tokens (root + path) are committed.
+
+  Args:
+    path: [B, P] int32 tree node indices of the accepted path.
+    num_accepted: [B] int32 accepted path length.
+  """
+  b, p = path.shape
+  src = cache.lengths[:, None] + path  # [B, P] slots holding the accepted nodes
+  dst = cache.lengths[:, None] + 1 + jnp.arange(p)[None, :]  # [B, P]
+  keep = jnp.arange(p)[None, :] < num_accepted[:, None]
+  s = cache.max_length
+  dst = jnp.where(keep, dst, s)  # out-of-range index: dropped by mode="drop"
+
+  def move(buf):  # [L, B, S, KVH, D]
+    vals = jnp.take_along_axis(buf, jnp.clip(src, 0, s - 1)[None, :, :, None, None], axis=2)
+    rows = jnp.arange(b)[:, None]
+    return buf.at[:, rows, dst].set(vals, mode="drop")
+
+  moved = KVCache(move(cache.k), move(cache.v), cache.lengths)
+  return commit(moved, 1 + num_accepted)

@@ -1,0 +1,285 @@
+"""The node-rule protocol and the generic chain / tree drivers.
+
+A verification rule is four pure functions over ONE tree node (SPEC.md §2):
+
+    state = rule.init(z, p)                 # z raw target logits [V], p target dist [V]
+    a     = rule.accept_prob(state, q, x)   # in [0, 1]; q [V] the draft dist, x the token
+    state = rule.on_reject(state, q, x)     # before the next sibling is tried
+    r     = rule.correction(state)          # [V] dist of the emitted token when every
+                                            # candidate was rejected (or there were none)
+
+``p`` is the target's distribution *after* temperature and the logits
+processors (one-hot at argmax for temperature 0), ``z`` the raw logits (rules
+such as MARS look at logit ratios, which temperature does not change).
+
+Everything else -- chains, trees, greedy and sampled decoding, the exact
+induced distribution in :mod:`specjax.analysis.induced` -- is built from these
+four functions.  The bonus token after a fully accepted chain (or at an
+accepted tree leaf) is ``correction(init(z, p))``: "no candidate left".
+
+Writing a new rule (~20 lines)::
+
+    import dataclasses, jax.numpy as jnp
+    from specjax import verifiers
+    from specjax.verifiers.lossless import Lossless
+
+    @verifiers.register("half_lenient")
+    @dataclasses.dataclass(frozen=True)
+    class HalfLenient(Lossless):
+        '''Accept with min(1, 2 p(x) / q(x)); residual as lossless.'''
+        factor: float = 2.0
+
+        def validate(self):
+            verifiers.check_range("factor", self.factor, low=1.0)
+
+        def accept_prob(self, state, q, x):
+            return jnp.minimum(1.0, self.factor * state.p_cur[x] / q[x])
+
+        def strict_accept_prob(self, state, q, x):   # for relaxed-acceptance stats
+            return super().accept_prob(state, q, x)
+
+Rules are frozen dataclasses: hashable, hence static under ``jax.jit``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from specjax.decoding.sampling import sample_from_probs
+
+NodeStateT = Any
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class NodeState:
+  """Default per-node verifier state.
+
+  Attributes:
+    z: [V] raw target logits at the node.
+    p: [V] target distribution after temperature/processors (never modified).
+    p_cur: [V] current residual distribution (modified by ``on_reject``).
+  """
+
+  z: jax.Array
+  p: jax.Array
+  p_cur: jax.Array
+
+
+def residual(p: jax.Array, q: jax.Array) -> jax.Array:
+  """``norm(max(0, p - q))`` (Leviathan et al. 2023, Alg. 1); ``p`` if it is all zero."""
+  r = jnp.maximum(p - q, 0.0)
+  s = jnp.sum(r)
+  return jnp.where(s > 0, r / jnp.where(s > 0, s, 1.0), p)
+
+
+def safe_ratio(num: jax.Array, den: jax.Array) -> jax.Array:
+  """``min(1, num / den)``, with 1 where ``den == 0`` and ``num > 0`` and 0 where both are."""
+  return jnp.where(den > 0, jnp.minimum(1.0, num / jnp.where(den > 0, den, 1.0)),
+                   (num > 0).astype(num.dtype))
+
+
+def check_range(name: str, value, *, low=None, high=None, low_open=False,
+                high_open=False) -> None:
+  """Raise ``ValueError`` naming ``name`` and the allowed range if ``value`` is outside it."""
+  lo = "(" if low_open else "["
+  hi = ")" if high_open else "]"
+  allowed = f"{lo}{'-inf' if low is None else low}, {'inf' if high is None else high}{hi}"
+  try:
+    v = float(value)
+  except (TypeError, ValueError):
+    raise ValueError(f"{name}={value!r} is not a number; allowed range {allowed}") from None
+  bad = v != v
+  if low is not None:
+    bad |= v <= low if low_open else v < low
+  if high is not None:
+    bad |= v >= high if high_open else v > high
+  if bad:
+    raise ValueError(f"{name}={value!r} is outside the allowed range {allowed}")
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeRule:
+  """Base class of verification rules. Subclasses are frozen dataclasses.
+
+  The default implementation is the lossless rule's bookkeeping (a state with
+  ``p_cur``); subclasses override what they change.  ``validate`` runs at
+  construction and must raise ``ValueError`` naming bad hyperparameters.
+  """
+
+  name = "base"
+
+  def __post_init__(self):
+    self.validate()
+
+  def validate(self) -> None:
+    pass
+
+  # --- the four node functions ------------------------------------------------
+  def init(self, z: jax.Array, p: jax.Array) -> NodeStateT:
+    return NodeState(z=z, p=p, p_cur=p)
+
+  def accept_prob(self, state: NodeStateT, q: jax.Array, x: jax.Array) -> jax.Array:
+    raise NotImplementedError(f"{type(self).__name__} must define accept_prob")
+
+  def on_reject(self, state: NodeStateT, q: jax.Array, x: jax.Array) -> NodeStateT:
+    return dataclasses.replace(state, p_cur=residual(state.p_cur, q))
+
+  def correction(self, state: NodeStateT) -> jax.Array:
+    return state.p_cur
+
+  # --- statistics -----------------------------------------------------------------
+  def strict_accept_prob(self, state: NodeStateT, q: jax.Array, x: jax.Array) -> jax.Array:
+    """Acceptance probability of the strict rule this one relaxes.
+
+    An acceptance is counted as *relaxed* when the shared uniform ``u``
+    satisfies ``strict <= u < accept_prob``: accepted only because of the
+    relaxation.  Lossless rules return ``accept_prob`` (never relaxed).
+    """
+    return self.accept_prob(state, q, x)
+
+  @property
+  def is_lossless(self) -> bool:
+    """True when the rule provably reproduces the target distribution."""
+    return False
+
+
+class ChainResult(NamedTuple):
+  """Outcome of verifying one row's chain.
+
+  Attributes:
+    num_accepted: [] int32, number n of leading drafts accepted (0..K).
+    token: [] int32, the token emitted after them (correction or bonus).
+    accepted: [K] bool, accepted[i] for i < n.
+    relaxed: [K] bool, acceptances that only the relaxation allowed.
+    emit_probs: [V] the distribution ``token`` was drawn from.
+  """
+
+  num_accepted: jax.Array
+  token: jax.Array
+  accepted: jax.Array
+  relaxed: jax.Array
+  emit_probs: jax.Array
+
+
+def verify_chain(rule: NodeRule, z: jax.Array, p: jax.Array, q: jax.Array, x: jax.Array,
+                 u: jax.Array, key: jax.Array, num_valid: jax.Array | int | None = None
+                 ) -> ChainResult:
+  """Generic chain driver (SPEC §2) for one row.
+
+  Node i (0..K-1) has the single child x[i]; it is accepted iff
+  ``u[i] < accept_prob``.  At the first rejection n the token is drawn from
+  ``correction(on_reject(init(z[n], p[n]), q[n], x[n]))``; if all
+  ``num_valid`` drafts are accepted the bonus is drawn from
+  ``correction(init(z[num_valid], p[num_valid]))``.
+
+  Args:
+    rule: the node rule.
+    z: [K+1, V] raw target logits; z[i] is the target's view before draft i.
+    p: [K+1, V] target distributions (after temperature and processors).
+    q: [K, V] distributions the drafts were drawn from.
+    x: [K] int draft tokens.
+    u: [K] uniforms in [0, 1).
+    key: PRNG key for the emitted token.
+    num_valid: drafts actually offered (<= K, may be traced); default K.
+  """
+  k = x.shape[0]
+  states = jax.vmap(rule.init)(z[:k], p[:k])
+  a = jax.vmap(rule.accept_prob)(states, q, x)
+  a_strict = jax.vmap(rule.strict_accept_prob)(states, q, x)
+  valid = jnp.arange(k) < (k if num_valid is None else num_valid)
+  ok = (u < a) & valid
+  accepted = jnp.cumprod(ok.astype(jnp.int32)).astype(bool)
+  n = jnp.sum(accepted).astype(jnp.int32)
+  relaxed = accepted & (u >= a_strict)
+  # Distribution after a rejection at each node, and the bonus distribution.
+  rejected_states = jax.vmap(rule.on_reject)(states, q, x)
+  reject_dists = jax.vmap(rule.correction)(rejected_states)  # [K, V]
+  bonus_dists = jax.vmap(lambda zz, pp: rule.correction(rule.init(zz, pp)))(z, p)  # [K+1, V]
+  n_valid = k if num_valid is None else num_valid
+  all_accepted = n >= n_valid
+  emit = jnp.where(all_accepted, bonus_dists[jnp.minimum(n, k)], reject_dists[jnp.minimum(n, k - 1)])
+  token = sample_from_probs(key, emit)
+  return ChainResult(n, token, accepted, relaxed, emit)
+
+
+class TreeResult(NamedTuple):
+  """Outcome of verifying one row's tree.
+
+  Attributes:
+    path: [N] int32 node indices of the accepted path (root excluded), padded with 0.
+    num_accepted: [] int32, length of the accepted path.
+    token: [] int32, the emitted token.
+    num_relaxed: [] int32, relaxed acceptances along the path.
+    emit_probs: [V] the distribution ``token`` was drawn from.
+  """
+
+  path: jax.Array
+  num_accepted: jax.Array
+  token: jax.Array
+  num_relaxed: jax.Array
+  emit_probs: jax.Array
+
+
+def verify_tree(rule: NodeRule, z: jax.Array, p: jax.Array, q: jax.Array, x: jax.Array,
+                parent: jax.Array, u: jax.Array, key: jax.Array,
+                valid: jax.Array | None = None) -> TreeResult:
+  """Generic tree driver (SPEC §2) for one row.
+
+  Node 0 is the root (the last committed token); nodes 1..N are draft nodes
+  with ``parent[j] < j``.  Starting at the root, the children of the current
+  node are tried in increasing index order; the first accepted child becomes
+  the current node, a rejected child's subtree is pruned.  When a node has no
+  untried child left, the token is drawn from ``correction`` of its state.
+
+  Args:
+    z: [N+1, V] raw target logits at every node (z[j] predicts j's children).
+    p: [N+1, V] target distributions at every node.
+    q: [N+1, V] distribution node j's token was drawn from (row 0 unused).
+    x: [N+1] node tokens (x[0] unused).
+    parent: [N+1] parent index (parent[0] ignored).
+    u: [N+1] uniforms (u[j] decides node j).
+    key: PRNG key for the emitted token.
+    valid: optional [N+1] bool; invalid nodes are never tried.
+  """
+  n1 = x.shape[0]
+  idx = jnp.arange(n1)
+  if valid is None:
+    valid = jnp.ones((n1,), bool)
+  valid = valid & (idx > 0)
+
+  def body(i, carry):
+    cur, state, last_tried, done, path, depth, nrel = carry
+    is_child = (parent == cur) & (idx > last_tried) & valid
+    has_child = jnp.any(is_child)
+    j = jnp.argmax(is_child)  # first untried child
+    a = rule.accept_prob(state, q[j], x[j])
+    a_strict = rule.strict_accept_prob(state, q[j], x[j])
+    acc = u[j] < a
+    step = has_child & ~done
+    take = step & acc
+    rej = step & ~acc
+    new_state_acc = rule.init(z[j], p[j])
+    new_state_rej = rule.on_reject(state, q[j], x[j])
+    state = jax.tree.map(lambda sa, sr, s: jnp.where(take, sa, jnp.where(rej, sr, s)),
+                         new_state_acc, new_state_rej, state)
+    path = jnp.where(take, path.at[depth].set(j), path)
+    nrel = nrel + (take & (u[j] >= a_strict)).astype(jnp.int32)
+    depth = depth + take.astype(jnp.int32)
+    cur = jnp.where(take, j, cur)
+    last_tried = jnp.where(take, 0, jnp.where(rej, j, last_tried))
+    done = done | ~has_child
+    return cur, state, last_tried, done, path, depth, nrel
+
+  state0 = rule.init(z[0], p[0])
+  carry = (jnp.int32(0), state0, jnp.int32(0), jnp.bool_(False),
+           jnp.zeros((max(n1 - 1, 1),), jnp.int32), jnp.int32(0), jnp.int32(0))
+  # Each iteration tries one node or finishes; N nodes + 1 final check suffice.
+  _, state, _, _, path, depth, nrel = jax.lax.fori_loop(0, n1, body, carry)
+  emit = rule.correction(state)
+  token = sample_from_probs(key, emit)
+  return TreeResult(path, depth, token, nrel, emit)
