@@ -7,7 +7,16 @@ from specjax.verifiers import lossless as _lossless  # noqa: F401  (registers)
 from specjax.verifiers import greedy as _greedy  # noqa: F401
 from specjax.verifiers.lossless import Lossless
 from specjax.verifiers.greedy import Greedy
+from specjax.verifiers.truncation import (SpecCascade, Typical, TruncationState, allowed_set_eta,
+                                          allowed_set_min_p, eta_threshold, min_p_threshold,
+                                          truncate)
+from specjax.verifiers.collaborative import CoS, CoSContrastive, Lenience
+from specjax.verifiers.mars import Mars, MarsState, register_threshold_hook, threshold_hooks
+from specjax.verifiers.baselines import MatchedBaseline, matched_baseline
 
 __all__ = ["ChainResult", "NodeRule", "NodeState", "TreeResult", "check_range", "residual",
            "safe_ratio", "verify_chain", "verify_tree", "available", "get", "register",
-           "Lossless", "Greedy"]
+           "Lossless", "Greedy", "SpecCascade", "Typical", "TruncationState",
+           "allowed_set_eta", "allowed_set_min_p", "eta_threshold", "min_p_threshold", "truncate",
+           "CoS", "CoSContrastive", "Lenience", "Mars", "MarsState", "register_threshold_hook",
+           "threshold_hooks", "MatchedBaseline", "matched_baseline"]

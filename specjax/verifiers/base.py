@@ -86,8 +86,8 @@ def safe_ratio(num: jax.Array, den: jax.Array) -> jax.Array:
 def check_range(name: str, value, *, low=None, high=None, low_open=False,
                 high_open=False) -> None:
   """Raise ``ValueError`` naming ``name`` and the allowed range if ``value`` is outside it."""
-  lo = "(" if low_open else "["
-  hi = ")" if high_open else "]"
+  lo = "(" if low_open or low is None else "["
+  hi = ")" if high_open or high is None else "]"
   allowed = f"{lo}{'-inf' if low is None else low}, {'inf' if high is None else high}{hi}"
   try:
     v = float(value)

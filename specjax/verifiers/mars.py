@@ -1,0 +1,273 @@
+"""MARS: margin-aware verification (Song et al., ACL Findings 2026, arXiv 2601.15498).
+
+Let ``top1, top2`` be the two largest raw target logits ``z1 >= z2`` at the
+node.  The target is *indecisive* -- relaxation is active -- iff
+
+* ``margin="ratio"`` (the paper, Eq. 5): ``r = z2 / z1 > theta`` and, with
+  ``guard=True``, ``z1 > 0``.  **(choice, SPEC §3)**: the paper gives no rule
+  for ``z1 <= 0`` (there ``r >= 1`` and every node would relax; at ``z1 = 0`` the
+  ratio is undefined); ``guard=False`` reproduces the bare ratio test, with
+  ``r = 1`` for ``z1 = z2 = 0`` and ``r = -inf`` for ``z1 = 0 > z2``.
+  Equivalently ``z1 - z2 < (1 - theta) z1``: a margin relative to ``z1``.
+* ``margin="difference"``: ``z1 - z2 < delta`` (a fixed logit margin; the
+  guard does not apply since the difference is well defined for any sign).
+
+Ratio and difference are computed from raw logits, so they do not depend on
+the temperature.  Only top-2 is ever relaxed, never top-3.
+
+Greedy form (paper Algorithm 1, used when ``p`` is one-hot, i.e. T = 0):
+accept iff ``x = top1``, or ``x = top2`` and relaxation is active; on
+rejection emit ``top1`` (the driver truncates the rest of the draft).
+
+Sampled form (T > 0, as in the released code): if relaxation is active,
+accept iff ``x in {top1, top2}`` (deterministically), otherwise reject and
+emit from the unmodified target (the base rule's correction of the untouched
+node state: ``p`` for the default lossless base); if relaxation is not active,
+the base rule decides (``a``, ``on_reject`` and ``correction`` all the base's).
+
+**(choice) greedy vs sampled detection**: from the state, ``greedy = (p has
+exactly one non-zero entry)``, evaluated per node with ``jnp.where`` (no
+Python control flow, no extra field).  With the default lossless base the two
+forms coincide on a one-hot ``p`` anyway (lossless on ``onehot(top1)`` is
+argmax matching and its correction is ``onehot(top1)``), so the detection
+matters only for bases that are not argmax matching on a one-hot target
+(e.g. ``base="cos"``).
+
+**Adaptive threshold hook**: ``adaptive`` names a hook registered with
+:func:`register_threshold_hook` (a string keeps the rule hashable / static
+under jit).  A hook maps ``(threshold, margin, z [V], p [V]) -> [] threshold``
+per node, where ``threshold`` is ``theta`` (ratio) or ``delta`` (difference).
+Built in: ``"entropy"`` (see :func:`entropy_threshold`).
+
+Relaxed-acceptance statistics: ``strict_accept_prob`` is the strict rule's
+probability -- ``1[x = top1]`` in greedy form, the base rule's
+``strict_accept_prob`` otherwise (lossless ``min(1, p_cur(x)/q(x))`` by
+default) -- so the drivers count ``strict <= u < a`` as relaxed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+from specjax.decoding.sampling import entropy_nats
+from specjax.verifiers.base import NodeRule, check_range
+from specjax.verifiers.registry import register
+
+_MARGINS = ("ratio", "difference")
+
+ThresholdHook = Callable[[float, str, jax.Array, jax.Array], jax.Array]
+_THRESHOLD_HOOKS: dict[str, ThresholdHook] = {}
+
+
+def register_threshold_hook(name: str) -> Callable[[ThresholdHook], ThresholdHook]:
+  """Decorator registering an adaptive-threshold hook for ``Mars(adaptive=name)``.
+
+  The hook is called inside ``init`` for every node as
+  ``hook(threshold, margin, z, p)`` with the static ``threshold`` (``theta`` or
+  ``delta``), the static ``margin`` name, raw logits ``z [V]`` and target
+  ``p [V]``; it must return the node's effective threshold ``[]`` and be
+  jit-safe (no Python control flow on ``z`` / ``p``).
+  """
+
+  def deco(fn: ThresholdHook) -> ThresholdHook:
+    key = name.lower()
+    if key in _THRESHOLD_HOOKS and _THRESHOLD_HOOKS[key] is not fn:
+      raise ValueError(f"threshold hook {name!r} is already registered")
+    _THRESHOLD_HOOKS[key] = fn
+    return fn
+
+  return deco
+
+
+def threshold_hooks() -> list[str]:
+  """Names of the registered adaptive-threshold hooks."""
+  return sorted(_THRESHOLD_HOOKS)
+
+
+@register_threshold_hook("entropy")
+def entropy_threshold(threshold, margin, z, p):
+  """Scale the relaxation by the normalised entropy ``h = H(softmax(z)) / log V`` in [0, 1].
+
+  ratio: ``theta_eff = 1 - (1 - theta) h``; difference: ``delta_eff = delta h``.
+  A flat raw distribution (h = 1) keeps the configured threshold, a confident
+  one (h -> 0) switches relaxation off.  Uses the raw logits (T = 1), so it
+  does not depend on the sampling temperature and still works at T = 0.
+  """
+  del p
+  v = z.shape[-1]
+  h = entropy_nats(jax.nn.softmax(z.astype(jnp.float32))) / jnp.log(jnp.float32(max(v, 2)))
+  h = jnp.clip(h, 0.0, 1.0)
+  if margin == "ratio":
+    return 1.0 - (1.0 - threshold) * h
+  return threshold * h
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class MarsState:
+  """Node state of :class:`Mars`.
+
+  Attributes:
+    base: the base rule's node state (untouched while relaxation is active).
+    top1: [] int32, argmax of z.
+    top2: [] int32, second largest logit's index (= top1 if V = 1).
+    margin: [] the node's margin statistic (r = z2/z1, or z1 - z2).
+    active: [] bool, relaxation active at this node.
+    greedy: [] bool, p is one-hot (T = 0): the paper's Algorithm 1 form.
+  """
+
+  base: Any
+  top1: jax.Array
+  top2: jax.Array
+  margin: jax.Array
+  active: jax.Array
+  greedy: jax.Array
+
+  # Convenience views of the base state (NodeState-like bases).
+  @property
+  def z(self):
+    return self.base.z
+
+  @property
+  def p(self):
+    return self.base.p
+
+  @property
+  def p_cur(self):
+    return self.base.p_cur
+
+
+def _where_tree(c, a, b):
+  return jax.tree.map(lambda u, v: jnp.where(c, u, v), a, b)
+
+
+@register("mars")
+@dataclasses.dataclass(frozen=True)
+class Mars(NodeRule):
+  """Margin-aware verification (MARS, Song et al. 2026, Algorithm 1 and Eq. 5).
+
+  Relaxation active iff ``z2 / z1 > theta`` (and ``z1 > 0`` if ``guard``), or
+  ``z1 - z2 < delta`` for ``margin="difference"``.  Greedy (p one-hot):
+  ``a = 1[x = top1] + 1[x = top2 and active]``, correction ``onehot(top1)``.
+  Sampled: active -> ``a = 1[x in {top1, top2}]``, state untouched, correction
+  the base's (p for lossless); inactive -> the base rule.
+
+  Attributes:
+    theta: ratio threshold, in (0, inf); default 0.9 (paper).  With the guard
+      on, ``theta >= 1`` never relaxes (equals greedy / the base rule).
+    guard: require ``z1 > 0`` for the ratio test (default True).
+    margin: "ratio" (the paper) or "difference".
+    delta: logit-difference threshold for ``margin="difference"``, in [0, inf).
+    adaptive: name of a registered threshold hook, or None (fixed threshold).
+    base: the rule used when relaxation is inactive in sampled mode: a
+      registered name (default "lossless", built with default hyperparameters)
+      or a NodeRule instance (frozen, hence hashable).
+  """
+
+  name = "mars"
+  theta: float = 0.9
+  guard: bool = True
+  margin: str = "ratio"
+  delta: float = 1.0
+  adaptive: str | None = None
+  base: Any = "lossless"
+
+  def validate(self):
+    check_range("theta", self.theta, low=0.0, low_open=True, high_open=True)
+    check_range("delta", self.delta, low=0.0, high_open=True)
+    if self.margin not in _MARGINS:
+      raise ValueError(f"margin={self.margin!r} is not allowed; allowed values: {_MARGINS}")
+    if not isinstance(self.guard, (bool, jnp.bool_)):
+      raise ValueError(f"guard={self.guard!r} must be a bool")
+    if self.adaptive is not None and self.adaptive not in _THRESHOLD_HOOKS:
+      raise ValueError(f"adaptive={self.adaptive!r} is not a registered threshold hook; "
+                       f"allowed: None or one of {threshold_hooks()}")
+    if isinstance(self.base, NodeRule):
+      base_rule = self.base
+    elif isinstance(self.base, str):
+      from specjax.verifiers import registry  # late: every rule module registers itself
+      if self.base.lower() not in registry.available():
+        raise ValueError(f"base={self.base!r} is not a registered rule; "
+                         f"allowed: {registry.available()}")
+      base_rule = registry.get(self.base)
+    else:
+      raise ValueError(f"base={self.base!r} must be a registered rule name or a NodeRule")
+    if isinstance(base_rule, Mars):
+      raise ValueError(f"base={self.base!r}: the base rule of MARS cannot itself be MARS")
+    object.__setattr__(self, "_base_rule", base_rule)
+
+  @property
+  def base_rule(self) -> NodeRule:
+    """The instantiated base rule."""
+    return self._base_rule
+
+  # --- the four node functions ------------------------------------------------------
+  def init(self, z, p):
+    v = z.shape[-1]
+    if v >= 2:
+      vals, idx = jax.lax.top_k(z, 2)
+      z1, z2 = vals[0], vals[1]
+      top1, top2 = idx[0].astype(jnp.int32), idx[1].astype(jnp.int32)
+    else:
+      z1 = z2 = z[0]
+      top1 = top2 = jnp.int32(0)
+    if self.margin == "ratio":
+      thr = self.theta
+      nz = z1 != 0
+      stat = jnp.where(nz, z2 / jnp.where(nz, z1, 1.0), jnp.where(z2 == 0, 1.0, -jnp.inf))
+    else:
+      thr = self.delta
+      stat = z1 - z2
+    if self.adaptive is not None:
+      thr = _THRESHOLD_HOOKS[self.adaptive](thr, self.margin, z, p)
+    if self.margin == "ratio":
+      active = stat > thr
+      if self.guard:
+        active = active & (z1 > 0)
+    else:
+      active = stat < thr
+    if v < 2:
+      active = jnp.zeros((), bool)
+    greedy = jnp.sum(p > 0) == 1
+    return MarsState(base=self.base_rule.init(z, p), top1=top1, top2=top2,
+                     margin=stat.astype(jnp.float32), active=active, greedy=greedy)
+
+  def accept_prob(self, state, q, x):
+    dtype = state.base.p.dtype
+    relaxed_ok = ((x == state.top1) | (x == state.top2)).astype(dtype)
+    strict = jnp.where(state.greedy, (x == state.top1).astype(dtype),
+                       self.base_rule.accept_prob(state.base, q, x))
+    return jnp.where(state.active, relaxed_ok, strict)
+
+  def on_reject(self, state, q, x):
+    keep = state.active | state.greedy
+    rejected = self.base_rule.on_reject(state.base, q, x)
+    return dataclasses.replace(state, base=_where_tree(keep, state.base, rejected))
+
+  def correction(self, state):
+    p = state.base.p
+    onehot = jax.nn.one_hot(state.top1, p.shape[-1], dtype=p.dtype)
+    return jnp.where(state.greedy, onehot, self.base_rule.correction(state.base))
+
+  # --- statistics -------------------------------------------------------------------
+  def strict_accept_prob(self, state, q, x):
+    dtype = state.base.p.dtype
+    return jnp.where(state.greedy, (x == state.top1).astype(dtype),
+                     self.base_rule.strict_accept_prob(state.base, q, x))
+
+  @property
+  def never_relaxes(self) -> bool:
+    """True when no logits can activate the relaxation (static hyperparameters)."""
+    if self.adaptive is not None:
+      return False
+    if self.margin == "ratio":
+      return bool(self.guard) and float(self.theta) >= 1.0
+    return float(self.delta) == 0.0
+
+  @property
+  def is_lossless(self) -> bool:
+    return self.never_relaxes and self.base_rule.is_lossless

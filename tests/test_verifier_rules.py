@@ -1,0 +1,455 @@
+"""Invariants, hand-worked examples and a Monte Carlo check of the lossy node rules.
+
+Rules: MARS (mars.py), SpecCascade / typical acceptance (truncation.py), CoS /
+contrastive CoS / lenience (collaborative.py), matched baselines (baselines.py).
+Small vocabularies, float32, CPU; ~20 s of CPU time, most of it XLA compilation (the
+Monte Carlo cases share one compiled program).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from specjax import verifiers
+from specjax.decoding import sampling
+from specjax.verifiers import (CoS, CoSContrastive, Greedy, Lenience, Lossless, Mars,
+                               SpecCascade, Typical)
+
+V = 8
+
+
+def _target(z, temperature):
+  """``p`` as the loop builds it: one-hot argmax at T = 0, else softmax(z / T)."""
+  return sampling.probs_from_logits(z, sampling.SamplingConfig(temperature=temperature))
+
+
+def _random_ctx(seed, temperature=1.0, v=V):
+  """Random untied logits with positive top logits, the target p and a full-support q."""
+  kz, kq = jax.random.split(jax.random.PRNGKey(seed))
+  z = 2.0 * jax.random.normal(kz, (v,)) + 4.0
+  q = jax.nn.softmax(jax.random.normal(kq, (v,)))
+  return z, _target(z, temperature), q
+
+
+def _table_impl(rule, z, p, q, siblings=True):
+  """Per candidate x in 0..V-1: a(x) [V], strict(x) [V], correction after rejecting x [V, V],
+  the bonus distribution [V] and, if ``siblings``, for a second sibling (drawn from
+  q2 = q reversed) tried after rejecting x: a2 [V, V] and the correction after rejecting
+  both [V, V, V]."""
+  v = z.shape[-1]
+  xs = jnp.arange(v)
+  q2 = q[::-1]
+  s0 = rule.init(z, p)
+  a = jax.vmap(lambda x: rule.accept_prob(s0, q, x))(xs)
+  strict = jax.vmap(lambda x: rule.strict_accept_prob(s0, q, x))(xs)
+  out = dict(a=a, strict=strict, bonus=rule.correction(s0))
+  if not siblings:
+    out["r"] = jax.vmap(lambda x: rule.correction(rule.on_reject(s0, q, x)))(xs)
+    return out
+
+  def after(x):
+    s1 = rule.on_reject(s0, q, x)
+    a2 = jax.vmap(lambda y: rule.accept_prob(s1, q2, y))(xs)
+    r2 = jax.vmap(lambda y: rule.correction(rule.on_reject(s1, q2, y)))(xs)
+    return rule.correction(s1), a2, r2
+
+  out["r"], out["a2"], out["r2"] = jax.vmap(after)(xs)
+  return out
+
+
+_table = jax.jit(_table_impl, static_argnums=(0, 4))
+
+
+def _assert_same_rule(rule_a, rule_b, z, p, q, exact=True, keys=("a", "r", "a2", "r2", "bonus")):
+  ta, tb = _table(rule_a, z, p, q, True), _table(rule_b, z, p, q, True)
+  for k in keys:
+    if exact:
+      np.testing.assert_array_equal(np.asarray(ta[k]), np.asarray(tb[k]), err_msg=k)
+    else:
+      np.testing.assert_allclose(np.asarray(ta[k]), np.asarray(tb[k]), atol=2e-6, err_msg=k)
+
+
+def induced_distribution(rule, z, p, q, table=_table):
+  """SPEC §6 one-node induced distribution for a sampled draft, by enumeration:
+  ``P(y) = sum_x q(x) [a(x) 1[x = y] + (1 - a(x)) correction(on_reject(state, q, x))(y)]``."""
+  t = table(rule, z, p, q, False)
+  return q * t["a"] + jnp.einsum("x,xy->y", q * (1.0 - t["a"]), t["r"])
+
+
+# --- reductions to lossless / greedy ---------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("temperature", [1.0, 0.6])
+def test_lenience_1_and_cos_1_are_exactly_lossless(seed, temperature):
+  z, p, q = _random_ctx(seed, temperature)
+  for rule in (Lenience(l=1.0), CoS(lam=1.0)):
+    assert rule.is_lossless
+    _assert_same_rule(rule, Lossless(), z, p, q, exact=True)
+  assert CoSContrastive(mu=0.0).is_lossless
+  _assert_same_rule(CoSContrastive(mu=0.0), Lossless(), z, p, q, exact=False)
+  assert not Lenience(l=0.5).is_lossless and not CoS(lam=0.5).is_lossless
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("temperature", [1.0, 0.6])
+def test_spec_cascade_p_base_extremes(seed, temperature):
+  z, p, q = _random_ctx(seed, temperature)
+  # p_base = 1: A = {argmax p}: greedy verification (random normal logits are untied).
+  _assert_same_rule(SpecCascade(p_base=1.0), Greedy(), z, p, q, exact=True, keys=("a",))
+  _assert_same_rule(SpecCascade(p_base=1.0), Greedy(), z, p, q, exact=False)
+  # p_base = 0: everything is allowed, every draft is accepted, correction = p.
+  t = _table(SpecCascade(p_base=0.0), z, p, q, False)
+  np.testing.assert_array_equal(np.asarray(t["a"]), np.ones(V))
+  np.testing.assert_allclose(np.asarray(t["bonus"]), np.asarray(p), rtol=1e-6)
+
+
+def _close_top2(z1=3.0, ratio=0.95, v=V, seed=0):
+  """Logits with top1 = 2, top2 = 5, top3 = 0, z2 = ratio * z1, z3 = z2 - 0.03 |z2|, the
+  rest in [z3 - 3, z3 - 0.2]."""
+  z2 = z1 * ratio
+  z3 = z2 - 0.03 * abs(z2)
+  z = np.array(jax.random.uniform(jax.random.PRNGKey(seed), (v,), minval=z3 - 3.0,
+                                   maxval=z3 - 0.2))
+  z[2], z[5], z[0] = z1, z2, z3
+  return jnp.asarray(z, jnp.float32)
+
+
+@pytest.mark.parametrize("theta", [1.0, 1.5])
+@pytest.mark.parametrize("ratio", [0.99, 0.9, 0.5])
+def test_mars_theta_ge_1_is_greedy_at_t0_and_lossless_at_t1(theta, ratio):
+  z = _close_top2(ratio=ratio)
+  q = jax.nn.softmax(jax.random.normal(jax.random.PRNGKey(7), (V,)))
+  rule = Mars(theta=theta)
+  assert rule.never_relaxes and rule.is_lossless
+  _assert_same_rule(rule, Greedy(), z, _target(z, 0.0), q, exact=True)
+  _assert_same_rule(rule, Lossless(), z, _target(z, 1.0), q, exact=True)
+  # strict probabilities too (nothing is ever counted as relaxed).
+  for t in (0.0, 1.0):
+    tab = _table(rule, z, _target(z, t), q, False)
+    np.testing.assert_array_equal(np.asarray(tab["a"]), np.asarray(tab["strict"]))
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_mars_never_relaxes_top3(temperature):
+  z = _close_top2(ratio=0.99)  # z3 / z1 = 0.96 > theta as well
+  assert float(z[0] / z[2]) > 0.9
+  p = _target(z, temperature)
+  q = jnp.full((V,), 1.0 / V)
+  rule = Mars(theta=0.9)
+  st = rule.init(z, p)
+  assert bool(st.active) and int(st.top1) == 2 and int(st.top2) == 5
+  assert float(rule.accept_prob(st, q, 0)) == 0.0  # top-3: rejected, even though lossless
+  assert float(rule.accept_prob(st, q, 5)) == 1.0  # top-2: accepted
+  assert float(rule.accept_prob(st, q, 2)) == 1.0  # top-1
+  if temperature > 0:
+    assert float(Lossless().accept_prob(Lossless().init(z, p), q, 0)) == 1.0
+
+
+def test_mars_guard_on_nonpositive_top_logit():
+  z = _close_top2(z1=-1.0, ratio=1.05)  # z1 = -1, z2 = -1.05: r = 1.05 > theta
+  p = _target(z, 0.0)
+  q = jnp.full((V,), 1.0 / V)
+  on, off = Mars(), Mars(guard=False)
+  assert not bool(on.init(z, p).active) and bool(off.init(z, p).active)
+  assert float(on.accept_prob(on.init(z, p), q, 5)) == 0.0
+  assert float(off.accept_prob(off.init(z, p), q, 5)) == 1.0
+  # z1 = 0: undefined ratio; with z2 < 0 it never relaxes, even without the guard.
+  z0 = z.at[2].set(0.0)
+  assert not bool(off.init(z0, _target(z0, 0.0)).active)
+
+
+# --- MARS: hand-worked examples ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_mars_top2_above_and_below_theta(temperature):
+  rule = Mars(theta=0.9)
+  q = jax.nn.one_hot(5, V)  # deterministic draft of top2
+  # Above theta: z2 / z1 = 0.95 -> top2 accepted, and the acceptance is a relaxed one.
+  z = _close_top2(ratio=0.95)
+  st = rule.init(z, _target(z, temperature))
+  assert float(rule.accept_prob(st, q, 5)) == 1.0
+  assert float(rule.strict_accept_prob(st, q, 5)) < 1.0
+  # Below theta: z2 / z1 = 0.8 -> strict rule.
+  z = _close_top2(ratio=0.8)
+  p = _target(z, temperature)
+  st = rule.init(z, p)
+  assert not bool(st.active)
+  a = float(rule.accept_prob(st, q, 5))
+  emit = rule.correction(rule.on_reject(st, q, 5))
+  if temperature == 0:  # Algorithm 1: reject, emit top1
+    assert a == 0.0
+    np.testing.assert_array_equal(np.asarray(emit), np.asarray(jax.nn.one_hot(2, V)))
+  else:  # lossless with q = onehot(top2): accept w.p. p(top2), else p with top2 zeroed
+    np.testing.assert_allclose(a, float(p[5]), rtol=1e-6)
+    assert float(emit[5]) == 0.0
+
+
+def test_mars_chain_example_four_tokens():
+  """K = 4 chain (cf. the paper's "lovely, so, I, will" example): drafts 1 and 2 are top-2
+  tokens at low-margin positions, draft 3 is top-1, draft 4 is a top-2 token at a decisive
+  position.  MARS accepts 3 and emits top1 at position 4: 4 tokens; greedy: 1 token."""
+  k = 4
+  z = np.full((k + 1, V), -2.0, np.float32)
+  # position: (top1, z1), (top2, z2)
+  z[0, 1], z[0, 3] = 10.0, 9.5   # r = 0.95 > 0.9, draft 3 (top-2): relaxed
+  z[1, 4], z[1, 6] = 8.0, 7.6    # r = 0.95,      draft 6 (top-2): relaxed
+  z[2, 0], z[2, 7] = 12.0, 6.0   # r = 0.5,       draft 0 (top-1): strict accept
+  z[3, 2], z[3, 5] = 20.0, 10.0  # r = 0.5,       draft 5 (top-2): rejected -> emit 2
+  z[4, 7] = 5.0
+  z = jnp.asarray(z)
+  x = jnp.asarray([3, 6, 0, 5], jnp.int32)
+  p = _target(z, 0.0)
+  q = jax.nn.one_hot(x, V)
+  u = jnp.full((k,), 0.5)
+  chain = jax.jit(verifiers.verify_chain, static_argnums=0)
+  mars = chain(Mars(theta=0.9), z, p, q, x, u, jax.random.PRNGKey(0))
+  greedy = chain(Greedy(), z, p, q, x, u, jax.random.PRNGKey(0))
+  assert int(mars.num_accepted) + 1 == 4
+  assert int(mars.token) == 2
+  np.testing.assert_array_equal(np.asarray(mars.accepted), [True, True, True, False])
+  np.testing.assert_array_equal(np.asarray(mars.relaxed), [True, True, False, False])
+  assert int(greedy.num_accepted) + 1 == 1 and int(greedy.token) == 1
+  # Same chain sampled (T = 1): relaxed positions accept deterministically, whatever u is.
+  p1 = _target(z, 1.0)
+  res = chain(Mars(theta=0.9), z, p1, q, x, jnp.full((k,), 0.999), jax.random.PRNGKey(0))
+  assert int(res.num_accepted) >= 2
+  np.testing.assert_array_equal(np.asarray(res.relaxed[:2]), [True, True])
+
+
+def test_mars_tree_siblings():
+  """Root with children [top-3, top-2] at a low-margin node: top-3 is rejected (never relaxed),
+  its sibling top-2 is accepted as a relaxed acceptance; the leaf emits its top1."""
+  z = np.full((3, V), -1.0, np.float32)
+  z[0, 2], z[0, 5], z[0, 0] = 10.0, 9.6, 9.4
+  z[2, 4] = 3.0
+  z = jnp.asarray(z)
+  x = jnp.asarray([0, 0, 5], jnp.int32)
+  parent = jnp.asarray([0, 0, 0], jnp.int32)
+  q = jax.nn.one_hot(x, V)
+  res = jax.jit(verifiers.verify_tree, static_argnums=0)(
+      Mars(), z, _target(z, 0.0), q, x, parent, jnp.full((3,), 0.5), jax.random.PRNGKey(0))
+  assert int(res.num_accepted) == 1 and int(res.path[0]) == 2
+  assert int(res.num_relaxed) == 1 and int(res.token) == 4
+
+
+def test_mars_difference_margin_and_adaptive_hook():
+  z = _close_top2(z1=3.0, ratio=0.95)  # z1 - z2 = 0.15
+  p = _target(z, 0.0)
+  assert bool(Mars(margin="difference", delta=0.2).init(z, p).active)
+  assert not bool(Mars(margin="difference", delta=0.1).init(z, p).active)
+  # Built-in entropy hook: a flat raw distribution keeps theta, a peaked one switches off.
+  flat = jnp.full((V,), 1.0).at[2].set(1.01)
+  assert bool(Mars(theta=0.9, adaptive="entropy").init(flat, _target(flat, 0.0)).active)
+  peaked = _close_top2(z1=40.0, ratio=0.95)
+  st = Mars(theta=0.9, adaptive="entropy").init(peaked, _target(peaked, 0.0))
+  assert float(st.margin) == pytest.approx(0.95) and not bool(st.active)
+
+  @verifiers.register_threshold_hook("_test_halve_theta")
+  def _halve(threshold, margin, z, p):
+    return 0.5 * threshold
+
+  z8 = _close_top2(ratio=0.8)
+  assert not bool(Mars(theta=0.9).init(z8, p).active)
+  assert bool(Mars(theta=0.9, adaptive="_test_halve_theta").init(z8, p).active)
+  hash(Mars(adaptive="_test_halve_theta"))  # stays hashable (static under jit)
+
+
+# --- hyperparameters and the registry -----------------------------------------------------
+
+
+@pytest.mark.parametrize("name,kwargs,fragment", [
+    ("mars", dict(theta=0.0), "theta=0.0"),
+    ("mars", dict(theta=-1.0), "theta=-1.0"),
+    ("mars", dict(theta=float("nan")), "theta=nan"),
+    ("mars", dict(theta="big"), "theta='big'"),
+    ("mars", dict(delta=-0.5), "delta=-0.5"),
+    ("mars", dict(margin="log"), "margin='log'"),
+    ("mars", dict(adaptive="nope"), "adaptive='nope'"),
+    ("mars", dict(base="nope"), "base='nope'"),
+    ("mars", dict(base=3), "base=3"),
+    ("mars", dict(base="mars"), "base='mars'"),
+    ("spec_cascade", dict(p_base=1.5), "p_base=1.5"),
+    ("spec_cascade", dict(gate="medium"), "gate='medium'"),
+    ("typical", dict(eps=0.0), "eps=0.0"),
+    ("typical", dict(eps=1.0), "eps=1.0"),
+    ("typical", dict(delta=0.0), "delta=0.0"),
+    ("cos", dict(lam=1.5), "lam=1.5"),
+    ("cos", dict(lam=-0.1), "lam=-0.1"),
+    ("cos_contrastive", dict(mu=-1.0), "mu=-1.0"),
+    ("cos_contrastive", dict(q_floor=0.0), "q_floor=0.0"),
+    ("lenience", dict(l=0.0), "l=0.0"),
+    ("lenience", dict(l=1.5), "l=1.5"),
+])
+def test_bad_hyperparameters_raise(name, kwargs, fragment):
+  with pytest.raises(ValueError, match=fragment.replace("(", r"\(").replace(".", r"\.")):
+    verifiers.get(name, **kwargs)
+
+
+def test_range_errors_state_the_allowed_range():
+  with pytest.raises(ValueError, match=r"theta=0.*\(0\.0, inf\)"):
+    Mars(theta=0)
+  with pytest.raises(ValueError, match=r"l=2.*\(0\.0, 1\.0\]"):
+    Lenience(l=2)
+
+
+def test_registry():
+  for name in ("mars", "spec_cascade", "typical", "cos", "cos_contrastive", "lenience"):
+    assert name in verifiers.available()
+    rule = verifiers.get(name)
+    assert hash(rule) == hash(verifiers.get(name)) and rule == verifiers.get(name)
+  assert verifiers.get("mars", theta=0.9) == Mars(theta=0.9)
+  assert verifiers.get("MARS", theta=0.8).theta == 0.8
+  assert isinstance(verifiers.get("mars", base="typical").base_rule, Typical)
+  with pytest.raises(ValueError, match="unknown verifier"):
+    verifiers.get("marz")
+  with pytest.raises(ValueError, match="no hyperparameter"):
+    verifiers.get("mars", tehta=0.9)
+
+
+# --- truncation helpers and matched baselines -----------------------------------------------
+
+
+def test_allowed_sets_and_truncate():
+  p = jnp.asarray([0.5, 0.25, 0.15, 0.1, 0.0])
+  np.testing.assert_array_equal(np.asarray(verifiers.allowed_set_min_p(p, 0.3)),
+                                [True, True, True, False, False])
+  h = -sum(v * math.log(v) for v in (0.5, 0.25, 0.15, 0.1))
+  thr = min(0.2, math.sqrt(0.2) * math.exp(-h))
+  np.testing.assert_array_equal(np.asarray(verifiers.allowed_set_eta(p, 0.2)),
+                                np.asarray(p) >= thr)
+  np.testing.assert_allclose(np.asarray(verifiers.truncate(p, p >= 0.25)),
+                             [2 / 3, 1 / 3, 0, 0, 0], rtol=1e-6)
+  # Empty allowed mass: p returned unchanged; batched [..., V] works.
+  pp = jnp.stack([p, p])
+  out = verifiers.truncate(pp, jnp.zeros_like(pp, bool).at[0, 0].set(True))
+  np.testing.assert_allclose(np.asarray(out), np.stack([np.eye(5)[0], np.asarray(p)]))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_matched_baseline_produces_p_A(seed):
+  z, _, _ = _random_ctx(seed, v=16)
+  base_cfg = sampling.SamplingConfig(temperature=0.7, top_k=12)
+  p = sampling.probs_from_logits(z, base_cfg)
+  for rule in (SpecCascade(p_base=0.2), Typical(eps=0.05), Mars(base=SpecCascade(p_base=0.4))):
+    cfg, ver = verifiers.matched_baseline(rule, base_cfg)
+    assert isinstance(ver, Lossless) and cfg.temperature == 0.7 and cfg.top_k == 12
+    trunc = rule.base_rule if isinstance(rule, Mars) else rule
+    expected = verifiers.truncate(p, trunc.allowed_set(p))
+    np.testing.assert_allclose(np.asarray(sampling.probs_from_logits(z, cfg)),
+                               np.asarray(expected), atol=1e-6)
+    # ... and it is the rule's bonus distribution (correction with no candidate).
+    np.testing.assert_allclose(np.asarray(trunc.correction(trunc.init(z, p))),
+                               np.asarray(expected), atol=1e-6)
+  assert verifiers.matched_baseline(SpecCascade(p_base=0.2)).sampling.min_p == 0.2
+  assert verifiers.matched_baseline(Typical(eps=0.09, delta=0.3)).sampling.eta == 0.09
+  for rule in (CoS(), Lenience(), Mars(), Lossless(), Greedy()):
+    cfg, ver = verifiers.matched_baseline(rule, base_cfg)
+    assert cfg == base_cfg and isinstance(ver, Lossless)
+  with pytest.raises(ValueError, match="delta=0.5"):
+    verifiers.matched_baseline(Typical(eps=0.09, delta=0.5))
+  with pytest.raises(ValueError, match="min_p"):
+    verifiers.matched_baseline(SpecCascade(), sampling.SamplingConfig(min_p=0.1))
+
+
+# --- closed forms (SPEC §6) ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_induced_closed_forms(seed):
+  z, p, q = _random_ctx(seed)
+  ind = functools.partial(induced_distribution, z=z, p=p, q=q)
+  close = functools.partial(np.testing.assert_allclose, atol=2e-6)
+  close(ind(Lossless()), p)
+  close(ind(CoS(lam=0.3)), 0.3 * p + 0.7 * q)
+  w = p / jnp.maximum(q, 1e-4) ** 0.7
+  close(ind(CoSContrastive(mu=0.7)), w / w.sum())
+  l = 0.4
+  m = jnp.minimum(q, p / l)
+  close(ind(Lenience(l=l)), m + (1 - m.sum()) * verifiers.residual(p, q))
+  for rule in (SpecCascade(p_base=0.3), Typical(eps=0.2)):
+    a = rule.allowed_set(p)
+    close(ind(rule), jnp.where(a, q, 0) + (1 - jnp.sum(jnp.where(a, q, 0)))
+          * verifiers.truncate(p, a))
+  zm = _close_top2(ratio=0.95)
+  pm = _target(zm, 1.0)
+  top = jnp.zeros((V,), bool).at[jnp.asarray([2, 5])].set(True)
+  qt = jnp.sum(jnp.where(top, q, 0))
+  close(induced_distribution(Mars(), zm, pm, q), jnp.where(top, q, 0) + (1 - qt) * pm)
+
+
+# --- Monte Carlo: verify_chain (K = 1) against the exact enumeration ---------------------
+
+N_MC = 100_000
+# TV(empirical, P) over V outcomes: E[TV] <= 0.5 * sum_y sqrt(P(y)(1 - P(y)) / N) <=
+# 0.5 * sqrt(V / N) (Cauchy-Schwarz), and TV changes by at most 1/N when one sample changes,
+# so by McDiarmid P(TV > E[TV] + t) <= exp(-2 N t^2); t = sqrt(ln(1e9) / (2N)) makes a
+# false failure a 1e-9 event.  V = 8, N = 1e5: tolerance ~0.0147.
+TV_TOL = 0.5 * math.sqrt(V / N_MC) + math.sqrt(math.log(1e9) / (2 * N_MC))
+
+
+_MC_CASES = ([(name, None, 1.0) for name in verifiers.available()] + [
+    ("mars", dict(theta=0.97), 1.0),            # relaxation inactive -> the base rule
+    ("mars", None, 0.0),                         # greedy form (Algorithm 1), p one-hot
+    ("mars", dict(base="cos"), 0.0),             # greedy form with a non-argmax base
+    ("spec_cascade", dict(p_base=0.3, gate="soft"), 1.0),
+    ("typical", dict(eps=0.2, gate="soft"), 1.0),
+])
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _mc_exact_and_empirical(rules, z, ps, q, key):
+  """For each rule r (target ps[r]): the exact induced distribution [R, V] and the frequencies
+  [R, V] of the first emitted token of a K = 1 ``verify_chain`` over N_MC runs (the same
+  draws x ~ q, u and emission keys for every rule).  One compilation for all cases."""
+  kx, ku, ke = jax.random.split(key, 3)
+  xs = jax.random.categorical(kx, jnp.log(q), shape=(N_MC,)).astype(jnp.int32)
+  us = jax.random.uniform(ku, (N_MC,))
+  keys = jax.random.split(ke, N_MC)
+  exact, emp = [], []
+  for rule, p in zip(rules, ps):
+    zz, pp = jnp.stack([z, z]), jnp.stack([p, p])
+
+    def first_token(x, u, k, rule=rule, zz=zz, pp=pp):
+      res = verifiers.verify_chain(rule, zz, pp, q[None], x[None], u[None], k)
+      return jnp.where(res.num_accepted == 1, x, res.token)
+
+    first = jax.vmap(first_token)(xs, us, keys)
+    emp.append(jnp.bincount(first, length=z.shape[-1]) / N_MC)
+    exact.append(induced_distribution(rule, z, p, q, table=_table_impl))
+  return jnp.stack(exact), jnp.stack(emp)
+
+
+@functools.cache
+def _mc_results():
+  rules = tuple(verifiers.get(name, **(kw or {})) for name, kw, _ in _MC_CASES)
+  z = _close_top2(ratio=0.95, seed=3)  # MARS active at theta = 0.9, not at 0.97
+  ps = jnp.stack([_target(z, t) for _, _, t in _MC_CASES])
+  q = jax.nn.softmax(0.7 * jax.random.normal(jax.random.PRNGKey(11), (V,)))
+  exact, emp = _mc_exact_and_empirical(rules, z, ps, q, jax.random.PRNGKey(2026))
+  return rules, np.asarray(exact), np.asarray(emp)
+
+
+@pytest.mark.parametrize("case", range(len(_MC_CASES)),
+                         ids=[f"{n}-{kw}-T{t}" for n, kw, t in _MC_CASES])
+def test_monte_carlo_matches_induced_distribution(case):
+  rules, exact, emp = _mc_results()
+  np.testing.assert_allclose(exact[case].sum(), 1.0, atol=1e-5)
+  assert exact[case].min() >= -1e-7
+  tv = 0.5 * np.abs(emp[case] - exact[case]).sum()
+  assert tv < TV_TOL, (rules[case], tv, exact[case], emp[case])
+
+
+def test_monte_carlo_cases_are_distinct():
+  """The MC cases exercise genuinely different output distributions (no vacuous passes)."""
+  _, exact, _ = _mc_results()
+  lossless = exact[[n for n, _, _ in _MC_CASES].index("lossless")]
+  mars = exact[[n for n, _, _ in _MC_CASES].index("mars")]
+  assert 0.5 * np.abs(mars - lossless).sum() > 0.05
