@@ -1,0 +1,193 @@
+"""The speculative loop: greedy equality, lossless distribution, devices, compiles."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from specjax import verifiers
+from specjax.decoding import parallel
+from specjax.decoding.autoregressive import CACHE_FULL, EOS, MAX_TOKENS, generate
+from specjax.decoding.drafters import LMDrafter
+from specjax.decoding.sampling import SamplingConfig
+from specjax.decoding import speculative as spec
+from specjax.decoding.speculative import speculative_generate
+from tests.helpers import independent_draft, teacher_forced_probs, tiny_pair
+
+GREEDY = SamplingConfig(temperature=0.0)
+
+
+def _ragged_prompts(n, vocab, seed=0, max_len=13):
+  rs = np.random.RandomState(seed)
+  return [rs.randint(4, vocab, size=rs.randint(1, max_len)).tolist() for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def pair():
+  return tiny_pair(vocab=32)
+
+
+@pytest.mark.parametrize("k", [1, 3, 7])
+def test_greedy_equals_target_greedy(pair, k):
+  target, tp, draft, dp = pair
+  prompts = _ragged_prompts(6, 32)
+  # Pick an EOS that some rows hit mid-generation, so EOS handling is exercised.
+  free = generate(target, tp, prompts, max_new_tokens=24, eos_token_id=None).to_lists()
+  eos = free[0][9]
+  ref = generate(target, tp, prompts, max_new_tokens=24, eos_token_id=eos)
+  reasons = set(np.asarray(ref.finish_reason).tolist())
+  assert EOS in reasons and MAX_TOKENS in reasons
+  drafter = LMDrafter(num_draft=k, sampling=GREEDY, model=draft)
+  out = speculative_generate(target, tp, drafter, dp, verifiers.get("lossless"), prompts,
+                             max_new_tokens=24, eos_token_id=eos)
+  assert out.to_lists() == ref.to_lists()
+  np.testing.assert_array_equal(out.finish_reason, ref.finish_reason)
+  summary = out.stats.summary()
+  assert 1.0 < summary["tau"] <= k + 1
+  # The greedy rule is the same thing at T = 0.
+  out_g = speculative_generate(target, tp, drafter, dp, verifiers.get("greedy"), prompts,
+                               max_new_tokens=24, eos_token_id=eos)
+  assert out_g.to_lists() == ref.to_lists()
+
+
+def test_independent_drafter_greedy_and_identical_drafter_tau():
+  target, tp, _, _ = tiny_pair(vocab=32, seed=3)
+  draft, dp = independent_draft(vocab=32)
+  prompts = _ragged_prompts(5, 32, seed=1)
+  ref = generate(target, tp, prompts, max_new_tokens=16, eos_token_id=None).to_lists()
+  out = speculative_generate(target, tp, LMDrafter(3, GREEDY, draft), dp,
+                             verifiers.get("lossless"), prompts, max_new_tokens=16,
+                             eos_token_id=None)
+  assert out.to_lists() == ref
+  # Drafting with the target itself accepts everything: tau = K + 1 exactly.
+  same = speculative_generate(target, tp, LMDrafter(3, GREEDY, target), tp,
+                              verifiers.get("lossless"), [prompts[0]], max_new_tokens=17,
+                              eos_token_id=None)
+  assert same.stats.summary()["tau"] == 4.0
+  assert same.to_lists() == [ref[0] + generate(target, tp, [prompts[0]], max_new_tokens=17,
+                                                eos_token_id=None).to_lists()[0][16:]]
+
+
+def test_cache_full_signal(pair):
+  target, tp, draft, dp = pair
+  prompts = [[5, 6, 7], [8] * 10]
+  out = speculative_generate(target, tp, LMDrafter(3, GREEDY, draft), dp,
+                             verifiers.get("lossless"), prompts, max_new_tokens=50,
+                             eos_token_id=None, cache_length=24)
+  assert (np.asarray(out.finish_reason) == CACHE_FULL).all()
+  ref = generate(target, tp, prompts, max_new_tokens=50, eos_token_id=None).to_lists()
+  for row, r in zip(out.to_lists(), ref):
+    assert 0 < len(row) < 50 and row == r[:len(row)]
+
+
+def test_bad_inputs(pair):
+  target, tp, draft, dp = pair
+  d = LMDrafter(3, GREEDY, draft)
+  lossless = verifiers.get("lossless")
+  with pytest.raises(ValueError, match="does not fit the cache"):
+    speculative_generate(target, tp, d, dp, lossless, [[1] * 30], max_new_tokens=4,
+                         cache_length=16)
+  with pytest.raises(ValueError, match="K=20 is too large"):
+    speculative_generate(target, tp, LMDrafter(20, GREEDY, draft), dp, lossless, [[1, 2]],
+                         max_new_tokens=4, cache_length=16)
+  other, op = independent_draft(vocab=48)
+  with pytest.raises(ValueError, match="vocab mismatch"):
+    speculative_generate(target, tp, LMDrafter(3, GREEDY, other), op, lossless, [[1, 2]],
+                         max_new_tokens=4)
+  with pytest.raises(ValueError, match="num_draft"):
+    LMDrafter(0, GREEDY, draft)
+  with pytest.raises(ValueError, match="NodeRule"):
+    speculative_generate(target, tp, d, dp, "lossless", [[1, 2]], max_new_tokens=4)
+  with pytest.raises(ValueError, match="PRNG key"):
+    speculative_generate(target, tp, LMDrafter(3, SamplingConfig(1.0), draft), dp, lossless,
+                         [[1, 2]], max_new_tokens=4, sampling=SamplingConfig(1.0))
+
+
+def _martingale_z(tokens, probs, lengths):
+  """z-scores of sum_i (onehot(y_i) - p_i) over valid positions, per vocab entry.
+
+  Under H0 (y_i ~ p_i given its prefix) each summand has mean 0 given the past,
+  so by the martingale CLT z_v ~ N(0, 1) for every v.
+  """
+  v = probs.shape[-1]
+  valid = (np.arange(tokens.shape[1])[None, :] < lengths[:, None])[..., None]
+  onehot = np.eye(v)[tokens] * valid
+  p = np.asarray(probs, np.float64) * valid
+  num = (onehot - p).sum((0, 1))
+  var = (p * (1 - p)).sum((0, 1))
+  return np.where(var > 1e-9, num / np.sqrt(np.maximum(var, 1e-12)), 0.0)
+
+
+# Sample size: 1500 rows x 7 tokens, V = 32. |z| < 4.5 for all 32 entries per
+# position group: under H0 P(max |z| > 4.5) < 32 * 6.8e-6 ~ 2e-4 per check.
+# Power: the negative control below (a lossy rule) gives max |z| >> 10.
+@pytest.mark.parametrize("temperature,top_k,top_p", [(1.0, 0, 1.0), (0.7, 0, 1.0),
+                                                      (1.0, 8, 1.0), (0.7, 0, 0.9)])
+def test_lossless_reproduces_target_distribution(pair, temperature, top_k, top_p):
+  target, tp, draft, dp = pair
+  samp = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
+  prompt = [5, 9, 11]
+  n_rows, n_new, k = 1500, 7, 3
+  drafter = LMDrafter(k, SamplingConfig(temperature=1.0), draft)
+  out = speculative_generate(target, tp, drafter, dp, verifiers.get("lossless"),
+                             [prompt] * n_rows, max_new_tokens=n_new, sampling=samp,
+                             key=jax.random.key(11), eos_token_id=None)
+  toks, lens = np.asarray(out.tokens), np.asarray(out.lengths)
+  stats = out.stats.summary()
+  assert 0 < stats["accepted"] < stats["target_calls"] * k  # rejections did happen
+  probs = np.asarray(teacher_forced_probs(target, tp, prompt, out.tokens, samp))
+  # Position 0 comes from prefill; positions >= 1 from the speculative steps,
+  # position >= 2 always after at least one verify step (and, for most rows, a rollback).
+  for sl in (slice(1, 2), slice(2, n_new)):
+    z = _martingale_z(toks[:, sl], probs[:, sl], lens - sl.start)
+    assert np.abs(z).max() < 4.5, (sl, z)
+
+
+def test_statistical_check_detects_a_lossy_rule(pair):
+  """Negative control: the same check must fail for a rule that is not lossless."""
+  target, tp, draft, dp = pair
+  samp = SamplingConfig(temperature=1.0)
+  prompt = [5, 9, 11]
+
+  class AcceptAll(verifiers.Lossless):
+    def accept_prob(self, state, q, x):
+      return jnp.float32(1.0)
+
+  out = speculative_generate(target, tp, LMDrafter(3, samp, draft), dp, AcceptAll(),
+                             [prompt] * 1500, max_new_tokens=7, sampling=samp,
+                             key=jax.random.key(11), eos_token_id=None)
+  probs = np.asarray(teacher_forced_probs(target, tp, prompt, out.tokens, samp))
+  z = _martingale_z(np.asarray(out.tokens)[:, 1:], probs[:, 1:], np.asarray(out.lengths) - 1)
+  assert np.abs(z).max() > 10
+
+
+def test_same_result_on_1_and_8_devices(pair):
+  assert jax.device_count() >= 8, "conftest sets 8 fake CPU devices"
+  target, tp, draft, dp = pair
+  prompts = _ragged_prompts(11, 32, seed=4)  # 11 rows: not divisible by 8
+  samp = SamplingConfig(temperature=1.0)
+  kw = dict(max_new_tokens=12, sampling=samp, key=jax.random.key(3), eos_token_id=None)
+  d = LMDrafter(3, samp, draft)
+  one = speculative_generate(target, tp, d, dp, verifiers.get("lossless"), prompts, **kw)
+  eight = speculative_generate(target, tp, d, dp, verifiers.get("lossless"), prompts,
+                               mesh=parallel.make_mesh(8), **kw)
+  assert one.to_lists() == eight.to_lists()
+  np.testing.assert_array_equal(one.stats.accepted, eight.stats.accepted)
+  mesh = parallel.make_mesh(4, 2)
+  tensor = speculative_generate(target, parallel.shard_params(tp, mesh), d, dp,
+                                verifiers.get("lossless"), prompts, mesh=mesh, **kw)
+  assert one.to_lists() == tensor.to_lists()
+
+
+def test_no_recompilation_within_a_bucket(pair):
+  target, tp, draft, dp = pair
+  d = LMDrafter(2, GREEDY, draft)
+  run = lambda prompts: speculative_generate(target, tp, d, dp, verifiers.get("lossless"),
+                                             prompts, max_new_tokens=5, eos_token_id=None)
+  run([[1, 2, 3]])
+  before = spec._speculative._cache_size()
+  run([[4, 5, 6, 7, 8, 9, 10]])
+  run([[4] * 15])
+  assert spec._speculative._cache_size() == before
+  run([[4] * 17])  # next bucket: one new compilation
+  assert spec._speculative._cache_size() == before + 1
