@@ -23,7 +23,7 @@ from specjax.verifiers.truncation import allowed_set_eta, allowed_set_min_p, tru
 __all__ = ["kl", "kl_both", "tv", "entropy", "entropy_nats", "acceptance_rate",
            "block_efficiency", "allowed_set_min_p", "allowed_set_eta", "truncate",
            "allowed_mass", "min_p_baseline", "eta_baseline", "matched_allowed_set",
-           "matched_baseline", "joint"]
+           "matched_baseline_probs", "joint"]
 
 
 def kl(p: jax.Array, q: jax.Array) -> jax.Array:
@@ -57,7 +57,7 @@ entropy = entropy_nats  # Shannon entropy in nats (one definition: decoding.samp
 
 
 def acceptance_rate(p: jax.Array, q: jax.Array) -> jax.Array:
-  """Lossless acceptance rate ``alpha = sum_v min(p(v), q(v))`` (Leviathan et al., Def. 3.1). [...]"""
+  """Lossless acceptance rate ``alpha = sum_v min(p(v), q(v))`` (Leviathan et al.). [...]"""
   return jnp.sum(jnp.minimum(jnp.asarray(p), jnp.asarray(q)), axis=-1)
 
 
@@ -100,36 +100,46 @@ def eta_baseline(p: jax.Array, eps: float, delta: float | None = None) -> jax.Ar
 
   ``delta`` defaults to ``sqrt(eps)`` (the eta-sampling convention, SPEC §3).
   """
-  delta = float(eps) ** 0.5 if delta is None else delta
   return truncate(p, allowed_set_eta(p, eps, delta))
+
+
+def _unwrap(rule):
+  """MARS and other wrappers are compared against their base rule's baseline."""
+  while hasattr(rule, "base_rule"):
+    rule = rule.base_rule
+  return rule
 
 
 def matched_allowed_set(rule, p: jax.Array) -> jax.Array:
   """bool [..., V] allowed set ``A(p)`` of a truncation rule (its matched baseline's).
 
-  Uses the rule's own ``allowed_set(p)`` when it defines one (the rule's
-  definition is the single source of truth); otherwise recognises the rule's
-  hyperparameters ``p_base`` (min-p) or ``eps`` / ``delta`` (eta).
+  Uses the rule's own ``allowed_set(p)`` (``specjax.verifiers.truncation``:
+  the rule's definition is the single source of truth); a wrapper such as
+  MARS uses its ``base_rule``'s.  Raises ``ValueError`` for rules without an
+  allowed set.
   """
   p = jnp.asarray(p, jnp.float32)
-  if hasattr(rule, "allowed_set"):
-    fn = rule.allowed_set
-    for _ in range(p.ndim - 1):
-      fn = jax.vmap(fn)
-    return fn(p)
-  if hasattr(rule, "p_base"):
-    return allowed_set_min_p(p, rule.p_base)
-  if hasattr(rule, "eps"):
-    delta = getattr(rule, "delta", None)
-    return allowed_set_eta(p, rule.eps, float(rule.eps) ** 0.5 if delta is None else delta)
-  raise ValueError(f"rule {type(rule).__name__} has no allowed set (not a truncation rule); "
-                   "pass the baseline p_A explicitly")
+  base = _unwrap(rule)
+  if not hasattr(base, "allowed_set"):
+    raise ValueError(f"rule {type(rule).__name__} has no allowed set (not a truncation rule)")
+  fn = base.allowed_set
+  for _ in range(p.ndim - 1):
+    fn = jax.vmap(fn)
+  return fn(p)
 
 
-def matched_baseline(rule, p: jax.Array) -> jax.Array:
-  """``p_A`` [..., V]: the matched truncation-sampling baseline of a truncation rule."""
+def matched_baseline_probs(rule, p: jax.Array) -> jax.Array:
+  """[..., V] output distribution of ``rule``'s matched baseline.
+
+  The distribution produced by :func:`specjax.verifiers.baselines.matched_baseline`
+  (the rule's truncation as a logits processor + lossless verification):
+  ``p_A`` for truncation rules (SpecCascade: min-p, typical: eta), the base
+  rule's for MARS, and ``p`` itself for every other rule.
+  """
   p = jnp.asarray(p, jnp.float32)
-  return truncate(p, matched_allowed_set(rule, p))
+  if hasattr(_unwrap(rule), "allowed_set"):
+    return truncate(p, matched_allowed_set(rule, p))
+  return p
 
 
 def joint(p1: jax.Array, p2_given: jax.Array) -> jax.Array:

@@ -203,7 +203,7 @@ def _induced_parts_jit(rule, z, p, q, candidates, *, draft, top_k, chunk_size, m
 
 def induced_parts(rule: NodeRule, z: jax.Array, p: jax.Array, q: jax.Array, *,
                   draft: str = "sampled", top_k: int = 1, candidates: jax.Array | None = None,
-                  chunk_size: int | None = 512, max_support: int | None = None,
+                  chunk_size: int | None = 32, max_support: int | None = None,
                   context_batch: int | None = None) -> InducedParts:
   """Exact first-token distribution of ``rule``, split by emission route (SPEC §6).
 
@@ -273,7 +273,7 @@ def bonus_distribution(rule: NodeRule, z: jax.Array, p: jax.Array) -> jax.Array:
 def induced_two_tokens(rule: NodeRule, z1: jax.Array, p1: jax.Array, q1: jax.Array,
                        z2: jax.Array, p2: jax.Array, q2: jax.Array, *, draft: str = "sampled",
                        top_k: int = 1, top_k2: int | None = None, draft_length: int = 2,
-                       chunk_size: int | None = 512, max_support: int | None = None
+                       chunk_size: int | None = 32, max_support: int | None = None
                        ) -> jax.Array:
   """Exact joint distribution of the first two emitted tokens (cumulative drift).
 
