@@ -191,3 +191,45 @@ def test_no_recompilation_within_a_bucket(pair):
   assert spec._speculative._cache_size() == before
   run([[4] * 17])  # next bucket: one new compilation
   assert spec._speculative._cache_size() == before + 1
+
+
+TREE_PATHS = ((0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0))
+
+
+def test_tree_greedy_equals_target_greedy(pair):
+  from specjax.decoding.drafters import LMTreeDrafter
+  target, tp, draft, dp = pair
+  prompts = _ragged_prompts(6, 32, seed=2)
+  ref = generate(target, tp, prompts, max_new_tokens=20, eos_token_id=None).to_lists()
+  tree = LMTreeDrafter(3, GREEDY, draft, paths=TREE_PATHS)
+  out = speculative_generate(target, tp, tree, dp, verifiers.get("lossless"), prompts,
+                             max_new_tokens=20, eos_token_id=None)
+  assert out.to_lists() == ref
+  # With the target as its own drafter the rank-0 path is always accepted.
+  same = speculative_generate(target, tp, LMTreeDrafter(3, GREEDY, target, paths=TREE_PATHS),
+                              tp, verifiers.get("lossless"), prompts, max_new_tokens=20,
+                              eos_token_id=None)
+  assert same.to_lists() == ref
+  acc = np.asarray(same.stats.accept_counts).sum(0)
+  off = np.asarray(same.stats.offered_counts).sum(0)
+  np.testing.assert_array_equal(acc, off)
+
+
+def test_tree_lossless_reproduces_target_distribution(pair):
+  """Deterministic top-k tree candidates (q = onehot) with the lossless rule.
+
+  Same martingale z-test as for chains: 1500 rows x 6 tokens, V = 32, |z| < 4.5.
+  """
+  from specjax.decoding.drafters import LMTreeDrafter
+  target, tp, draft, dp = pair
+  samp = SamplingConfig(temperature=1.0)
+  prompt = [5, 9, 11]
+  tree = LMTreeDrafter(3, samp, draft, paths=TREE_PATHS)
+  out = speculative_generate(target, tp, tree, dp, verifiers.get("lossless"), [prompt] * 1500,
+                             max_new_tokens=6, sampling=samp, key=jax.random.key(5),
+                             eos_token_id=None)
+  s = out.stats.summary()
+  assert 0 < s["accepted"] < 3 * s["target_calls"]
+  probs = np.asarray(teacher_forced_probs(target, tp, prompt, out.tokens, samp))
+  z = _martingale_z(np.asarray(out.tokens)[:, 1:], probs[:, 1:], np.asarray(out.lengths) - 1)
+  assert np.abs(z).max() < 4.5, z

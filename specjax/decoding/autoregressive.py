@@ -54,14 +54,15 @@ def row_key(key: jax.Array, row_ids: jax.Array, step) -> jax.Array:
 def prefill(model: Model, params, tokens, lengths, cache_length: int):
   """Run the padded prompts ``[B, P]`` through the model; commit each row's length.
 
-  Returns ``(cache, last_logits [B, V])`` where ``last_logits`` predict the token
-  after each prompt.
+  Returns ``(cache, last_logits [B, V], hidden)`` where ``last_logits`` predict
+  the token after each prompt and ``hidden`` are the configured hidden states
+  ``[n_sel, B, P, H]`` (None when the config selects none).
   """
   b, p = tokens.shape
   cache = model.init_cache(b, cache_length)
   positions = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (b, p))
   out = model.apply(params, tokens, positions, cache, logits_index=(lengths - 1)[:, None])
-  return kvc.commit(out.cache, lengths), out.logits[:, 0]
+  return kvc.commit(out.cache, lengths), out.logits[:, 0], out.hidden_states
 
 
 @functools.partial(jax.jit, static_argnames=("model", "max_new_tokens", "sampling", "eos",
@@ -69,7 +70,7 @@ def prefill(model: Model, params, tokens, lengths, cache_length: int):
 def _generate(model: Model, params, tokens, lengths, key, row_ids, *, max_new_tokens: int,
               sampling: SamplingConfig, eos: tuple, cache_length: int) -> GenerationResult:
   b = tokens.shape[0]
-  cache, logits = prefill(model, params, tokens, lengths, cache_length)
+  cache, logits, _ = prefill(model, params, tokens, lengths, cache_length)
   first, _ = jax.vmap(lambda k, l: sample_logits(k, l, sampling))(row_key(key, row_ids, 0), logits)
   out = jnp.zeros((b, max_new_tokens), jnp.int32).at[:, 0].set(first)
   n = jnp.ones((b,), jnp.int32)
@@ -80,8 +81,6 @@ def _generate(model: Model, params, tokens, lengths, key, row_ids, *, max_new_to
 
   def body(s):
     cache, out, n, reason, last, step, calls = s
-    full = (reason == RUNNING) & (cache.lengths >= cache_length)
-    reason = jnp.where(full, CACHE_FULL, reason)
     active = reason == RUNNING
     o = model.apply(params, last[:, None], cache.lengths[:, None], cache)
     cache = kvc.commit(o.cache, active.astype(jnp.int32))
@@ -90,8 +89,12 @@ def _generate(model: Model, params, tokens, lengths, key, row_ids, *, max_new_to
     write = jnp.where(active, n, max_new_tokens)  # out of range -> dropped
     out = out.at[jnp.arange(b), write].set(tok, mode="drop")
     n = n + active.astype(jnp.int32)
+    # A row whose cache is now full cannot feed ``tok`` back: stop it here rather
+    # than spend one more forward pass discovering it at the next iteration.
     reason = jnp.where(active & is_eos(tok, eos), EOS,
-                       jnp.where(active & (n >= max_new_tokens), MAX_TOKENS, reason))
+                       jnp.where(active & (n >= max_new_tokens), MAX_TOKENS,
+                                 jnp.where(active & (cache.lengths >= cache_length), CACHE_FULL,
+                                           reason)))
     last = jnp.where(active, tok, last)
     return cache, out, n, reason, last, step + 1, calls + 1
 

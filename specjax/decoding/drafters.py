@@ -1,18 +1,27 @@
-"""Drafters: propose K tokens per row together with the exact distribution q
-each was drawn from (DESIGN.md "Drafter").
+"""Drafters: propose K tokens (or a tree of N nodes) per row together with the
+exact distribution q each was drawn from (DESIGN.md "Drafter").
 
 A drafter is a frozen dataclass (static under jit); its params and state are
-pytrees passed in and out.  The protocol, for chains::
+pytrees passed in and out.  The protocol::
 
-    state = drafter.prefill(params, tokens[B,P], lengths[B], cache_length)
+    state = drafter.prefill(params, tokens[B,P], lengths[B], cache_length,
+                            target_hidden)            # [n_sel, B, P, H] or None
+    # chains (drafter.tree == False):
     x[B,K], q[B,K,V], state = drafter.draft(params, state, prev[B], last[B], keys[B])
-    state = drafter.commit(state, target_lengths[B])   # roll back to the new context
+    # trees (drafter.tree == True), see decoding/tree.py for the layout:
+    tree: TreeDraft, q[B,N,V], state = drafter.draft_tree(params, state, prev, last, keys)
+    state = drafter.commit(state, target_lengths[B], committed[B,W], num_committed[B],
+                           target_hidden)             # [n_sel, B, W, H] or None
 
 ``prev`` is the last token already in the target's cache (position L-1, L the
 target's committed length), ``last`` the token emitted by the previous step
 (position L, not yet in any cache).  ``q`` is the distribution *after* the
-drafter's own processors (one-hot for greedy drafts): losslessness depends on
-it being the one the token was really drawn from.
+drafter's own processors (one-hot for greedy or top-k drafts): losslessness
+depends on it being the one the token was really drawn from.  At commit the
+drafter learns which tokens the target kept this step (``last`` followed by
+the accepted drafts, ``num_committed = accepted + 1`` of them), the target's
+hidden states at those positions (the ``target_hidden_layers`` it asked for:
+EAGLE heads re-seed from them) and the new target length.
 """
 
 from __future__ import annotations
@@ -22,7 +31,9 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from specjax.decoding.tree import TreeDraft, static_tree
 from specjax.decoding.sampling import SamplingConfig, sample_logits
 from specjax.models import kv_cache as kvc
 from specjax.models.transformer import Model
@@ -35,17 +46,34 @@ class Drafter:
   num_draft: int
   sampling: SamplingConfig
 
+  # A tree drafter sets ``tree = True`` and implements ``draft_tree``;
+  # ``num_draft`` is then the tree depth (the longest acceptable path).
+  tree = False
+
   @property
   def vocab_size(self) -> int:
     raise NotImplementedError
 
-  def prefill(self, params, tokens, lengths, cache_length: int) -> Any:
+  @property
+  def target_hidden_layers(self) -> tuple:
+    """Target hidden-state layers this drafter reads (``ModelConfig.hidden_layers``)."""
+    return ()
+
+  @property
+  def tokens_per_step(self) -> int:
+    """Tokens the target processes per verify step: K + 1 (chain) or N + 1 (tree)."""
+    return self.num_draft + 1
+
+  def prefill(self, params, tokens, lengths, cache_length: int, target_hidden=None) -> Any:
     raise NotImplementedError
 
   def draft(self, params, state, prev, last, keys):
     raise NotImplementedError
 
-  def commit(self, state, target_lengths):
+  def draft_tree(self, params, state, prev, last, keys):
+    raise NotImplementedError(f"{type(self).__name__} drafts chains only")
+
+  def commit(self, state, target_lengths, committed, num_committed, target_hidden=None):
     raise NotImplementedError
 
 
@@ -71,7 +99,8 @@ class LMDrafter(Drafter):
   def vocab_size(self) -> int:
     return self.model.config.vocab_size
 
-  def prefill(self, params, tokens, lengths, cache_length: int) -> kvc.KVCache:
+  def prefill(self, params, tokens, lengths, cache_length: int, target_hidden=None
+              ) -> kvc.KVCache:
     b, p = tokens.shape
     cache = self.model.init_cache(b, cache_length)
     positions = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (b, p))
@@ -101,6 +130,108 @@ class LMDrafter(Drafter):
     q = jnp.concatenate([q0[:, None], jnp.swapaxes(qs, 0, 1)], axis=1)  # [B, K, V]
     return x, q, cache
 
-  def commit(self, state: kvc.KVCache, target_lengths):
+  def commit(self, state: kvc.KVCache, target_lengths, committed=None, num_committed=None,
+             target_hidden=None):
     """Keep the context the target committed, minus its last token (re-read next step)."""
     return dataclasses.replace(state, lengths=(target_lengths - 1).astype(jnp.int32))
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class PendingState:
+  """Drafter cache plus the committed tokens it has not read yet.
+
+  Attributes:
+    cache: the drafter's KV cache (committed = context it has read).
+    pending: [B, W] committed tokens still to be read, left-aligned.
+    num_pending: [B] how many of them are real.
+  """
+
+  cache: kvc.KVCache
+  pending: jax.Array
+  num_pending: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class LMTreeDrafter(LMDrafter):
+  """Independent LM drafting a *static* token tree (SpecInfer / Medusa style).
+
+  ``paths`` lists choice paths (``decoding.tree.static_tree``): node
+  ``[r_1, .., r_d]`` takes the rank-``r_d`` token of its parent's draft
+  distribution.  Drafts are deterministic top-k candidates, so ``q`` is
+  one-hot (SPEC §1).  ``num_draft`` must equal the tree depth.
+
+  Each step first reads the tokens the target committed last step (the
+  accepted path, kept as ``pending``) and the new root, then drafts the tree
+  level by level, re-running the drafter over all nodes drafted so far under
+  the ancestor mask.  Tree nodes are never committed to the drafter cache.
+  """
+
+  paths: tuple = ((0,), (1,), (0, 0))
+  tree = True
+
+  def __post_init__(self):
+    super().__post_init__()
+    parents, depths, _ = static_tree(self.paths)
+    if int(depths.max()) != self.num_draft:
+      raise ValueError(f"num_draft={self.num_draft} must equal the depth of the static tree "
+                       f"({int(depths.max())})")
+
+  @property
+  def tokens_per_step(self) -> int:
+    return len(self.paths) + 1
+
+  def prefill(self, params, tokens, lengths, cache_length: int, target_hidden=None):
+    cache = super().prefill(params, tokens, lengths, cache_length)
+    b = tokens.shape[0]
+    pending = jnp.zeros((b, self.num_draft + 1), jnp.int32)
+    last_prompt = jnp.take_along_axis(tokens, (lengths - 1)[:, None], 1)[:, 0]
+    return PendingState(cache, pending.at[:, 0].set(last_prompt), jnp.ones((b,), jnp.int32))
+
+  def draft_tree(self, params, state: PendingState, prev, last, keys):
+    del keys, prev  # deterministic top-k drafts; prev is in ``pending``
+    parents, depths, ranks = static_tree(self.paths)
+    n = len(parents)
+    b, w = state.pending.shape
+    v = self.vocab_size
+    # Read the pending tokens and the root: [pending[:np], last, pad...].
+    i = jnp.arange(w + 1)[None, :]
+    npend = state.num_pending[:, None]
+    padded = jnp.concatenate([state.pending, jnp.zeros((b, 1), jnp.int32)], 1)
+    seq = jnp.where(i < npend, padded, jnp.where(i == npend, last[:, None], 0))
+    base = state.cache.lengths
+    o = self.model.apply(params, seq, base[:, None] + i, state.cache,
+                         logits_index=state.num_pending[:, None])
+    cache = kvc.commit(o.cache, state.num_pending + 1)  # ... through the root
+    root_pos = cache.lengths - 1
+    node_logits = jnp.zeros((b, n + 1, v), jnp.float32).at[:, 0].set(o.logits[:, 0])
+    tokens = jnp.zeros((b, n), jnp.int32)
+    tree_par = np.concatenate([[0], parents])
+    anc = np.eye(n + 1, dtype=bool)
+    for j in range(1, n + 1):
+      anc[j] |= anc[tree_par[j]]
+    top = int(ranks.max()) + 1
+    for d in range(1, int(depths.max()) + 1):
+      level = np.nonzero(depths == d)[0]  # node indices (0-based) at depth d
+      parent_logits = node_logits[:, parents[level]]  # [B, n_d, V]
+      cand = jax.lax.top_k(parent_logits, top)[1]  # [B, n_d, top]
+      tokens = tokens.at[:, level].set(cand[:, np.arange(len(level)), ranks[level]])
+      m = int(np.sum(depths <= d))  # nodes 1..m drafted so far (sorted by depth)
+      mask = jnp.broadcast_to(jnp.asarray(anc[1:m + 1, 1:m + 1]), (b, m, m))
+      pos = root_pos[:, None] + jnp.asarray(depths[:m])[None, :]
+      out = self.model.apply(params, tokens[:, :m], pos, cache, attn_mask=mask)
+      node_logits = node_logits.at[:, 1:m + 1].set(out.logits)
+    q = jax.nn.one_hot(tokens, v, dtype=jnp.float32)
+    tree = TreeDraft(tokens, jnp.broadcast_to(jnp.asarray(parents), (b, n)),
+                     jnp.broadcast_to(jnp.asarray(depths), (b, n)))
+    return tree, q, PendingState(cache, state.pending, state.num_pending)
+
+  def commit(self, state: PendingState, target_lengths, committed=None, num_committed=None,
+             target_hidden=None):
+    """The root is already read; the accepted path tokens become pending."""
+    w = state.pending.shape[1]
+    pending = jnp.concatenate([committed[:, 1:], jnp.zeros_like(committed[:, :1])], 1)[:, :w]
+    npend = jnp.maximum(num_committed - 1, 0)
+    active = num_committed > 0
+    return PendingState(state.cache, jnp.where(active[:, None], pending, state.pending),
+                        jnp.where(active, npend, state.num_pending))

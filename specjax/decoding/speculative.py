@@ -26,7 +26,8 @@ from specjax.decoding.prompts import (eos_tuple, is_eos, prepare_prompts,
 from specjax.decoding.sampling import SamplingConfig, probs_from_logits, sample_logits
 from specjax.models import kv_cache as kvc
 from specjax.models.transformer import Model
-from specjax.verifiers.base import NodeRule, verify_chain
+from specjax.decoding.tree import ancestor_mask, with_root
+from specjax.verifiers.base import NodeRule, verify_chain, verify_tree
 
 
 @jax.tree_util.register_dataclass
@@ -39,7 +40,10 @@ class SpecStats:
     accepted: [B] accepted draft tokens.
     relaxed: [B] acceptances that only a lossy relaxation allowed.
     accept_counts: [B, K] times draft position i was accepted.
-    offered_counts: [B, K] times draft position i was offered for verification.
+    offered_counts: [B, K] times draft position i was reached and offered (i <= accepted
+      and i < gamma).
+    verified_tokens: [B] draft tokens offered to the target (sum of gamma; K per
+      step without a verify-length policy).
   """
 
   target_calls: jax.Array
@@ -47,6 +51,7 @@ class SpecStats:
   relaxed: jax.Array
   accept_counts: jax.Array
   offered_counts: jax.Array
+  verified_tokens: jax.Array
 
   @property
   def tau(self) -> np.ndarray:
@@ -60,6 +65,7 @@ class SpecStats:
     return {"target_calls": calls, "accepted": acc, "relaxed": int(np.sum(self.relaxed)),
             "tau": (acc + calls) / max(calls, 1),
             "relaxed_rate": int(np.sum(self.relaxed)) / max(acc, 1),
+            "verified_per_call": int(np.sum(self.verified_tokens)) / max(calls, 1),
             "accept_rate_per_position": (np.sum(self.accept_counts, 0) /
                                          np.maximum(np.sum(self.offered_counts, 0), 1)).tolist()}
 
@@ -105,28 +111,63 @@ def _append(out, n, reason, new, num_new, eos, max_new_tokens):
   return out, n2, reason
 
 
-@functools.partial(jax.jit, static_argnames=("target", "drafter", "verifier", "sampling",
-                                             "max_new_tokens", "eos", "cache_length"))
-def _speculative(target: Model, drafter: Drafter, verifier: NodeRule, target_params,
-                 draft_params, tokens, lengths, key, row_ids, *, sampling: SamplingConfig,
-                 max_new_tokens: int, eos: tuple, cache_length: int) -> SpecResult:
-  return speculative_core(target, drafter, verifier, target_params, draft_params, tokens,
-                          lengths, key, row_ids, sampling=sampling,
+@functools.partial(jax.jit, static_argnames=("target", "drafter", "verifier", "policy",
+                                             "sampling", "max_new_tokens", "eos",
+                                             "cache_length"))
+def _speculative(target: Model, drafter: Drafter, verifier: NodeRule, policy, target_params,
+                 draft_params, policy_params, tokens, lengths, key, row_ids, *,
+                 sampling: SamplingConfig, max_new_tokens: int, eos: tuple,
+                 cache_length: int) -> SpecResult:
+  return speculative_core(target, drafter, verifier, policy, target_params, draft_params,
+                          policy_params, tokens, lengths, key, row_ids, sampling=sampling,
                           max_new_tokens=max_new_tokens, eos=eos, cache_length=cache_length)
 
 
-def speculative_core(target: Model, drafter: Drafter, verifier: NodeRule, target_params,
-                     draft_params, tokens, lengths, key, row_ids, *, sampling: SamplingConfig,
-                     max_new_tokens: int, eos: tuple, cache_length: int) -> SpecResult:
+def _pad_axis(x, size: int, axis: int):
+  pad = [(0, 0)] * x.ndim
+  pad[axis] = (0, size - x.shape[axis])
+  return jnp.pad(x, pad)
+
+
+def _verify_forward_chain(target, target_params, t_cache, last, x, gamma, policy):
+  """Target forward over ``[last, x_1..x_b]``; ``b`` = the smallest policy bucket
+  covering every row's ``gamma`` (``lax.switch``: the target really processes
+  fewer tokens).  Outputs are padded to K + 1 positions."""
+  k = x.shape[1]
+  t_in = jnp.concatenate([last[:, None], x], axis=1)  # [B, K+1]
+  pos = t_cache.lengths[:, None] + jnp.arange(k + 1)[None, :]
+
+  def forward(b):
+    def run(_):
+      o = target.apply(target_params, t_in[:, :b + 1], pos[:, :b + 1], t_cache)
+      hidden = None if o.hidden_states is None else _pad_axis(o.hidden_states, k + 1, 2)
+      return _pad_axis(o.logits, k + 1, 1), hidden, o.cache
+    return run
+
+  if policy is None:
+    return forward(k)(None)
+  buckets = tuple(sorted(set(int(b) for b in policy.buckets)))
+  need = jnp.max(gamma)
+  idx = jnp.sum(jnp.asarray(buckets)[None, :] < need).astype(jnp.int32)
+  idx = jnp.minimum(idx, len(buckets) - 1)
+  return jax.lax.switch(idx, [forward(b) for b in buckets], None)
+
+
+def speculative_core(target: Model, drafter: Drafter, verifier: NodeRule, policy, target_params,
+                     draft_params, policy_params, tokens, lengths, key, row_ids, *,
+                     sampling: SamplingConfig, max_new_tokens: int, eos: tuple,
+                     cache_length: int) -> SpecResult:
   """Traceable body of :func:`speculative_generate` (no validation; see there)."""
   b = tokens.shape[0]
-  k = drafter.num_draft
+  k = drafter.num_draft  # chain length, or tree depth
+  per_step = drafter.tokens_per_step
   width = max_new_tokens + k + 1
   # --- prefill: the target emits the first token; the drafter caches prompt[:-1].
-  t_cache, logits = prefill(target, target_params, tokens, lengths, cache_length)
+  t_cache, logits, t_hidden = prefill(target, target_params, tokens, lengths, cache_length)
   first, _ = jax.vmap(lambda kk, l: sample_logits(kk, l, sampling))(
       row_key(key, row_ids, 0), logits)
-  d_state = drafter.prefill(draft_params, tokens, lengths, cache_length)
+  d_state = drafter.prefill(draft_params, tokens, lengths, cache_length, t_hidden)
+  p_state = None if policy is None else policy.init(policy_params, tokens, lengths, cache_length)
   prev = jnp.take_along_axis(tokens, (lengths - 1)[:, None], 1)[:, 0]
   out = jnp.zeros((b, width), jnp.int32)
   reason = jnp.full((b,), RUNNING, jnp.int32)
@@ -134,52 +175,93 @@ def speculative_core(target: Model, drafter: Drafter, verifier: NodeRule, target
                            jnp.ones((b,), jnp.int32), eos, max_new_tokens)
   zeros = jnp.zeros((b,), jnp.int32)
   stats = SpecStats(zeros, zeros, zeros, jnp.zeros((b, k), jnp.int32),
-                    jnp.zeros((b, k), jnp.int32))
+                    jnp.zeros((b, k), jnp.int32), zeros)
 
   def cond(s):
     return jnp.any(s["reason"] == RUNNING)
 
   def body(s):
-    t_cache, d_state, reason = s["t_cache"], s["d_state"], s["reason"]
-    full = (reason == RUNNING) & (t_cache.lengths + k + 1 > cache_length)
+    t_cache, d_state, p_state, reason = s["t_cache"], s["d_state"], s["p_state"], s["reason"]
+    full = (reason == RUNNING) & (t_cache.lengths + per_step > cache_length)
     reason = jnp.where(full, CACHE_FULL, reason)
     active = reason == RUNNING
     keys = row_key(key, row_ids, s["step"])  # [B]
     split = jax.vmap(lambda kk: jax.random.split(kk, 3))(keys)  # [B, 3]
-    # --- draft
-    x, q, d_state = drafter.draft(draft_params, d_state, s["prev"], s["last"], split[:, 0])
-    # --- one target forward over [last, x_1..x_K]
-    t_in = jnp.concatenate([s["last"][:, None], x], axis=1)  # [B, K+1]
-    pos = t_cache.lengths[:, None] + jnp.arange(k + 1)[None, :]
-    o = target.apply(target_params, t_in, pos, t_cache)
-    z = o.logits  # [B, K+1, V]
-    p = probs_from_logits(z, sampling)
-    u = jax.vmap(lambda kk: jax.random.uniform(kk, (k,)))(split[:, 1])
-    res = jax.vmap(lambda zz, pp, qq, xx, uu, kk: verify_chain(verifier, zz, pp, qq, xx, uu, kk))(
-        z, p, q, x, u, split[:, 2])
-    nacc = res.num_accepted
-    # --- commit
-    t_cache = kvc.commit(o.cache, jnp.where(active, nacc + 1, 0))
-    d_state = drafter.commit(d_state, t_cache.lengths)
-    new = jnp.concatenate([x, jnp.zeros((b, 1), jnp.int32)], 1)
+    last = s["last"]
+    if drafter.tree:
+      tree, q, d_state = drafter.draft_tree(draft_params, d_state, s["prev"], last, split[:, 0])
+      n_nodes = tree.tokens.shape[1]
+      x_full = jnp.concatenate([last[:, None], tree.tokens], 1)  # [B, N+1]
+      parents = with_root(tree.parents)  # [B, N+1]
+      depths = jnp.concatenate([jnp.zeros((b, 1), jnp.int32), tree.depths], 1)
+      mask = jax.vmap(ancestor_mask)(parents)  # [B, N+1, N+1]
+      o = target.apply(target_params, x_full, t_cache.lengths[:, None] + depths, t_cache,
+                       attn_mask=mask)
+      z = o.logits  # [B, N+1, V]
+      p = probs_from_logits(z, sampling)
+      q_full = jnp.concatenate([jnp.zeros_like(q[:, :1]), q], 1)
+      u = jax.vmap(lambda kk: jax.random.uniform(kk, (n_nodes + 1,)))(split[:, 1])
+      res = jax.vmap(lambda *a: verify_tree(verifier, *a))(z, p, q_full, x_full, parents, u,
+                                                            split[:, 2])
+      nacc = jnp.minimum(res.num_accepted, k)
+      path = res.path[:, :k]  # [B, k] tree indices of accepted nodes
+      gathered = kvc.gather_path(o.cache, path, jnp.where(active, nacc, 0))
+      t_cache = dataclasses.replace(
+          gathered, lengths=jnp.where(active, gathered.lengths, t_cache.lengths))
+      node_ids = jnp.concatenate([jnp.zeros((b, 1), jnp.int32), path], 1)  # [B, k+1]
+      path_tokens = jnp.take_along_axis(x_full, path, 1)  # [B, k]
+      num_relaxed = res.num_relaxed
+      accepted_pos = jnp.arange(k)[None, :] < nacc[:, None]
+      gamma = jnp.full((b,), n_nodes, jnp.int32)
+    else:
+      x, q, d_state = drafter.draft(draft_params, d_state, s["prev"], last, split[:, 0])
+      if policy is None:
+        gamma = jnp.full((b,), k, jnp.int32)
+      else:
+        gamma, p_state, _ = policy.choose(policy_params, p_state, s["prev"], last, x, q, active)
+      z, hidden, o_cache = _verify_forward_chain(target, target_params, t_cache, last, x,
+                                                 gamma, policy)
+      p = probs_from_logits(z, sampling)
+      u = jax.vmap(lambda kk: jax.random.uniform(kk, (k,)))(split[:, 1])
+      res = jax.vmap(lambda zz, pp, qq, xx, uu, kk, g: verify_chain(
+          verifier, zz, pp, qq, xx, uu, kk, num_valid=g))(z, p, q, x, u, split[:, 2], gamma)
+      nacc = res.num_accepted
+      t_cache = kvc.commit(o_cache, jnp.where(active, nacc + 1, 0))
+      node_ids = jnp.broadcast_to(jnp.arange(k + 1)[None, :], (b, k + 1))
+      path_tokens = x
+      num_relaxed = jnp.sum(res.relaxed, 1).astype(jnp.int32)
+      accepted_pos = res.accepted
+      o = None
+    # --- commit: drafter / policy learn what the target kept.
+    committed = jnp.concatenate([last[:, None], path_tokens], 1)  # [B, k+1]
+    if drafter.target_hidden_layers:
+      hid = o.hidden_states if o is not None else hidden  # [n_sel, B, *, H]
+      hid = jnp.take_along_axis(hid, node_ids[None, :, :, None], axis=2)  # [n_sel, B, k+1, H]
+    else:
+      hid = None
+    d_state = drafter.commit(d_state, t_cache.lengths, committed, jnp.where(active, nacc + 1, 0),
+                             hid)
+    if policy is not None:
+      p_state = policy.commit(p_state, t_cache.lengths)
+    new = jnp.concatenate([path_tokens, jnp.zeros((b, 1), jnp.int32)], 1)
     new = jnp.where(jnp.arange(k + 1)[None, :] == nacc[:, None], res.token[:, None], new)
     out, n, reason2 = _append(s["out"], s["n"], reason, new, nacc + 1, eos, max_new_tokens)
-    last_acc = jnp.take_along_axis(x, jnp.maximum(nacc - 1, 0)[:, None], 1)[:, 0]
-    prev = jnp.where(active, jnp.where(nacc > 0, last_acc, s["last"]), s["prev"])
-    last = jnp.where(active, res.token, s["last"])
+    last_acc = jnp.take_along_axis(path_tokens, jnp.maximum(nacc - 1, 0)[:, None], 1)[:, 0]
+    prev = jnp.where(active, jnp.where(nacc > 0, last_acc, last), s["prev"])
+    new_last = jnp.where(active, res.token, last)
     a = active.astype(jnp.int32)
     st = s["stats"]
-    offered = (jnp.arange(k)[None, :] <= nacc[:, None]) & active[:, None]
+    offered = (jnp.arange(k)[None, :] <= nacc[:, None]) & (jnp.arange(k)[None, :] < gamma[:, None])
     stats = SpecStats(
-        st.target_calls + a, st.accepted + nacc * a,
-        st.relaxed + jnp.sum(res.relaxed, 1).astype(jnp.int32) * a,
-        st.accept_counts + (res.accepted & active[:, None]).astype(jnp.int32),
-        st.offered_counts + offered.astype(jnp.int32))
-    return dict(t_cache=t_cache, d_state=d_state, reason=reason2, out=out, n=n, prev=prev,
-                last=last, step=s["step"] + 1, stats=stats)
+        st.target_calls + a, st.accepted + nacc * a, st.relaxed + num_relaxed * a,
+        st.accept_counts + (accepted_pos & active[:, None]).astype(jnp.int32),
+        st.offered_counts + (offered & active[:, None]).astype(jnp.int32),
+        st.verified_tokens + jnp.where(active, gamma, 0))
+    return dict(t_cache=t_cache, d_state=d_state, p_state=p_state, reason=reason2, out=out,
+                n=n, prev=prev, last=new_last, step=s["step"] + 1, stats=stats)
 
-  state = dict(t_cache=t_cache, d_state=d_state, reason=reason, out=out, n=n, prev=prev,
-               last=first, step=jnp.int32(1), stats=stats)
+  state = dict(t_cache=t_cache, d_state=d_state, p_state=p_state, reason=reason, out=out, n=n,
+               prev=prev, last=first, step=jnp.int32(1), stats=stats)
   s = jax.lax.while_loop(cond, body, state)
   return SpecResult(s["out"][:, :max_new_tokens], s["n"], s["reason"], s["stats"])
 
@@ -200,7 +282,8 @@ def speculative_generate(target: Model, target_params, drafter: Drafter, draft_p
                          verifier: NodeRule, prompts, *, max_new_tokens: int,
                          sampling: SamplingConfig = SamplingConfig(temperature=0.0), key=None,
                          eos_token_id="config", cache_length: int | None = None,
-                         row_offset: int = 0, mesh=None) -> SpecResult:
+                         row_offset: int = 0, mesh=None, policy=None,
+                         policy_params=None) -> SpecResult:
   """Speculative generation for a batch of ragged prompts.
 
   Args:
@@ -217,6 +300,10 @@ def speculative_generate(target: Model, target_params, drafter: Drafter, draft_p
     row_offset: global index of the first row (per-row RNG).
     mesh: optional ``jax.sharding.Mesh`` with a ``data`` axis: rows are
       sharded over it (see ``specjax.decoding.parallel``).
+    policy, policy_params: optional verify-length policy (chains only), e.g.
+      Speculative Verification (``specjax.policies.sv``); it picks per row how
+      many of the K drafts the target verifies, and the target forward runs
+      over the smallest of ``policy.buckets`` that covers them.
   """
   validate_pair(target, drafter, verifier)
   if not (isinstance(max_new_tokens, (int, np.integer)) and max_new_tokens >= 1):
@@ -225,22 +312,29 @@ def speculative_generate(target: Model, target_params, drafter: Drafter, draft_p
     if not (sampling.greedy and drafter.sampling.greedy):
       raise ValueError("a PRNG key is required when the target or drafter samples (T > 0)")
     key = jax.random.key(0)
+  if policy is not None and drafter.tree:
+    raise ValueError("a verify-length policy applies to chain drafters only (drafter.tree=True)")
+  if drafter.target_hidden_layers != target.config.hidden_layers:
+    # The drafter decides which target features the loop carries.
+    target = Model(target.config.replace(hidden_layers=tuple(drafter.target_hidden_layers)))
   k = drafter.num_draft
   eos = eos_tuple(target.config.eos_token_id if eos_token_id == "config" else eos_token_id)
   tokens, lengths = prepare_prompts(prompts, target.config.vocab_size)
-  cache_length, bucket = resolve_cache_length(lengths, tokens.shape[1], max_new_tokens + k + 1,
-                                              cache_length)
-  if k + 2 > cache_length:
+  per_step = drafter.tokens_per_step
+  cache_length, bucket = resolve_cache_length(lengths, tokens.shape[1],
+                                              max_new_tokens + per_step, cache_length)
+  if int(lengths.max()) + per_step > cache_length:
     raise ValueError(f"num_draft K={k} is too large for cache_length={cache_length}: a step "
-                     f"needs K + 1 free slots after the prompt")
+                     f"needs {per_step} free slots after the longest prompt "
+                     f"({int(lengths.max())} tokens)")
   tokens = tokens[:, :bucket]
   statics = dict(sampling=sampling, max_new_tokens=int(max_new_tokens), eos=eos,
                  cache_length=cache_length)
   if mesh is not None:
     from specjax.decoding import parallel
-    return parallel.run_sharded(speculative_core, (target, drafter, verifier), statics,
-                                (target_params, draft_params), tokens, lengths, key,
-                                row_offset, mesh)
+    return parallel.run_sharded(speculative_core, (target, drafter, verifier, policy), statics,
+                                (target_params, draft_params, policy_params), tokens, lengths,
+                                key, row_offset, mesh)
   row_ids = jnp.arange(tokens.shape[0], dtype=jnp.int32) + row_offset
-  return _speculative(target, drafter, verifier, target_params, draft_params,
-                      jnp.asarray(tokens), jnp.asarray(lengths), key, row_ids, **statics)
+  return _speculative(target, drafter, verifier, policy, target_params, draft_params,
+                      policy_params, jnp.asarray(tokens), jnp.asarray(lengths), key, row_ids, **statics)

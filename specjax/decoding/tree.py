@@ -1,0 +1,95 @@
+"""Draft trees: parent arrays, depths, ancestor attention masks, static trees.
+
+Convention (shared by drafters, the loop and ``verify_tree``): a tree of N
+draft nodes plus the root.  Index 0 is the root -- the last committed token,
+not yet in the target cache -- and draft node j (0-based in the drafter's
+arrays) has tree index j + 1.  ``parents[j]`` is the *tree index* of node j's
+parent (0 = root), always smaller than j + 1: parents come before children.
+Node positions are ``prefix_length + depth`` with the root at depth 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class TreeDraft:
+  """A batch of draft trees.
+
+  Attributes:
+    tokens: [B, N] int32 node tokens.
+    parents: [B, N] int32 tree index of each node's parent (0 = root).
+    depths: [B, N] int32 depth of each node (root = 0, so >= 1).
+  """
+
+  tokens: jax.Array
+  parents: jax.Array
+  depths: jax.Array
+
+
+def with_root(parents: jax.Array) -> jax.Array:
+  """``[..., N]`` node parents -> ``[..., N+1]`` tree parents (root's parent = 0)."""
+  zero = jnp.zeros(parents.shape[:-1] + (1,), parents.dtype)
+  return jnp.concatenate([zero, parents], axis=-1)
+
+
+def ancestor_mask(tree_parents: jax.Array) -> jax.Array:
+  """Bool ``[N+1, N+1]``: ``m[i, j]`` iff j is i or an ancestor of i.
+
+  Args:
+    tree_parents: [N+1] parent tree index per node (entry 0, the root's, ignored).
+  """
+  n1 = tree_parents.shape[-1]
+  idx = jnp.arange(n1)
+  parents = tree_parents.at[0].set(0)
+
+  def body(_, carry):
+    m, cur = carry
+    cur = parents[cur]
+    return m.at[idx, cur].set(True), cur
+
+  m0 = jnp.eye(n1, dtype=bool)
+  m, _ = jax.lax.fori_loop(0, n1, body, (m0, idx))
+  return m
+
+
+def depths_from_parents(tree_parents: jax.Array) -> jax.Array:
+  """``[N+1]`` depths (root 0) from ``[N+1]`` tree parents."""
+  return jnp.sum(ancestor_mask(tree_parents), axis=-1) - 1
+
+
+def static_tree(paths: Sequence[Sequence[int]]):
+  """A static tree from EAGLE/Medusa-style choice paths, e.g. ``[[0], [1], [0, 0]]``.
+
+  Each path lists the rank of the chosen child at every depth (0 = the
+  drafter's most likely token).  Returns numpy ``(parents [N], depths [N],
+  ranks [N])`` with nodes sorted by depth (parents before children); ranks
+  tell a drafter which of its top-k candidates each node takes.
+
+  Raises ``ValueError`` if a path's prefix is missing or a path repeats.
+  """
+  norm = [tuple(int(r) for r in p) for p in paths]
+  if not norm:
+    raise ValueError("static tree needs at least one path")
+  if len(set(norm)) != len(norm):
+    raise ValueError("static tree paths must be unique")
+  if any(len(p) == 0 or min(p) < 0 for p in norm):
+    raise ValueError("every path needs >= 1 non-negative rank")
+  order = sorted(norm, key=lambda p: (len(p), p))
+  index = {(): 0}
+  parents, depths, ranks = [], [], []
+  for i, p in enumerate(order):
+    if p[:-1] not in index:
+      raise ValueError(f"path {list(p)} has no parent path {list(p[:-1])} in the tree")
+    parents.append(index[p[:-1]])
+    depths.append(len(p))
+    ranks.append(p[-1])
+    index[p] = i + 1
+  return np.array(parents, np.int32), np.array(depths, np.int32), np.array(ranks, np.int32)
