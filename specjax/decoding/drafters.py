@@ -125,7 +125,7 @@ class LMDrafter(Drafter):
       x, q = sample(step_keys[:, i], o.logits[:, 0])
       return (cache, x), (x, q)
 
-    (cache, _), (xs, qs) = jax.lax.scan(step, (cache, x0), jnp.arange(1, k))
+    (cache, _), (xs, qs) = jax.lax.scan(step, (cache, x0), jnp.arange(1, k), unroll=True)
     x = jnp.concatenate([x0[:, None], xs.T], axis=1)  # [B, K]
     q = jnp.concatenate([q0[:, None], jnp.swapaxes(qs, 0, 1)], axis=1)  # [B, K, V]
     return x, q, cache
