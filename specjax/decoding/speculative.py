@@ -44,6 +44,8 @@ class SpecStats:
       and i < gamma).
     verified_tokens: [B] draft tokens offered to the target (sum of gamma; K per
       step without a verify-length policy).
+    processed_tokens: [B] tokens the target forward processed for the row
+      (bucket + 1 per chain step, N + 1 per tree step).
   """
 
   target_calls: jax.Array
@@ -52,6 +54,7 @@ class SpecStats:
   accept_counts: jax.Array
   offered_counts: jax.Array
   verified_tokens: jax.Array
+  processed_tokens: jax.Array
 
   @property
   def tau(self) -> np.ndarray:
@@ -66,6 +69,7 @@ class SpecStats:
             "tau": (acc + calls) / max(calls, 1),
             "relaxed_rate": int(np.sum(self.relaxed)) / max(acc, 1),
             "verified_per_call": int(np.sum(self.verified_tokens)) / max(calls, 1),
+            "processed_per_emitted": int(np.sum(self.processed_tokens)) / max(acc + calls, 1),
             "accept_rate_per_position": (np.sum(self.accept_counts, 0) /
                                          np.maximum(np.sum(self.offered_counts, 0), 1)).tolist()}
 
@@ -132,7 +136,9 @@ def _pad_axis(x, size: int, axis: int):
 def _verify_forward_chain(target, target_params, t_cache, last, x, gamma, policy):
   """Target forward over ``[last, x_1..x_b]``; ``b`` = the smallest policy bucket
   covering every row's ``gamma`` (``lax.switch``: the target really processes
-  fewer tokens).  Outputs are padded to K + 1 positions."""
+  fewer tokens).  Outputs are padded to K + 1 positions.
+
+  Returns ``(logits [B, K+1, V], hidden or None, cache, tokens processed per row)``."""
   k = x.shape[1]
   t_in = jnp.concatenate([last[:, None], x], axis=1)  # [B, K+1]
   pos = t_cache.lengths[:, None] + jnp.arange(k + 1)[None, :]
@@ -141,7 +147,7 @@ def _verify_forward_chain(target, target_params, t_cache, last, x, gamma, policy
     def run(_):
       o = target.apply(target_params, t_in[:, :b + 1], pos[:, :b + 1], t_cache)
       hidden = None if o.hidden_states is None else _pad_axis(o.hidden_states, k + 1, 2)
-      return _pad_axis(o.logits, k + 1, 1), hidden, o.cache
+      return _pad_axis(o.logits, k + 1, 1), hidden, o.cache, jnp.int32(b + 1)
     return run
 
   if policy is None:
@@ -175,7 +181,7 @@ def speculative_core(target: Model, drafter: Drafter, verifier: NodeRule, policy
                            jnp.ones((b,), jnp.int32), eos, max_new_tokens)
   zeros = jnp.zeros((b,), jnp.int32)
   stats = SpecStats(zeros, zeros, zeros, jnp.zeros((b, k), jnp.int32),
-                    jnp.zeros((b, k), jnp.int32), zeros)
+                    jnp.zeros((b, k), jnp.int32), zeros, zeros)
 
   def cond(s):
     return jnp.any(s["reason"] == RUNNING)
@@ -213,14 +219,15 @@ def speculative_core(target: Model, drafter: Drafter, verifier: NodeRule, policy
       num_relaxed = res.num_relaxed
       accepted_pos = jnp.arange(k)[None, :] < nacc[:, None]
       gamma = jnp.full((b,), n_nodes, jnp.int32)
+      processed = jnp.int32(n_nodes + 1)
     else:
       x, q, d_state = drafter.draft(draft_params, d_state, s["prev"], last, split[:, 0])
       if policy is None:
         gamma = jnp.full((b,), k, jnp.int32)
       else:
         gamma, p_state, _ = policy.choose(policy_params, p_state, s["prev"], last, x, q, active)
-      z, hidden, o_cache = _verify_forward_chain(target, target_params, t_cache, last, x,
-                                                 gamma, policy)
+      z, hidden, o_cache, processed = _verify_forward_chain(target, target_params, t_cache,
+                                                            last, x, gamma, policy)
       p = probs_from_logits(z, sampling)
       u = jax.vmap(lambda kk: jax.random.uniform(kk, (k,)))(split[:, 1])
       res = jax.vmap(lambda zz, pp, qq, xx, uu, kk, g: verify_chain(
@@ -256,7 +263,8 @@ def speculative_core(target: Model, drafter: Drafter, verifier: NodeRule, policy
         st.target_calls + a, st.accepted + nacc * a, st.relaxed + num_relaxed * a,
         st.accept_counts + (accepted_pos & active[:, None]).astype(jnp.int32),
         st.offered_counts + (offered & active[:, None]).astype(jnp.int32),
-        st.verified_tokens + jnp.where(active, gamma, 0))
+        st.verified_tokens + jnp.where(active, gamma, 0),
+        st.processed_tokens + processed * a)
     return dict(t_cache=t_cache, d_state=d_state, p_state=p_state, reason=reason2, out=out,
                 n=n, prev=prev, last=new_last, step=s["step"] + 1, stats=stats)
 
