@@ -188,8 +188,6 @@ def speculative_core(target: Model, drafter: Drafter, verifier: NodeRule, policy
 
   def body(s):
     t_cache, d_state, p_state, reason = s["t_cache"], s["d_state"], s["p_state"], s["reason"]
-    full = (reason == RUNNING) & (t_cache.lengths + per_step > cache_length)
-    reason = jnp.where(full, CACHE_FULL, reason)
     active = reason == RUNNING
     keys = row_key(key, row_ids, s["step"])  # [B]
     split = jax.vmap(lambda kk: jax.random.split(kk, 3))(keys)  # [B, 3]
@@ -253,6 +251,10 @@ def speculative_core(target: Model, drafter: Drafter, verifier: NodeRule, policy
     new = jnp.concatenate([path_tokens, jnp.zeros((b, 1), jnp.int32)], 1)
     new = jnp.where(jnp.arange(k + 1)[None, :] == nacc[:, None], res.token[:, None], new)
     out, n, reason2 = _append(s["out"], s["n"], reason, new, nacc + 1, eos, max_new_tokens)
+    # A row that cannot fit another step stops now (entry validation guarantees
+    # the first step fits), so no iteration is spent on rows that are all full.
+    full = (reason2 == RUNNING) & (t_cache.lengths + per_step > cache_length)
+    reason2 = jnp.where(full, CACHE_FULL, reason2)
     last_acc = jnp.take_along_axis(path_tokens, jnp.maximum(nacc - 1, 0)[:, None], 1)[:, 0]
     prev = jnp.where(active, jnp.where(nacc > 0, last_acc, last), s["prev"])
     new_last = jnp.where(active, res.token, last)

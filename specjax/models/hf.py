@@ -122,8 +122,16 @@ def config_to_hf(cfg: ModelConfig) -> dict:
       else cfg.eos_token_id)
   if cfg.model_type != "qwen2":
     d["attention_bias"] = cfg.qkv_bias
-  if cfg.model_type == "llama" and cfg.qkv_bias != cfg.o_bias:
-    raise ValueError("a llama config needs qkv_bias == o_bias (HF attention_bias covers both)")
+  # transformers would silently random-init (or drop) tensors a config cannot express
+  if cfg.model_type in ("llama", "qwen3") and cfg.qkv_bias != cfg.o_bias:
+    raise ValueError(f"a {cfg.model_type} config needs qkv_bias == o_bias (HF attention_bias "
+                     f"covers both); got qkv_bias={cfg.qkv_bias}, o_bias={cfg.o_bias}")
+  if cfg.model_type == "qwen2" and (not cfg.qkv_bias or cfg.o_bias):
+    raise ValueError(f"a qwen2 config needs qkv_bias=True and o_bias=False (fixed by the "
+                     f"architecture); got qkv_bias={cfg.qkv_bias}, o_bias={cfg.o_bias}")
+  if cfg.qk_norm != (cfg.model_type == "qwen3"):
+    raise ValueError(f"qk_norm={cfg.qk_norm} is not expressible for model_type="
+                     f"{cfg.model_type!r} (HF: q/k norm exactly for qwen3)")
   return d
 
 

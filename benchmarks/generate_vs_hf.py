@@ -1,0 +1,227 @@
+"""Target-only greedy generation: specjax ``generate()`` vs transformers ``generate()``.
+
+Both sides run the *same* checkpoint (float32) on the same ragged prompts with
+the same ``max_new_tokens`` and no EOS (every row generates exactly
+``max_new_tokens``), measured side by side in one process:
+
+* specjax: one warm-up call (compiles; its time is reported separately), then
+  ``--repeats`` timed calls of ``generate()`` ending in ``block_until_ready``;
+* transformers: ``model.generate(do_sample=False)`` under ``torch.inference_mode``
+  on the left-padded batch with its attention mask, one warm-up call, then
+  ``--repeats`` timed calls, interleaved with specjax's so both see the same
+  machine load (the 1-minute load average is printed with the table).
+
+Reported: median generated tokens/s (batch x max_new_tokens / seconds), the
+specjax/transformers ratio, and whether the greedy outputs are identical.
+
+Model: by default a random Llama (hidden 256, 4 layers, 8 heads / 4 KV heads,
+vocab 8192, ~6.8M params) built in specjax, exported with
+``specjax.models.hf.save_pretrained`` and loaded back by both libraries.
+``--checkpoint=DIR`` uses a HF checkpoint directory instead;
+``--checkpoint=default`` the embedded trained target
+``specjax/models/assets/target``.
+
+  python benchmarks/generate_vs_hf.py [--batch_sizes=1,8 --max_new_tokens=64]
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+
+from absl import app, flags
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _REPO not in sys.path:  # run as a plain script from a source checkout
+  sys.path.insert(0, _REPO)
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("checkpoint", "", "HF checkpoint dir; 'default' = specjax/models/assets/"
+                    "target; empty = a random Llama of the size given below")
+flags.DEFINE_integer("vocab", 8192, "random model: vocabulary size")
+flags.DEFINE_integer("hidden", 256, "random model: hidden size")
+flags.DEFINE_integer("layers", 4, "random model: decoder layers")
+flags.DEFINE_integer("heads", 8, "random model: attention heads")
+flags.DEFINE_integer("kv_heads", 4, "random model: key/value heads")
+flags.DEFINE_integer("intermediate", 688, "random model: MLP width")
+flags.DEFINE_integer("seed", 0, "seed of the random model and prompts")
+flags.DEFINE_list("batch_sizes", ["1", "8"], "batch sizes to time")
+flags.DEFINE_integer("min_prompt", 16, "shortest prompt (tokens); lengths are ragged")
+flags.DEFINE_integer("max_prompt", 32, "longest prompt (tokens)")
+flags.DEFINE_integer("max_new_tokens", 64, "tokens generated per row")
+flags.DEFINE_integer("repeats", 3, "timed calls per side (median reported)")
+flags.DEFINE_integer("threads", 2, "torch.set_num_threads")
+flags.DEFINE_string("omp_wait_policy", "", "if set (PASSIVE | ACTIVE), OMP_WAIT_POLICY for "
+                    "torch's OpenMP pool; PASSIVE avoids spin-waiting threads collapsing when "
+                    "other processes compete for the cores")
+
+DEFAULT_TARGET = os.path.join(_REPO, "specjax", "models", "assets", "target")
+
+
+def random_llama(path: str):
+  """Write a random Llama checkpoint to ``path`` with specjax's exporter.
+
+  Kernels ~ N(0, 1/fan_in) (unit-variance activations), embeddings ~ N(0, 1),
+  norm weights 1, so logits are O(1) and greedy choices are well separated.
+  """
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+
+  from specjax.models import hf
+  from specjax.models.config import ModelConfig
+  from specjax.models.transformer import Model
+
+  cfg = ModelConfig(model_type="llama", vocab_size=FLAGS.vocab, hidden_size=FLAGS.hidden,
+                    intermediate_size=FLAGS.intermediate, num_hidden_layers=FLAGS.layers,
+                    num_attention_heads=FLAGS.heads, num_key_value_heads=FLAGS.kv_heads,
+                    head_dim=FLAGS.hidden // FLAGS.heads, rope_theta=10000.0,
+                    max_position_embeddings=2048, eos_token_id=None, bos_token_id=None)
+  rs = np.random.RandomState(FLAGS.seed)
+
+  def make(path, s):
+    name = jax.tree_util.keystr(path)
+    if "norm" in name:
+      return jnp.ones(s.shape, jnp.float32)
+    if "embedding" in name:
+      return jnp.asarray(rs.randn(*s.shape).astype(np.float32))
+    fan_in = s.shape[-2]  # kernels: [..., in, out] (layers stacked in front)
+    return jnp.asarray((rs.randn(*s.shape) / np.sqrt(fan_in)).astype(np.float32))
+
+  params = jax.tree_util.tree_map_with_path(
+      make, jax.eval_shape(Model(cfg).init_params, jax.random.key(0)))
+  hf.save_pretrained(path, cfg, params)
+  return cfg
+
+
+def make_prompts(batch: int, vocab: int, seed: int):
+  import numpy as np
+  rs = np.random.RandomState(seed + batch)
+  lens = rs.randint(FLAGS.min_prompt, FLAGS.max_prompt + 1, size=batch)
+  return [rs.randint(0, vocab, size=n).tolist() for n in lens]
+
+
+class SpecjaxSide:
+  """specjax ``generate()`` on one batch; ``first_s`` = compile + first call."""
+
+  def __init__(self, model, params, prompts, n_new):
+    import jax
+
+    from specjax.decoding.autoregressive import generate
+    self._call = lambda: generate(model, params, prompts, max_new_tokens=n_new,
+                                  eos_token_id=None)
+    self._ready = jax.block_until_ready
+    t0 = time.perf_counter()
+    self._ready(self._call().tokens)
+    self.first_s = time.perf_counter() - t0
+
+  def timed(self):
+    t0 = time.perf_counter()
+    res = self._call()
+    self._ready(res.tokens)
+    return time.perf_counter() - t0, res.to_lists()
+
+
+class HFSide:
+  """transformers greedy ``generate()`` on the left-padded batch (one warm-up call)."""
+
+  def __init__(self, model, prompts, n_new):
+    import torch
+    self._torch = torch
+    self.width = max(len(p) for p in prompts)
+    ids = torch.zeros((len(prompts), self.width), dtype=torch.long)
+    mask = torch.zeros((len(prompts), self.width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+      ids[i, self.width - len(p):] = torch.tensor(p)
+      mask[i, self.width - len(p):] = 1
+    kw = dict(attention_mask=mask, max_new_tokens=n_new, min_new_tokens=n_new,
+              do_sample=False, pad_token_id=0, eos_token_id=None)
+    self._call = lambda: model.generate(ids, **kw)
+    self.timed()  # warm-up
+
+  def timed(self):
+    with self._torch.inference_mode():
+      t0 = time.perf_counter()
+      out = self._call()
+      dt = time.perf_counter() - t0
+    return dt, out[:, self.width:].tolist()
+
+
+def main(argv):
+  del argv
+  if FLAGS.omp_wait_policy:  # read by OpenMP when torch is first imported
+    os.environ["OMP_WAIT_POLICY"] = FLAGS.omp_wait_policy
+  import jax
+  import torch
+  import transformers
+
+  from specjax.models import hf
+
+  torch.set_num_threads(FLAGS.threads)
+  tmp = None
+  if FLAGS.checkpoint:
+    path = DEFAULT_TARGET if FLAGS.checkpoint == "default" else FLAGS.checkpoint
+    if not os.path.isdir(path):
+      raise app.UsageError(f"--checkpoint={FLAGS.checkpoint!r}: no directory {path}")
+    source = path
+  else:
+    tmp = tempfile.TemporaryDirectory()
+    path = tmp.name
+    random_llama(path)
+    source = "random Llama exported by specjax.models.hf.save_pretrained"
+
+  model, params = hf.load_pretrained(path, dtype="float32")
+  cfg = model.config
+  hf_model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+  hf_model.generation_config.eos_token_id = None
+  n_new = FLAGS.max_new_tokens
+
+  print(f"checkpoint: {source}")
+  print(f"model: {cfg.model_type} vocab={cfg.vocab_size} hidden={cfg.hidden_size} "
+        f"layers={cfg.num_hidden_layers} heads={cfg.num_attention_heads}/"
+        f"{cfg.num_key_value_heads} intermediate={cfg.intermediate_size} "
+        f"params={cfg.num_params() / 1e6:.2f}M float32")
+  print(f"jax {jax.__version__} ({jax.default_backend()}, {jax.device_count()} device), "
+        f"torch {torch.__version__} ({torch.get_num_threads()} threads, OMP_WAIT_POLICY="
+        f"{os.environ.get('OMP_WAIT_POLICY', 'unset')}), transformers "
+        f"{transformers.__version__} (attn={hf_model.config._attn_implementation}), "
+        f"{os.cpu_count()} CPUs, {platform.processor() or platform.machine()}")
+  print(f"prompts: ragged {FLAGS.min_prompt}-{FLAGS.max_prompt} tokens, max_new_tokens={n_new},"
+        f" greedy, no EOS; median of {FLAGS.repeats} timed calls per side (interleaved) after one "
+        "warm-up")
+  rows = []
+  load_before = os.getloadavg()
+  for b in [int(x) for x in FLAGS.batch_sizes]:
+    prompts = make_prompts(b, cfg.vocab_size, FLAGS.seed)
+    sj, th = SpecjaxSide(model, params, prompts, n_new), HFSide(hf_model, prompts, n_new)
+    sj_t, hf_t = [], []
+    for _ in range(FLAGS.repeats):  # interleaved: both sides see the same machine load
+      dt, sj_out = sj.timed()
+      sj_t.append(dt)
+      dt, hf_out = th.timed()
+      hf_t.append(dt)
+    sj_s, hf_s = statistics.median(sj_t), statistics.median(hf_t)
+    same = sj_out == hf_out
+    n_same = sum(a == c for a, c in zip(sj_out, hf_out))
+    rows.append((b, b * n_new / sj_s, b * n_new / hf_s, hf_s / sj_s, sj.first_s, same, n_same))
+  load_after = os.getloadavg()
+  print(f"1-min load average: {load_before[0]:.1f} before, {load_after[0]:.1f} after "
+        f"({os.cpu_count()} CPUs; > CPUs means other processes competed for the cores)\n")
+  print("| batch | specjax tok/s | transformers tok/s | specjax / transformers | "
+        "specjax compile+first call (s) | greedy outputs identical |")
+  print("|---:|---:|---:|---:|---:|:---|")
+  for b, sj, hft, ratio, comp, same, n_same in rows:
+    print(f"| {b} | {sj:.0f} | {hft:.0f} | {ratio:.2f}x | {comp:.1f} | "
+          f"{'yes' if same else f'NO ({n_same}/{b} rows)'} |")
+  if tmp is not None:
+    tmp.cleanup()
+  if not all(r[5] for r in rows):
+    raise SystemExit("greedy outputs differ between specjax and transformers")
+
+
+if __name__ == "__main__":
+  app.run(main)
