@@ -1,0 +1,1 @@
+"""Corpus reading, tokenizer training/loading, deterministic resumable batching."""

@@ -1,0 +1,1 @@
+"""ml_collections configs for the experiment binaries."""
