@@ -1,0 +1,206 @@
+r"""Calibrate Speculative Verification for a (target, draft, companion) triple.
+
+  python -m experiments.calibrate_sv --config=experiments/configs/sv.py \
+      [--config.verifier=mars] [--config.temperature=0.0] [--config.workdir=...]
+  python -m experiments.calibrate_sv --config=experiments/configs/sv_tiny.py   # smoke test
+
+Steps (SPEC.md §5):
+1. Run ordinary speculative decoding (all K drafts verified) on calibration
+   prompts -- windows of the leading ``data.calib_fraction`` of the held-out
+   token stream -- logging ``(S, A, accepted)`` for every reached draft
+   position (:func:`specjax.policies.sv_collect.collect_records`).
+2. Fit ``P_hat(accept | S, A)`` on a fixed grid and on adaptive quantile bins
+   (Laplace smoothing) and save both with the triple's identifiers, the
+   verifier and the sampling settings (``table_fixed.{npz,json}``,
+   ``table_quantile.{npz,json}``).
+3. Report ``H(X)``, ``H(X|S)``, ``H(X|S,A)`` and the information gains for
+   both binnings, plus the held-out log loss of tables fitted on
+   ``data.fit_fraction`` of the rows (plug-in entropies are optimistic).
+4. Measure the target's verify-latency profile on this machine
+   (``profile.json``).
+
+Everything goes to ``<workdir>/report.json`` as well.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "SV calibration config file.",
+                                          lock_config=True)
+
+
+def _perturbed(params, seed, noise):
+  import jax
+  leaves, tree = jax.tree.flatten(params)
+  keys = jax.random.split(jax.random.key(seed), len(leaves))
+  return jax.tree.unflatten(tree, [l + noise * jax.random.normal(k, l.shape) if l.ndim > 1
+                                   else l for l, k in zip(leaves, keys)])
+
+
+def load_models(c):
+  """``{name: (Model, params)}`` for target, draft and companion."""
+  if c.models == "default":
+    from specjax.models.defaults import load_default
+    return {n: load_default(n) for n in ("target", "draft", "companion")}
+  if c.models == "tiny":
+    import jax
+    from specjax.models.config import ModelConfig
+    from specjax.models.transformer import Model
+    m = Model(ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
+                          num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                          head_dim=16))
+    tp = jax.tree.map(lambda x: x * 5.0 if x.ndim > 1 else x, m.init_params(jax.random.key(c.seed)))
+    return {"target": (m, tp), "draft": (m, _perturbed(tp, 1, 0.05)),
+            "companion": (m, _perturbed(tp, 2, 0.03))}
+  raise ValueError(f"models={c.models!r}; choose 'default' or 'tiny'")
+
+
+def calibration_prompts(c, vocab_size: int):
+  """``[num_prompts, prompt_len]`` int32 prompts (held-out windows, or random for tiny)."""
+  import numpy as np
+  d = c.data
+  if c.models == "tiny":
+    return np.random.RandomState(c.seed).randint(0, vocab_size, (d.num_prompts, d.prompt_len))
+  from specjax.data import batching, corpus
+  from specjax.models.defaults import default_tokenizer
+  if d.tokenizer_path:
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(d.tokenizer_path)
+  else:
+    tok = default_tokenizer()
+  cc = corpus.CorpusConfig(root=d.root, heldout_fraction=d.heldout_fraction,
+                           split_seed=d.split_seed)
+  stream = batching.load_token_stream(cc, "heldout", tok, d.cache_dir or None)
+  region = int(len(stream) * d.calib_fraction)
+  if region < d.prompt_len + 1:
+    raise ValueError(f"calibration region of {region} tokens is shorter than one prompt")
+  starts = np.linspace(0, region - d.prompt_len - 1, d.num_prompts).astype(np.int64)
+  return np.stack([stream[s:s + d.prompt_len] for s in starts]).astype(np.int32)
+
+
+def run(c) -> dict:
+  import jax
+  import numpy as np
+
+  from specjax import verifiers
+  from specjax.decoding.drafters import LMDrafter
+  from specjax.decoding.sampling import SamplingConfig
+  from specjax.policies import calibration as cal
+  from specjax.policies import latency as lat_lib
+  from specjax.policies.sv import SpeculativeVerification, uninformative_table
+  from specjax.policies.sv_collect import collect_records
+
+  t0 = time.time()
+  workdir = c.workdir or f"/tmp/specjax_runs/{c.name}"
+  os.makedirs(workdir, exist_ok=True)
+  models = load_models(c)
+  (target, tp), (draft, dp), (comp, cp) = (models[n] for n in ("target", "draft", "companion"))
+  k = int(c.num_draft)
+  sampling = SamplingConfig(temperature=float(c.temperature))
+  dt = c.temperature if c.draft_temperature < 0 else c.draft_temperature
+  draft_sampling = SamplingConfig(temperature=float(dt))
+  comp_sampling = SamplingConfig(temperature=float(c.companion_temperature))
+  verifier = verifiers.get(c.verifier, **dict(c.verifier_hparams))
+  drafter = LMDrafter(k, draft_sampling, draft)
+  policy = SpeculativeVerification(k, companion=comp, companion_sampling=comp_sampling)
+  d = c.data
+  pparams = policy.make_params(cp, uninformative_table(), np.ones(k + 1), d.batch_size)
+
+  prompts = calibration_prompts(c, target.config.vocab_size)
+  recs = []
+  calls = 0
+  tok_calls = 0.0
+  for i in range(0, len(prompts), d.batch_size):
+    batch = prompts[i:i + d.batch_size]
+    r = collect_records(target, tp, drafter, dp, policy, pparams, verifier, list(batch),
+                        max_new_tokens=d.max_new_tokens, sampling=sampling,
+                        key=jax.random.key(c.seed), row_offset=i)
+    recs.append(r)
+    calls += r["calls"]
+    tok_calls += r["tokens_per_call"] * r["calls"]
+    logging.info("batch %d: %d records, tau %.3f", i // d.batch_size, len(r["S"]),
+                 r["tokens_per_call"])
+  cols = {n: np.concatenate([r[n] for r in recs]) for n in ("S", "A", "accepted", "position",
+                                                          "row", "step")}
+  np.savez(os.path.join(workdir, "records.npz"), **cols)
+  s, a, x = cols["S"], cols["A"], cols["accepted"].astype(np.int64)
+
+  # Tables on all records; held-out check on a row split.
+  n_fit_rows = int(round(len(prompts) * d.fit_fraction))
+  fit = cols["row"] < n_fit_rows
+  binnings = {
+      "fixed": (cal.fixed_edges(c.table.fixed_bins), cal.fixed_edges(c.table.fixed_bins)),
+      "quantile": (cal.quantile_edges(s, c.table.quantile_bins),
+                   cal.quantile_edges(a, c.table.quantile_bins)),
+  }
+  ident = {
+      "models": cal.triple_id(target, tp, draft, dp, comp, cp),
+      "verifier": repr(verifier),
+      "sampling": {"target": repr(sampling), "draft": repr(draft_sampling),
+                   "companion": repr(comp_sampling)},
+      "num_draft": k,
+      "model_source": c.models,
+  }
+  report = {"config": c.to_dict(), "identity": ident, "num_records": int(len(x)),
+            "accept_rate": float(x.mean()), "tokens_per_call": tok_calls / max(calls, 1),
+            "target_calls": calls,
+            "accept_rate_per_position": [float(x[cols["position"] == i].mean())
+                                         if np.any(cols["position"] == i) else None
+                                         for i in range(k)],
+            "tables": {}}
+  heldout = ~fit
+  marg = float(x[fit].mean()) if fit.any() else 0.5
+  for name, (se, ae) in binnings.items():
+    fitted = cal.fit_table(s, a, x, se, ae, alpha=c.table.alpha, prior=c.table.prior)
+    files = cal.save_table(os.path.join(workdir, f"table_{name}"), fitted,
+                           dict(ident, binning=name))
+    info = cal.information_report(s, a, x, se, ae)
+    entry = {"files": files, "info": info, "s_edges": fitted.s_edges.tolist(),
+             "a_edges": fitted.a_edges.tolist(), "p_hat": fitted.p_hat.tolist(),
+             "counts": fitted.counts.tolist()}
+    if fit.any() and heldout.any():
+      part = cal.fit_table(s[fit], a[fit], x[fit], se, ae, alpha=c.table.alpha,
+                           prior=c.table.prior)
+      entry["heldout_log_loss_bits"] = cal.log_loss_bits(part.predict(s[heldout], a[heldout]),
+                                                         x[heldout])
+      entry["heldout_log_loss_marginal_bits"] = cal.log_loss_bits(
+          np.full(heldout.sum(), marg), x[heldout])
+      entry["heldout_records"] = int(heldout.sum())
+    report["tables"][name] = entry
+    logging.info("%s bins %s: H(X)=%.4f H(X|S)=%.4f H(X|S,A)=%.4f IG=%.4f (%.1f%%)", name,
+                 info["num_bins"], info["H_X"], info["H_X_given_S"], info["H_X_given_SA"],
+                 info["ig_SA"], 100 * info["ig_frac"])
+
+  if c.profile.enabled:
+    cache_length = c.profile.cache_length or (d.prompt_len + d.max_new_tokens + 2 * (k + 1))
+    prof = lat_lib.measure_profile(target, tp, batch_sizes=list(c.profile.batch_sizes),
+                                   gammas=list(range(k + 1)), cache_length=int(cache_length),
+                                   repeats=int(c.profile.repeats))
+    report["profile"] = {"file": lat_lib.save_profile(os.path.join(workdir, "profile.json"),
+                                                      prof),
+                         "device": prof.device, "batch_sizes": list(prof.batch_sizes),
+                         "latency_ms": [[1e3 * v for v in row] for row in prof.latency_s]}
+  report["wall_seconds"] = time.time() - t0
+  with open(os.path.join(workdir, "report.json"), "w") as f:
+    json.dump(report, f, indent=2, default=str)
+  logging.info("wrote %s (%d records, accept rate %.3f, tau %.3f)",
+               os.path.join(workdir, "report.json"), len(x), report["accept_rate"],
+               report["tokens_per_call"])
+  return report
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError("Too many command-line arguments.")
+  run(_CONFIG.value)
+
+
+if __name__ == "__main__":
+  flags.mark_flags_as_required(["config"])
+  app.run(main)

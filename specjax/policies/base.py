@@ -1,0 +1,123 @@
+"""Verify-length policies: how many of the K drafted tokens each row sends to
+the target (SPEC.md §5; the no-op default verifies all K).
+
+A policy is a frozen dataclass (hashable: static under ``jax.jit``); its
+params and state are pytrees passed in and out, like a drafter's::
+
+    state = policy.init(params, tokens[B,P], lengths[B], cache_length)
+    gamma[B], state, signals = policy.choose(params, state, prev[B], last[B],
+                                             x[B,K], q[B,K,V], active[B])
+    state = policy.commit(state, target_lengths[B])
+
+``prev`` / ``last`` are as in :mod:`specjax.decoding.drafters` (``prev`` the
+last token in the target's cache, at position L-1; ``last`` the token emitted
+by the previous step, at position L).  ``gamma[b]`` in ``0..K`` is the number
+of drafts row b offers to the verifier (``verify_chain(..., num_valid=gamma)``);
+inactive rows get 0.  ``signals`` is a dict of per-position arrays for
+statistics (empty for policies without a companion).
+
+``buckets`` is the static, sorted tuple of verify lengths the target forward
+may be compiled for: the loop runs the target over ``bucket + 1`` tokens, the
+bucket being the smallest one ``>= max(gamma over active rows)``
+(:func:`bucket_index`, for ``lax.switch``).  ``buckets[-1]`` must be K.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+
+def default_buckets(k: int) -> tuple:
+  """``(0, 1, 2, 4, ..., K)``: powers of two below K, plus 0 and K."""
+  out, g = [0], 1
+  while g < k:
+    out.append(g)
+    g *= 2
+  out.append(k)
+  return tuple(out)
+
+
+def validate_buckets(buckets, k: int) -> tuple:
+  """Sorted unique ints in ``[0, K]`` ending with K; ValueError otherwise."""
+  try:
+    b = tuple(sorted(set(int(v) for v in buckets)))
+  except (TypeError, ValueError):
+    raise ValueError(f"buckets={buckets!r} must be a sequence of integers") from None
+  if not b or b[0] < 0 or b[-1] != k:
+    raise ValueError(f"buckets={buckets!r} must be integers in [0, K={k}] and include K")
+  return b
+
+
+def bucket_index(buckets: tuple, gamma: jax.Array, active: jax.Array) -> jax.Array:
+  """Index (int32 scalar) of the smallest bucket ``>= max(gamma[active])`` (0 if none active).
+
+  Use with ``lax.switch(bucket_index(...), [forward_for(b) for b in buckets], ...)``.
+  """
+  gmax = jnp.max(jnp.where(active, gamma, 0))
+  return jnp.sum(jnp.asarray(buckets, jnp.int32) < gmax).astype(jnp.int32)
+
+
+def round_up_to_bucket(buckets: tuple, gamma: jax.Array) -> jax.Array:
+  """Elementwise smallest bucket ``>= gamma`` (gamma <= K = buckets[-1])."""
+  b = jnp.asarray(buckets, jnp.int32)
+  return b[jnp.sum(b[None, :] < gamma.reshape(-1, 1), axis=1)].reshape(gamma.shape)
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifyPolicy:
+  """Base class.  Attributes: num_draft: K, the drafter's chain length."""
+
+  num_draft: int
+
+  def __post_init__(self):
+    if not (isinstance(self.num_draft, int) and self.num_draft >= 1):
+      raise ValueError(f"num_draft (K)={self.num_draft!r} must be an integer >= 1")
+
+  @property
+  def buckets(self) -> tuple:
+    return (self.num_draft,)
+
+  def init(self, params, tokens, lengths, cache_length: int) -> Any:
+    return jnp.zeros((), jnp.int32)  # stateless (a trivial pytree leaf)
+
+  def choose(self, params, state, prev, last, x, q, active):
+    raise NotImplementedError
+
+  def commit(self, state, target_lengths):
+    return state
+
+
+@dataclasses.dataclass(frozen=True)
+class FixedLength(VerifyPolicy):
+  """Verify all K drafts (ordinary speculative decoding; the default)."""
+
+  def choose(self, params, state, prev, last, x, q, active):
+    gamma = jnp.where(active, self.num_draft, 0).astype(jnp.int32)
+    return gamma, state, {}
+
+
+@dataclasses.dataclass(frozen=True)
+class ConstantGamma(VerifyPolicy):
+  """Verify the first ``gamma`` drafts of every row (``0 <= gamma <= K``).
+
+  ``buckets = (gamma, K)`` (the protocol requires K last); the loop only
+  ever selects the ``gamma`` bucket, so the target runs over gamma + 1 tokens.
+  """
+
+  gamma: int = 0
+
+  def __post_init__(self):
+    super().__post_init__()
+    if not (isinstance(self.gamma, int) and 0 <= self.gamma <= self.num_draft):
+      raise ValueError(f"gamma={self.gamma!r} must be an integer in [0, K={self.num_draft}]")
+
+  @property
+  def buckets(self) -> tuple:
+    return tuple(sorted({self.gamma, self.num_draft}))
+
+  def choose(self, params, state, prev, last, x, q, active):
+    return jnp.where(active, self.gamma, 0).astype(jnp.int32), state, {}

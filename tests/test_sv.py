@@ -1,0 +1,284 @@
+"""Speculative Verification policy: goodput search, batch allocation, companion
+cache protocol, record collection."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from specjax import verifiers
+from specjax.decoding.drafters import LMDrafter
+from specjax.decoding.sampling import SamplingConfig, probs_from_logits
+from specjax.policies import (ConstantGamma, FixedLength, SpeculativeVerification, bucket_index,
+                              choose_batch_max, choose_batch_total, choose_row,
+                              default_buckets, expected_accepted, goodput, hill_climb,
+                              round_up_to_bucket, uninformative_table)
+from specjax.policies.calibration import CalibrationTable
+from specjax.policies.sv_collect import collect_records
+from tests.helpers import independent_draft
+
+# The 8-token rollout of the SV note §6, with our own numbers: K = 8 drafts.
+P8 = [0.9, 0.9, 0.8, 0.7, 0.3, 0.1, 0.1, 0.1]
+LAT8 = [4.0 + 0.3 * g for g in range(9)]  # ms for gamma = 0..8
+
+
+def test_expected_accepted_and_goodput_by_hand():
+  en = np.asarray(expected_accepted(jnp.asarray(P8)))
+  # E[N|g] = sum_{n<=g} prod_{i<=n} P_i
+  prods = [0.9, 0.81, 0.648, 0.4536, 0.13608, 0.013608, 0.0013608, 0.00013608]
+  np.testing.assert_allclose(en, np.concatenate([[0.0], np.cumsum(prods)]), rtol=1e-6)
+  np.testing.assert_allclose(en[4], 2.8116, rtol=1e-6)
+  np.testing.assert_allclose(en[7], 2.9626488, rtol=1e-6)
+  g = np.asarray(goodput(jnp.asarray(P8), jnp.asarray(LAT8)))
+  np.testing.assert_allclose(g[0], 1 / 4.0, rtol=1e-6)
+  np.testing.assert_allclose(g[4], 3.8116 / 5.2, rtol=1e-6)  # 0.7330
+  np.testing.assert_allclose(g[7], 3.9626488 / 6.1, rtol=1e-6)  # 0.6496 (fixed K=7)
+  assert g[4] == g.max()
+  assert g[4] / g[7] > 1.12  # fixed-7 is >= 11% slower here
+
+
+def test_hill_climb_picks_four_not_seven():
+  gamma = choose_row(jnp.asarray([P8]), jnp.asarray(LAT8), jnp.asarray([True]))
+  assert int(gamma[0]) == 4
+  # Inactive rows verify nothing.
+  gamma = choose_row(jnp.asarray([P8, P8]), jnp.asarray(LAT8), jnp.asarray([True, False]))
+  assert gamma.tolist() == [4, 0]
+
+
+def test_hill_climb_semantics():
+  # Stops at the first non-increase even when a later value is larger.
+  assert int(hill_climb(jnp.asarray([1.0, 2.0, 1.5, 3.0]))) == 1
+  assert int(hill_climb(jnp.asarray([1.0, 1.0, 3.0]))) == 0  # ties stop
+  assert int(hill_climb(jnp.asarray([1.0, 2.0, 3.0]))) == 2
+  # gamma = 0: goodput(1) < goodput(0) when the first draft is hopeless.
+  p = jnp.asarray([[0.05, 0.9, 0.9]])
+  lat = jnp.asarray([1.0, 1.5, 1.6, 1.7])
+  assert choose_row(p, lat, jnp.asarray([True])).tolist() == [0]
+  # Free verification (flat latency) and certain acceptance: verify everything.
+  assert choose_row(jnp.ones((1, 3)), jnp.ones(4), jnp.asarray([True])).tolist() == [3]
+
+
+def test_batch_total_greedy_row_gets_zero():
+  # Row 0 confident, row 1 hopeless. Marginals: row0 [0.9, 0.81], row1 [0.05, 0.025].
+  p = jnp.asarray([[0.9, 0.9], [0.05, 0.5]])
+  tot = jnp.asarray([1.0 + 0.2 * max(0, t - 2) for t in range(7)])  # by total tokens
+  # G(0) = 2/1, G(1) = 2.9/1.2 = 2.417, G(2) = 3.71/1.4 = 2.65, G(3) = 3.76/1.6 = 2.35 -> stop
+  gamma = choose_batch_total(p, tot, jnp.asarray([True, True]))
+  assert gamma.tolist() == [2, 0]
+  # Flat latency: every positive marginal is worth adding.
+  gamma = choose_batch_total(p, jnp.ones(7), jnp.asarray([True, True]))
+  assert gamma.tolist() == [2, 2]
+  # An inactive row is never given tokens and does not count as a token.
+  gamma = choose_batch_total(p, jnp.ones(7), jnp.asarray([False, True]))
+  assert gamma.tolist() == [0, 2]
+
+
+def test_batch_total_prefix_property_with_ties():
+  p = jnp.asarray([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+  # Latency rises after 2 + 3 = 5 total tokens; gains are 1 for 5 tokens, then 0.
+  tot = jnp.asarray([1.0] * 6 + [2.0] * 3)
+  gamma = choose_batch_total(p, tot, jnp.asarray([True, True]))
+  assert gamma.tolist() == [2, 1]  # ties round robin: (0,0), (1,0), (0,1)
+
+
+def test_batch_max_levels():
+  p = jnp.asarray([[0.9] * 4, [0.1] * 4, [0.9] * 4])
+  active = jnp.asarray([True, True, False])
+  # E rows (active): [0, .9, 1.71, 2.439, 3.0951] and [0, .1, .11, .111, .1111]
+  # levels 0, 1, 2, 4 -> tokens 2, 3.0, 3.82, 5.2062
+  lat = jnp.asarray([1.0, 1.1, 1.2, 1.5, 2.0])
+  g = choose_batch_max(p, lat, active, (0, 1, 2, 4))  # G: 2, 2.73, 3.18, 2.60 -> level 2
+  assert g.tolist() == [2, 2, 0]
+  lat = jnp.asarray([1.0, 1.1, 1.2, 1.3, 1.4])  # G(4) = 3.72 > 3.18 -> level 4
+  assert choose_batch_max(p, lat, active, (0, 1, 2, 4)).tolist() == [4, 4, 0]
+  lat = jnp.asarray([1.0, 2.0, 3.0, 4.0, 5.0])  # G(1) = 1.5 < 2 -> level 0
+  assert choose_batch_max(p, lat, active, (0, 1, 2, 4)).tolist() == [0, 0, 0]
+
+
+def test_buckets_helpers():
+  assert default_buckets(8) == (0, 1, 2, 4, 8)
+  assert default_buckets(7) == (0, 1, 2, 4, 7)
+  b = (0, 1, 2, 4, 7)
+  assert int(bucket_index(b, jnp.asarray([3, 1, 7]), jnp.asarray([True, True, False]))) == 3
+  assert int(bucket_index(b, jnp.asarray([0, 0]), jnp.asarray([True, True]))) == 0
+  assert int(bucket_index(b, jnp.asarray([7, 0]), jnp.asarray([True, False]))) == 4
+  assert round_up_to_bucket(b, jnp.asarray([0, 3, 5, 7])).tolist() == [0, 4, 7, 7]
+
+
+def test_fixed_and_constant():
+  f = FixedLength(5)
+  assert f.buckets == (5,)
+  g, st, sig = f.choose(None, f.init(None, None, None, 8), None, None, None, None,
+                        jnp.asarray([True, False]))
+  assert g.tolist() == [5, 0] and sig == {}
+  c = ConstantGamma(5, gamma=2)
+  assert c.buckets == (2, 5)
+  assert c.choose(None, None, None, None, None, None, jnp.asarray([True]))[0].tolist() == [2]
+  with pytest.raises(ValueError, match="gamma"):
+    ConstantGamma(3, gamma=4)
+  with pytest.raises(ValueError, match="num_draft"):
+    FixedLength(0)
+
+
+def _perturbed(params, seed, noise):
+  leaves, tree = jax.tree.flatten(params)
+  keys = jax.random.split(jax.random.key(seed), len(leaves))
+  return jax.tree.unflatten(tree, [l + noise * jax.random.normal(kk, l.shape) if l.ndim > 1
+                                   else l for l, kk in zip(leaves, keys)])
+
+
+@pytest.fixture(scope="module")
+def triple():
+  """Target, draft and companion share one tiny architecture (one init, fast);
+  draft and companion are noisy copies of the target."""
+  model, tp = independent_draft(vocab=32, seed=7)
+  tp = jax.tree.map(lambda x: x * 1.5 if x.ndim > 1 else x, tp)  # peakier predictions
+  return model, tp, model, _perturbed(tp, 1, 0.02), model, _perturbed(tp, 2, 0.01)
+
+
+def _sv_params(policy, cp, b):
+  lat = np.array([1.0 + 0.1 * g for g in range(policy.num_draft + 1)])
+  return policy.make_params(cp, uninformative_table(0.7), lat, b)
+
+
+def test_policy_validation(triple):
+  *_, companion, cp = triple
+  with pytest.raises(ValueError, match="mode"):
+    SpeculativeVerification(4, companion=companion, mode="tree")
+  with pytest.raises(ValueError, match="buckets"):
+    SpeculativeVerification(4, companion=companion, verify_buckets=(0, 2))
+  with pytest.raises(ValueError, match="companion"):
+    SpeculativeVerification(4)
+  pol = SpeculativeVerification(4, companion=companion)
+  assert pol.buckets == (0, 1, 2, 4)
+  hash(pol)  # static under jit
+  with pytest.raises(ValueError, match="K\\+1"):
+    pol.make_params(cp, uninformative_table(), np.ones(3), 2)
+
+
+def test_companion_cache_matches_full_forward(triple):
+  """choose() scores x with the companion exactly as a cache-free forward over the
+  whole sequence does, before and after a commit."""
+  target, tp, draft, dp, companion, cp = triple
+  k, b = 3, 2
+  pol = SpeculativeVerification(k, companion=companion)
+  params = _sv_params(pol, cp, b)
+  rs = np.random.RandomState(0)
+  seq = jnp.asarray(rs.randint(0, 32, size=(b, 20)), jnp.int32)
+  lengths = jnp.asarray([6, 9], jnp.int32)  # prompts seq[:, :len]
+  state = jax.jit(pol.init, static_argnums=3)(params, seq, lengths, 24)
+  assert state.lengths.tolist() == [5, 8]
+
+  def reference(L):  # P_c of the drafts at positions L+1..L+k (L = target length)
+    full = jax.jit(companion.apply)(cp, seq, jnp.broadcast_to(jnp.arange(20), (b, 20)),
+                                    companion.init_cache(b, 20)).logits
+    idx = L[:, None] + jnp.arange(k)[None, :]  # logits at position L+i predict x_{i+1}
+    return probs_from_logits(jnp.take_along_axis(full, idx[:, :, None], 1), pol.companion_sampling)
+
+  def step(state, L):
+    prev = jnp.take_along_axis(seq, (L - 1)[:, None], 1)[:, 0]
+    last = jnp.take_along_axis(seq, L[:, None], 1)[:, 0]
+    x = jnp.take_along_axis(seq, L[:, None] + 1 + jnp.arange(k)[None, :], 1)
+    q = jax.nn.one_hot(x, 32) * 0.5 + 0.5 / 32
+    s, a, p_hat, cache = jax.jit(pol.signals)(params, state, prev, last, x, q)
+    p_c = reference(L)
+    np.testing.assert_allclose(s, jnp.sum(jnp.minimum(q, p_c), -1), rtol=1e-5, atol=1e-6)
+    pcx = jnp.take_along_axis(p_c, x[..., None], -1)[..., 0]
+    qx = jnp.take_along_axis(q, x[..., None], -1)[..., 0]
+    np.testing.assert_allclose(a, jnp.minimum(1.0, pcx / qx), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(p_hat, 0.7)
+    return cache
+
+  # Target length L = prompt length: the target caches seq[:L]; seq[L] plays the
+  # emitted token "last" and seq[L+1 : L+1+k] the drafts.
+  state = step(state, lengths)
+  # Accept 2 drafts in row 0, 0 in row 1: the target commits n + 1 tokens.
+  new_t = lengths + jnp.asarray([3, 1])
+  state = pol.commit(state, new_t)
+  assert state.lengths.tolist() == (new_t - 1).tolist()
+  step(state, new_t)
+
+
+def test_choose_modes_under_jit(triple):
+  target, tp, draft, dp, companion, cp = triple
+  k, b = 4, 3
+  rs = np.random.RandomState(1)
+  seq = jnp.asarray(rs.randint(0, 32, size=(b, 8)), jnp.int32)
+  lengths = jnp.asarray([4, 6, 8], jnp.int32)
+  x = jnp.asarray(rs.randint(0, 32, size=(b, k)), jnp.int32)
+  q = jax.nn.softmax(jnp.asarray(rs.randn(b, k, 32)), -1)
+  prev = seq[:, 2]
+  last = seq[:, 3]
+  active = jnp.asarray([True, True, False])
+  for mode, cost, fill in (("row", "max", True), ("batch", "max", False),
+                           ("batch", "total", False)):
+    pol = SpeculativeVerification(k, companion=companion, mode=mode, batch_cost=cost,
+                                  fill_bucket=fill)
+    params = _sv_params(pol, cp, b)
+    st = jax.jit(pol.init, static_argnums=3)(params, seq, lengths, 20)
+    g, st2, sig = jax.jit(pol.choose)(params, st, prev, last, x, q, active)
+    assert g.shape == (b,) and g.dtype == jnp.int32
+    assert int(g[2]) == 0 and bool(jnp.all((g >= 0) & (g <= k)))
+    assert set(sig) == {"S", "A", "p_hat", "expected_accepted"}
+    assert sig["S"].shape == (b, k)
+    assert bool(jnp.all((sig["S"] >= 0) & (sig["S"] <= 1 + 1e-6)))
+    assert bool(jnp.all((sig["A"] >= 0) & (sig["A"] <= 1)))
+    np.testing.assert_array_equal(st2.lengths, st.lengths)  # written, not committed
+    if fill:
+      gmax = int(jnp.max(g))
+      assert gmax in pol.buckets and g[:2].tolist() == [gmax, gmax]
+
+
+def test_collect_records(triple):
+  target, tp, draft, dp, companion, cp = triple
+  k = 3
+  drafter = LMDrafter(k, SamplingConfig(temperature=1.0), draft)
+  pol = SpeculativeVerification(k, companion=companion)
+  params = _sv_params(pol, cp, 4)
+  rs = np.random.RandomState(2)
+  prompts = [rs.randint(0, 32, size=n).tolist() for n in (3, 7, 5, 11)]
+  rec = collect_records(target, tp, drafter, dp, pol, params, verifiers.get("lossless"), prompts,
+                        max_new_tokens=14, sampling=SamplingConfig(temperature=1.0),
+                        key=jax.random.key(0), eos_token_id=None)
+  n = len(rec["S"])
+  assert n > 20 and all(len(rec[c]) == n for c in ("A", "accepted", "position", "row", "step"))
+  assert set(np.unique(rec["row"]).tolist()) == {0, 1, 2, 3}
+  # Per (row, step), reached positions are 0..n_acc (a prefix), accepted all but maybe the last.
+  for r in range(4):
+    for s in np.unique(rec["step"][rec["row"] == r]):
+      m = (rec["row"] == r) & (rec["step"] == s)
+      pos, acc = rec["position"][m], rec["accepted"][m]
+      assert pos.tolist() == list(range(len(pos)))
+      assert acc[:-1].all()
+      if len(pos) < k:
+        assert not acc[-1]
+  assert 1.0 <= rec["tokens_per_call"] <= k + 1
+  assert 0 < rec["accepted"].mean() < 1
+
+
+def test_sv_in_speculative_loop_greedy_is_target_greedy(triple):
+  """Through the loop (when it takes a policy): lossless + greedy output equals the
+  target's greedy output whatever gamma SV picks, and verified tokens drop."""
+  import inspect
+  from specjax.decoding import speculative as spec
+  from specjax.decoding.autoregressive import generate
+  if "policy" not in inspect.signature(spec.speculative_generate).parameters:
+    pytest.skip("speculative_generate has no policy hook yet")
+  target, tp, draft, dp, companion, cp = triple
+  k = 4
+  greedy = SamplingConfig(temperature=0.0)
+  rs = np.random.RandomState(3)
+  prompts = [rs.randint(0, 32, size=n).tolist() for n in (3, 9, 5)]
+  ref = generate(target, tp, prompts, max_new_tokens=16, eos_token_id=None).to_lists()
+  # P_hat rises with A; latency steep enough that low-A drafts are not worth verifying.
+  table = CalibrationTable(jnp.asarray([0.0, 1.0]), jnp.asarray([0.0, 0.3, 0.7, 1.0]),
+                           jnp.asarray([[0.05, 0.5, 0.95]]))
+  pol = SpeculativeVerification(k, companion=companion)
+  params = pol.make_params(cp, table, np.array([1.0, 1.3, 1.6, 1.9, 2.2]), len(prompts))
+  out = spec.speculative_generate(target, tp, LMDrafter(k, greedy, draft), dp,
+                                  verifiers.get("lossless"), prompts, max_new_tokens=16,
+                                  eos_token_id=None, policy=pol, policy_params=params)
+  assert out.to_lists() == ref
+  st = out.stats
+  if hasattr(st, "verified_tokens"):
+    assert 0 < int(np.sum(st.verified_tokens)) < k * int(np.sum(st.target_calls)) / 2
