@@ -1,0 +1,306 @@
+"""Real model contexts for the exact analyses (SPEC §6: "on real model contexts").
+
+Runs a target LM (and optionally a draft LM sharing its tokenizer) over
+held-out corpus text, teacher-forced, and returns per-position
+
+* ``z [N, V]`` -- the target's raw logits (the MARS ratio ``z2 / z1`` needs them),
+* ``p [N, V]`` -- the target distribution after temperature / processors,
+* ``q [N, V]`` -- the draft's distribution at the same position (same prefix),
+
+for at most ``num_positions`` positions, sampled without replacement from
+the windows (deterministic given ``seed``).  Forward passes are batched and
+jitted (one compilation per model and window shape).
+
+Sources of models (:func:`load_models`):
+
+* ``"default"`` -- the embedded default set (:mod:`specjax.models.defaults`);
+  text: the held-out split of the default corpus (the interpreter's stdlib,
+  :mod:`specjax.data.corpus`), tokenized with the default tokenizer.
+* a directory -- Hugging Face checkpoints ``<dir>/target`` and ``<dir>/draft``
+  (``config.json`` + ``model.safetensors`` [+ ``tokenizer.json``]).
+* ``"tiny"`` -- random small models (a target and a perturbed copy as draft)
+  and random token windows: for tests and for development without trained
+  models.  Not meaningful as language, only as shapes and code paths.
+
+Example::
+
+    models = load_models("default")
+    ctx = extract_contexts(models, num_positions=1000, temperature=1.0)
+    ctx.z.shape, ctx.p.shape, ctx.q.shape   # (1000, 4096) each
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specjax.decoding.sampling import SamplingConfig, probs_from_logits
+from specjax.models.transformer import Model
+
+MODEL_SOURCES = ("default", "tiny")
+
+
+class Contexts(NamedTuple):
+  """Teacher-forced contexts from held-out text.
+
+  Attributes:
+    z: [N, V] float32 raw target logits.
+    p: [N, V] float32 target distribution (``target_sampling`` applied to z).
+    q: [N, V] float32 draft distribution (``draft_sampling``), or None without a draft.
+    zq: [N, V] float32 raw draft logits, or None.
+    next_token: [N] int32 the token that actually follows in the text.
+    window: [N] int32 index of the window each position came from.
+    position: [N] int32 position inside its window (the prefix is ``window[:position+1]``).
+  """
+
+  z: np.ndarray
+  p: np.ndarray
+  q: np.ndarray | None
+  zq: np.ndarray | None
+  next_token: np.ndarray
+  window: np.ndarray
+  position: np.ndarray
+
+  @property
+  def num(self) -> int:
+    return int(self.z.shape[0])
+
+  @property
+  def vocab_size(self) -> int:
+    return int(self.z.shape[-1])
+
+  def take(self, n: int) -> "Contexts":
+    """The first ``n`` contexts (the order is already a random sample)."""
+    return Contexts(*(None if a is None else a[:n] for a in self))
+
+
+@dataclasses.dataclass
+class ModelSet:
+  """A target, an optional draft, and where held-out text comes from.
+
+  Attributes:
+    target, target_params: the target model.
+    draft, draft_params: the draft model (None for none).
+    tokenizer: a ``tokenizers.Tokenizer`` (None for random "tiny" models).
+    source: "default", "tiny" or the checkpoint directory.
+  """
+
+  target: Model
+  target_params: object
+  draft: Model | None = None
+  draft_params: object = None
+  tokenizer: object = None
+  source: str = "default"
+
+  @property
+  def vocab_size(self) -> int:
+    return self.target.config.vocab_size
+
+
+# --- models --------------------------------------------------------------------------
+
+
+def tiny_models(vocab: int = 64, seed: int = 0, scale: float = 5.0, noise: float = 0.03
+                ) -> ModelSet:
+  """Random tiny target + draft (the target's params plus noise) over ``vocab`` tokens."""
+  from specjax.models.config import ModelConfig
+  cfg = ModelConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64,
+                    num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                    head_dim=16)
+  m = Model(cfg)
+
+  @jax.jit
+  def make(key):
+    kt, kd = jax.random.split(key)
+    tp = jax.tree.map(lambda x: x * scale if x.ndim > 1 else x, m.init_params(kt))
+    leaves, tree = jax.tree.flatten(tp)
+    keys = jax.random.split(kd, len(leaves))
+    dp = jax.tree.unflatten(tree, [l + noise * jax.random.normal(k, l.shape) if l.ndim > 1
+                                   else l for l, k in zip(leaves, keys)])
+    return tp, dp
+
+  tp, dp = make(jax.random.key(seed))
+  return ModelSet(m, tp, m, dp, None, "tiny")
+
+
+def load_models(source: str = "default", *, with_draft: bool = True, seed: int = 0
+                ) -> ModelSet:
+  """Load a :class:`ModelSet`: ``"default"``, ``"tiny"`` or a checkpoint directory.
+
+  A directory must hold ``target/`` (and ``draft/`` when ``with_draft``) Hugging
+  Face checkpoints; the tokenizer is the first ``tokenizer.json`` found in
+  them, else the default tokenizer.
+  """
+  if source == "tiny":
+    ms = tiny_models(seed=seed)
+    if not with_draft:
+      ms.draft, ms.draft_params = None, None
+    return ms
+  if source == "default":
+    from specjax.models.defaults import default_tokenizer, load_default
+    target, tp = load_default("target")
+    draft, dp = load_default("draft") if with_draft else (None, None)
+    return ModelSet(target, tp, draft, dp, default_tokenizer(), "default")
+  if not os.path.isdir(source):
+    raise ValueError(f"model source {source!r} is neither one of {MODEL_SOURCES} nor a directory")
+  from specjax.models import hf
+  target, tp = hf.load_pretrained(os.path.join(source, "target"))
+  draft, dp = (hf.load_pretrained(os.path.join(source, "draft")) if with_draft else (None, None))
+  tok = None
+  for name in ("target", "draft"):
+    path = os.path.join(source, name, hf.TOKENIZER_FILE)
+    if os.path.isfile(path):
+      tok = hf.load_tokenizer(path)
+      break
+  if tok is None:
+    from specjax.models.defaults import default_tokenizer
+    tok = default_tokenizer()
+  return ModelSet(target, tp, draft, dp, tok, source)
+
+
+# --- text ----------------------------------------------------------------------------
+
+
+def heldout_windows(tokenizer, num_windows: int, seq_len: int, *, corpus_root: str = "",
+                    heldout_fraction: float = 0.05, split_seed: int = 0,
+                    cache_dir: str | None = "/tmp/specjax_data/bpe4096") -> np.ndarray:
+  """``[W, seq_len]`` int32 windows evenly spaced over the held-out token stream.
+
+  Uses :mod:`specjax.data` (the same corpus config and file-hash split as the
+  training of the default models), so the text was never trained on.
+  ``W = min(num_windows, len(stream) // seq_len)``.
+  """
+  from specjax.data import batching, corpus
+  cfg = corpus.CorpusConfig(root=corpus_root, heldout_fraction=heldout_fraction,
+                            split_seed=split_seed)
+  stream = batching.load_token_stream(cfg, "heldout", tokenizer, cache_dir or None)
+  n_avail = len(stream) // seq_len
+  if n_avail < 1:
+    raise ValueError(f"held-out stream has {len(stream)} tokens < seq_len={seq_len}")
+  w = min(num_windows, n_avail)
+  starts = (np.arange(w) * (n_avail // w)) * seq_len
+  return np.stack([stream[s:s + seq_len] for s in starts]).astype(np.int32)
+
+
+def random_windows(vocab: int, num_windows: int, seq_len: int, seed: int = 0) -> np.ndarray:
+  """``[W, seq_len]`` uniformly random tokens (for random tiny models)."""
+  return np.random.RandomState(seed).randint(0, vocab, (num_windows, seq_len)).astype(np.int32)
+
+
+def model_windows(models: ModelSet, num_windows: int, seq_len: int, seed: int = 0,
+                  **heldout_kwargs) -> np.ndarray:
+  """Held-out windows for a model set with a tokenizer, random ones otherwise."""
+  if models.tokenizer is None:
+    return random_windows(models.vocab_size, num_windows, seq_len, seed)
+  return heldout_windows(models.tokenizer, num_windows, seq_len, **heldout_kwargs)
+
+
+# --- forward passes ------------------------------------------------------------------
+
+
+@functools.partial(jax.jit, static_argnames=("model",))
+def _forward_logits(model: Model, params, tokens):
+  """Teacher-forced logits [B, S, V] for full windows [B, S]."""
+  b, s = tokens.shape
+  cache = model.init_cache(b, s)
+  pos = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (b, s))
+  return model.apply(params, tokens, pos, cache).logits
+
+
+def window_logits(model: Model, params, windows: np.ndarray, rows: np.ndarray,
+                  cols: np.ndarray, batch_size: int = 8) -> np.ndarray:
+  """Raw logits ``[N, V]`` of ``model`` at (window ``rows[i]``, position ``cols[i]``).
+
+  Runs the jitted forward over batches of ``batch_size`` windows (the last
+  batch padded, so there is one compilation) and gathers the requested
+  positions on the host.
+  """
+  windows = np.asarray(windows, np.int32)
+  w, s = windows.shape
+  out = np.zeros((len(rows), model.config.vocab_size), np.float32)
+  bs = max(1, min(batch_size, w))
+  for start in range(0, w, bs):
+    idx = np.arange(start, min(start + bs, w))
+    sel = np.nonzero((rows >= start) & (rows < start + bs))[0]
+    if len(sel) == 0:
+      continue
+    batch = windows[idx]
+    if len(idx) < bs:
+      batch = np.concatenate([batch, np.zeros((bs - len(idx), s), np.int32)])
+    logits = np.asarray(_forward_logits(model, params, jnp.asarray(batch)))
+    out[sel] = logits[rows[sel] - start, cols[sel]]
+  return out
+
+
+def sample_positions(num_windows: int, seq_len: int, num_positions: int, *,
+                     min_position: int = 8, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+  """``(rows, cols)`` of up to ``num_positions`` distinct (window, position) pairs.
+
+  Positions ``< min_position`` (short prefixes) are skipped and the last one is
+  excluded (it has no next token in the window).  A uniform sample without
+  replacement, in random order, so a prefix ``[:n]`` is itself a uniform sample.
+  """
+  lo = min(max(0, min_position), seq_len - 2)
+  cols = np.arange(lo, seq_len - 1)
+  grid_r, grid_c = np.meshgrid(np.arange(num_windows), cols, indexing="ij")
+  grid_r, grid_c = grid_r.reshape(-1), grid_c.reshape(-1)
+  n = min(num_positions, len(grid_r))
+  pick = np.random.RandomState(seed).permutation(len(grid_r))[:n]
+  return grid_r[pick].astype(np.int32), grid_c[pick].astype(np.int32)
+
+
+def extract_contexts(models: ModelSet, *, num_positions: int = 1000, seq_len: int = 128,
+                     num_windows: int | None = None, windows: np.ndarray | None = None,
+                     temperature: float = 1.0, draft_temperature: float | None = None,
+                     target_sampling: SamplingConfig | None = None,
+                     draft_sampling: SamplingConfig | None = None, min_position: int = 8,
+                     batch_size: int = 8, seed: int = 0, **heldout_kwargs) -> Contexts:
+  """Run target (and draft) over held-out windows; return :class:`Contexts`.
+
+  Args:
+    models: from :func:`load_models`.
+    num_positions: cap N on the number of positions returned.
+    seq_len: window length (tokens); positions ``min_position..seq_len-2`` are used.
+    num_windows: windows to read; default enough for ``num_positions`` at
+      about 8 positions per window (spread over the held-out text).
+    windows: explicit ``[W, S]`` token windows (overrides the corpus).
+    temperature: target temperature for p (ignored if ``target_sampling`` given).
+    draft_temperature: draft temperature for q (default ``temperature``).
+    target_sampling, draft_sampling: full :class:`SamplingConfig` (processors).
+    min_position: shortest prefix used.
+    batch_size: windows per forward pass.
+    seed: position sampling seed (and random windows for tiny models).
+    **heldout_kwargs: passed to :func:`heldout_windows` (``corpus_root``, ``cache_dir``, ...).
+  """
+  if target_sampling is None:
+    target_sampling = SamplingConfig(temperature=temperature)
+  if draft_sampling is None:
+    draft_sampling = SamplingConfig(
+        temperature=temperature if draft_temperature is None else draft_temperature)
+  if windows is None:
+    if num_windows is None:
+      num_windows = max(1, -(-num_positions // 8))
+    windows = model_windows(models, num_windows, seq_len, seed=seed, **heldout_kwargs)
+  windows = np.asarray(windows, np.int32)
+  w, s = windows.shape
+  rows, cols = sample_positions(w, s, num_positions, min_position=min_position, seed=seed)
+  z = window_logits(models.target, models.target_params, windows, rows, cols, batch_size)
+  p = np.asarray(probs_from_logits(jnp.asarray(z), target_sampling))
+  q = zq = None
+  if models.draft is not None:
+    if models.draft.config.vocab_size != models.target.config.vocab_size:
+      raise ValueError("target and draft must share a vocabulary")
+    zq = window_logits(models.draft, models.draft_params, windows, rows, cols, batch_size)
+    q = np.asarray(probs_from_logits(jnp.asarray(zq), draft_sampling))
+  return Contexts(z, p, q, zq, windows[rows, cols + 1].astype(np.int32), rows, cols)
+
+
+def prompts_from_windows(windows: np.ndarray, num_prompts: int, prompt_len: int) -> list:
+  """The first ``prompt_len`` tokens of ``num_prompts`` windows, as token-id lists."""
+  return [list(map(int, windows[i, :prompt_len])) for i in range(min(num_prompts, len(windows)))]

@@ -1,0 +1,99 @@
+"""experiments/lossy_propositions.py end to end at a tiny setting (random tiny models)."""
+
+import json
+import os
+
+import numpy as np
+
+from experiments import lossy_propositions as lp
+from experiments.configs import propositions as cfg_lib
+from specjax.analysis import contexts as ctx_lib
+
+
+def _tiny_config():
+  c = cfg_lib.get_config("tiny")
+  c.rules = ("spec_cascade:p_base=0.3",)
+  c.ts = (1.0, 0.0)
+  c.thetas = (0.9,)
+  c.mars_drafts = ("top1",)
+  # Synthetic and real contexts share one shape [12, 64] (the tiny models' vocabulary),
+  # so every jitted analysis compiles once.
+  c.synthetic.num_contexts = 12
+  c.synthetic.vocab = 64
+  c.real.num_positions = 12
+  c.real.seq_len = 8
+  c.real.sd_contexts = 12
+  return c
+
+
+def test_contexts_tiny_shapes():
+  ms = ctx_lib.load_models("tiny")
+  ctx = ctx_lib.extract_contexts(ms, num_positions=10, seq_len=8, min_position=2, batch_size=3)
+  v = ms.vocab_size
+  assert ctx.z.shape == ctx.p.shape == ctx.q.shape == (10, v)
+  np.testing.assert_allclose(ctx.p.sum(-1), 1.0, atol=1e-5)
+  np.testing.assert_allclose(ctx.q.sum(-1), 1.0, atol=1e-5)
+  assert ((ctx.position >= 2) & (ctx.position <= 6)).all()
+  # distinct (window, position) pairs; a prefix is a sub-sample
+  assert len({(int(r), int(c)) for r, c in zip(ctx.window, ctx.position)}) == 10
+  assert ctx.take(4).z.shape == (4, v)
+  # the gathered rows are the (window, position) logits of the batched forward pass
+  # (same padded shape as inside extract_contexts: a compilation-cache hit)
+  import jax.numpy as jnp
+  windows = ctx_lib.random_windows(v, 2, 8, seed=0)
+  padded = np.concatenate([windows, np.zeros((1, 8), np.int32)])
+  logits = np.asarray(ctx_lib._forward_logits(ms.target, ms.target_params, jnp.asarray(padded)))
+  np.testing.assert_allclose(ctx.z, logits[ctx.window, ctx.position], rtol=1e-5, atol=1e-5)
+  np.testing.assert_array_equal(ctx.next_token, windows[ctx.window, ctx.position + 1])
+
+
+def test_binary_end_to_end_and_restart(tmp_path):
+  c = _tiny_config()
+  out = str(tmp_path / "run")
+  records = lp.run(c, out, "tiny")
+  path = os.path.join(out, lp.RECORDS)
+  keys = [r["key"] for r in records]
+  assert len(keys) == len(set(keys))
+  assert all(set(r) == {"key", "config", "result"} for r in records)  # experiments.sweep format
+  flat = lp.flatten(records)
+  parts = {(r["part"], r["source"]) for r in flat}
+  for part in ("sd", "eagle", "truncation"):
+    assert (part, "synthetic") in parts and (part, "real") in parts
+  assert ("mars", "synthetic_logits") in parts and ("margins", "real") in parts
+  by = {r["key"]: r for r in flat}
+  for r in by.values():
+    if r["part"] == "sd":  # Proposition 1, standard SD: KL -> 0 as t -> 0
+      assert r["kl_mean"][-1] < 1e-4
+    if r["part"] == "eagle":  # EAGLE drafts: the KL at t = 0 is the closed-form limit
+      assert abs(r["kl_mean"][-1] - r["limit"]) < 1e-4
+  pngs = sorted(f for f in os.listdir(out) if f.endswith(".png"))
+  for name in ("kl_vs_t_synthetic.png", "kl_vs_t_real.png", "truncation_be_real.png",
+               "mars_theta_real.png", "margins_hist_real.png"):
+    assert name in pngs
+  lines = open(path).read().splitlines()
+  assert len(lines) == len(records)
+  # Restart: nothing recomputed, no duplicate records.
+  records2 = lp.run(c, out, "tiny")
+  lines2 = open(path).read().splitlines()
+  assert lines2 == lines
+  assert len(records2) == len(records)
+  # A changed setting is a new configuration; a torn last line is tolerated.
+  with open(path, "a") as f:
+    f.write('{"key": "torn')
+  c.thetas = (0.8,)
+  c.parts = ("mars",)
+  c.sources = ("synthetic",)
+  records3 = lp.run(c, out, "tiny")
+  new = [r for r in records3 if r["key"] not in set(keys)]
+  assert len(new) == 1 and new[0]["config"]["part"] == "mars"
+  assert all(json.loads(l)["key"] for l in open(path).read().splitlines()[-1:])
+  assert "mars" in lp.summary_table(records3)
+  assert "| source |" in lp.markdown_tables(records)
+
+
+def test_parse_rule():
+  canon, rule = lp.parse_rule("typical:gate=soft,eps=0.05")
+  assert canon == "typical:eps=0.05,gate=soft"
+  assert rule.eps == 0.05 and rule.gate == "soft"
+  canon, rule = lp.parse_rule("lossless")
+  assert canon == "lossless"
