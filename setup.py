@@ -32,5 +32,5 @@ setup(
     include_package_data=True,
     install_requires=CORE,
     extras_require={"test": TEST + NOTEBOOKS, "peer": PEER, "notebooks": NOTEBOOKS},
-    entry_points={"console_scripts": ["specjax-bench=experiments.benchmark:run"]},
+    entry_points={"console_scripts": ["specjax-bench=experiments.benchmark:_console"]},
 )

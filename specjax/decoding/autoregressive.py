@@ -33,7 +33,8 @@ class GenerationResult:
     tokens: [B, max_new_tokens] int32 generated tokens (0 beyond ``lengths``).
     lengths: [B] int32 number of generated tokens (EOS included).
     finish_reason: [B] int32: 1 max_new_tokens, 2 eos, 3 cache_full (see FINISH_REASONS).
-    target_calls: [] int32 target forward passes (prefill included).
+    target_calls: [B] int32 target forward passes the row's batch ran (prefill
+      included; the same for every row of one device's shard).
   """
 
   tokens: jax.Array
@@ -100,13 +101,13 @@ def _generate(model: Model, params, tokens, lengths, key, row_ids, *, max_new_to
 
   state = (cache, out, n, reason, first, jnp.int32(1), jnp.int32(1))
   _, out, n, reason, _, _, calls = jax.lax.while_loop(cond, body, state)
-  return GenerationResult(out, n, reason, calls)
+  return GenerationResult(out, n, reason, jnp.full((b,), calls, jnp.int32))
 
 
 def generate(model: Model, params, prompts, *, max_new_tokens: int,
              sampling: SamplingConfig = SamplingConfig(temperature=0.0), key=None,
              eos_token_id="config", cache_length: int | None = None,
-             row_offset: int = 0) -> GenerationResult:
+             row_offset: int = 0, mesh=None) -> GenerationResult:
   """Target-only generation for a batch of ragged prompts.
 
   Args:
@@ -119,6 +120,7 @@ def generate(model: Model, params, prompts, *, max_new_tokens: int,
     cache_length: KV-cache slots; default prompt bucket + max_new_tokens. A row
       whose cache fills stops with finish_reason CACHE_FULL.
     row_offset: global index of the first row (per-row RNG streams).
+    mesh: optional ``jax.sharding.Mesh`` with a ``data`` axis (rows sharded over it).
   """
   if not (isinstance(max_new_tokens, (int, np.integer)) and max_new_tokens >= 1):
     raise ValueError(f"max_new_tokens={max_new_tokens!r} must be an integer >= 1")
@@ -133,7 +135,12 @@ def generate(model: Model, params, prompts, *, max_new_tokens: int,
   cache_length, bucket = resolve_cache_length(lengths, tokens.shape[1], max_new_tokens,
                                               cache_length)
   tokens = tokens[:, :bucket]
+  statics = dict(max_new_tokens=int(max_new_tokens), sampling=sampling, eos=eos,
+                 cache_length=cache_length)
+  if mesh is not None:
+    from specjax.decoding import parallel
+    return parallel.run_sharded(_generate.__wrapped__, (model,), statics, (params,), tokens,
+                                lengths, key, row_offset, mesh)
   row_ids = jnp.arange(tokens.shape[0], dtype=jnp.int32) + row_offset
   return _generate(model, params, jnp.asarray(tokens), jnp.asarray(lengths), key, row_ids,
-                   max_new_tokens=int(max_new_tokens), sampling=sampling, eos=eos,
-                   cache_length=cache_length)
+                   **statics)
