@@ -177,6 +177,10 @@ def test_same_result_on_1_and_8_devices(pair):
   tensor = speculative_generate(target, parallel.shard_params(tp, mesh), d, dp,
                                 verifiers.get("lossless"), prompts, mesh=mesh, **kw)
   assert one.to_lists() == tensor.to_lists()
+  # Target-only generation shards the same way.
+  g1 = generate(target, tp, prompts, **kw)
+  g8 = generate(target, tp, prompts, mesh=parallel.make_mesh(8), **kw)
+  assert g1.to_lists() == g8.to_lists()
 
 
 def test_no_recompilation_within_a_bucket(pair):
