@@ -1,0 +1,372 @@
+"""EagleDrafter: chains and trees from an EAGLE-1 / EAGLE-3 head (drafters.py protocol).
+
+Cache convention (REFERENCES.md, "EAGLE implementation notes"): the head's
+entry i pairs the target feature f_i with the token x_{i+1} and sits at RoPE
+position i, so when the target has committed L tokens the head can hold at
+most L - 1 *complete* entries -- entry L-1 needs the token at position L (the
+``last`` token of the protocol), which no cache holds yet.  The drafter state
+therefore keeps a small *pending* buffer: the target features of the tokens
+the target committed in its last step (and the tokens after them).  ``draft``
+first runs the head over the pending entries (closing them with ``last``),
+which leaves the head exactly L entries long, then drafts:
+
+* chain: K single-entry steps, each feeding the head's own output feature
+  back (EAGLE-1: as f; EAGLE-3: as the fused hidden); the token is sampled
+  from the head's distribution under ``sampling`` and q is that distribution
+  (one-hot when greedy).
+* dynamic tree (EAGLE-2, Li et al. 2024b, Alg. 1): expand the top_k children
+  of every frontier node, score = cumulative draft log-prob, keep the global
+  top_k as the next frontier, for ``depth`` levels; finally keep the best
+  ``total_tokens`` candidates (ancestors always outrank descendants, ties go to
+  the earlier candidate) in candidate order, so parents precede children.
+* static tree: EAGLE-1 / Medusa choice paths (``tree.static_tree``).
+
+Tree drafts are deterministic top-k choices, so q = one-hot(token) (the
+multi-draft lossless rule then reduces to p(x) acceptance).  Tree nodes are
+written into the head's cache region after the L committed entries; each sees
+the committed entries, its ancestors and itself (a full ``[B, T, S]`` mask, the
+same visibility rule as the target's ``attn_mask``).  ``commit`` simply resets
+the head to L_old = new target length - num_committed entries and stores the
+committed tokens' target features as the next pending buffer, so rejected
+drafts never leave a trace (per-row lengths: rows accept different amounts).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specjax.decoding.drafters import Drafter
+from specjax.decoding.sampling import sample_logits
+from specjax.decoding.tree import TreeDraft, static_tree
+from specjax.models import kv_cache as kvc
+from specjax.models.eagle import EagleHead
+from specjax.models.transformer import Model
+
+TREE_KINDS = ("chain", "dynamic", "static")
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class EagleState:
+  """Attributes:
+    cache: the head's 1-layer KV cache; lengths[b] = complete entries of row b.
+    pend_tokens: [B, W] int32 tokens after the pending features (slot count-1 is
+      filled with ``last`` at the next draft).
+    pend_hidden: [n_sel, B, W, Ht] target features of the pending positions.
+    pend_count: [B] int32 pending entries per row.
+  """
+
+  cache: kvc.KVCache
+  pend_tokens: jax.Array
+  pend_hidden: jax.Array
+  pend_count: jax.Array
+
+
+def _fit(x, width: int, axis: int):
+  """Pad with zeros or slice ``x`` along ``axis`` to ``width`` (static shapes)."""
+  n = x.shape[axis]
+  if n >= width:
+    return jax.lax.slice_in_dim(x, 0, width, axis=axis)
+  pad = [(0, 0)] * x.ndim
+  pad[axis] = (0, width - n)
+  return jnp.pad(x, pad)
+
+
+@dataclasses.dataclass(frozen=True)
+class EagleDrafter(Drafter):
+  """An EAGLE head as a drafter.
+
+  Attributes (besides ``num_draft`` and ``sampling``):
+    head: the :class:`~specjax.models.eagle.EagleHead`.
+    tree_kind: "chain" | "dynamic" (EAGLE-2) | "static".
+    top_k: children per frontier node and frontier width (dynamic trees).
+    total_tokens: draft nodes N kept per dynamic tree.
+    tree_paths: tuple of rank paths for a static tree, e.g. ((0,), (1,), (0, 0)).
+
+  ``num_draft`` is the chain length K, or the tree depth (for a static tree:
+  its longest path).  Params: ``EagleDrafter.make_params(head_params, target,
+  target_params, d2t)``.
+  """
+
+  head: EagleHead = None
+  tree_kind: str = "chain"
+  top_k: int = 10
+  total_tokens: int = 60
+  tree_paths: Optional[tuple] = None
+
+  def __post_init__(self):
+    if not isinstance(self.head, EagleHead):
+      raise ValueError("EagleDrafter needs head=EagleHead(...)")
+    if not (isinstance(self.num_draft, int) and self.num_draft >= 1):
+      raise ValueError(f"num_draft={self.num_draft!r} must be an integer >= 1 (chain length "
+                       "or tree depth)")
+    if self.tree_kind not in TREE_KINDS:
+      raise ValueError(f"tree_kind={self.tree_kind!r}; choose one of {TREE_KINDS}")
+    vd = self.head.config.draft_vocab_size
+    if self.tree_kind == "dynamic":
+      if not 1 <= self.top_k <= vd:
+        raise ValueError(f"top_k={self.top_k} must lie in [1, draft vocab {vd}]")
+      cap = self.top_k + (self.num_draft - 1) * self.top_k ** 2
+      if not 1 <= self.total_tokens <= cap:
+        raise ValueError(f"total_tokens={self.total_tokens} must lie in [1, {cap}] "
+                         f"(top_k + (depth - 1) * top_k**2 candidates)")
+    if self.tree_kind == "static":
+      if not self.tree_paths:
+        raise ValueError("a static tree needs tree_paths, e.g. ((0,), (1,), (0, 0))")
+      _, depths, ranks = static_tree(self.tree_paths)
+      if int(depths.max()) != self.num_draft:
+        raise ValueError(f"num_draft={self.num_draft} must equal the static tree depth "
+                         f"{int(depths.max())}")
+      if int(ranks.max()) >= vd:
+        raise ValueError(f"static tree rank {int(ranks.max())} >= draft vocab {vd}")
+
+  # ---- protocol attributes ---------------------------------------------------------------
+  @property
+  def tree(self) -> bool:
+    return self.tree_kind != "chain"
+
+  @property
+  def vocab_size(self) -> int:
+    return self.head.config.vocab_size
+
+  @property
+  def target_hidden_layers(self) -> tuple:
+    return tuple(self.head.config.target_layers)
+
+  @property
+  def num_nodes(self) -> int:
+    if self.tree_kind == "dynamic":
+      return self.total_tokens
+    if self.tree_kind == "static":
+      return len(self.tree_paths)
+    return self.num_draft
+
+  @property
+  def tokens_per_step(self) -> int:
+    return self.num_nodes + 1
+
+  @property
+  def pending_width(self) -> int:
+    return self.num_draft + 1
+
+  @property
+  def _extra_slots(self) -> int:
+    """Head cache slots needed beyond the target's cache (tree regions)."""
+    if self.tree_kind == "dynamic":
+      return (self.num_draft - 1) * self.top_k + self.pending_width
+    return self.num_nodes + self.pending_width
+
+  @staticmethod
+  def make_params(head_params, target: Model, target_params, d2t=None) -> dict:
+    """The drafter's params: the head's own plus the target's (frozen) embedding and,
+    for EAGLE-1, LM head kernel [H, V]; ``d2t`` for a reduced draft vocabulary."""
+    emb = target_params["embed_tokens"]["embedding"]
+    if target.config.tie_word_embeddings:
+      lm_head = emb.T
+    else:
+      lm_head = target_params["lm_head"]["kernel"]
+    out = {"head": head_params, "embed": emb, "lm_head": lm_head}
+    if d2t is not None:
+      out["d2t"] = jnp.asarray(d2t, jnp.int32)
+    return out
+
+  # ---- helpers -----------------------------------------------------------------------------
+  def _embed(self, params, tokens):
+    dt = jnp.dtype(self.head.config.dtype)
+    return params["embed"][tokens].astype(dt)
+
+  def _logits(self, params, hidden):
+    lm = params.get("lm_head") if self.head.config.kind == "eagle1" else None
+    return self.head.logits(params["head"], hidden, lm, params.get("d2t"))
+
+  def _consume_pending(self, params, state: EagleState, last):
+    """Run the pending entries (closed by ``last``); returns the root's output
+    feature [B, H], its logits [B, V] and the cache, now L entries long."""
+    w = state.pend_tokens.shape[1]
+    cnt = jnp.maximum(state.pend_count, 1)
+    idx = jnp.arange(w)[None, :]
+    toks = jnp.where(idx == (cnt - 1)[:, None], last[:, None], state.pend_tokens)
+    feats = self.head.project(params["head"], state.pend_hidden)
+    cache = state.cache
+    pos = cache.lengths[:, None] + idx
+    out = self.head.apply(params["head"], self._embed(params, toks), feats, pos, cache)
+    cache = kvc.commit(out.cache, cnt)
+    h = jnp.take_along_axis(out.hidden, (cnt - 1)[:, None, None], axis=1)[:, 0]  # [B, H]
+    return h, self._logits(params, h), cache
+
+  # ---- protocol ----------------------------------------------------------------------------
+  def prefill(self, params, tokens, lengths, cache_length: int, target_hidden=None
+              ) -> EagleState:
+    if target_hidden is None:
+      raise ValueError("EagleDrafter.prefill needs the target's hidden states for layers "
+                       f"{self.target_hidden_layers}")
+    b, p = tokens.shape
+    cache = self.head.init_cache(b, cache_length + self._extra_slots)
+    if p > 1:
+      feats = self.head.project(params["head"], target_hidden[:, :, :p - 1])
+      pos = jnp.broadcast_to(jnp.arange(p - 1, dtype=jnp.int32), (b, p - 1))
+      out = self.head.apply(params["head"], self._embed(params, tokens[:, 1:]), feats, pos,
+                            cache)
+      cache = out.cache
+    cache = dataclasses.replace(cache, lengths=(lengths - 1).astype(jnp.int32))
+    w = self.pending_width
+    last_feat = jnp.take_along_axis(target_hidden, (lengths - 1)[None, :, None, None], axis=2)
+    pend_hidden = _fit(last_feat, w, 2)  # [n_sel, B, W, Ht]
+    return EagleState(cache, jnp.zeros((b, w), jnp.int32), pend_hidden,
+                      jnp.ones((b,), jnp.int32))
+
+  def draft(self, params, state: EagleState, prev, last, keys):
+    k = self.num_draft
+    h, z, cache = self._consume_pending(params, state, last)
+    step_keys = jax.vmap(lambda kk: jax.random.split(kk, k))(keys)  # [B, K]
+    sample = jax.vmap(lambda kk, l: sample_logits(kk, l, self.sampling))
+    x0, q0 = sample(step_keys[:, 0], z)
+
+    def step(carry, i):
+      cache, h, tok = carry
+      out = self.head.apply(params["head"], self._embed(params, tok[:, None]), h[:, None],
+                            cache.lengths[:, None], cache)
+      cache = kvc.commit(out.cache, jnp.ones_like(tok))
+      h = out.hidden[:, 0]
+      x, q = sample(step_keys[:, i], self._logits(params, h))
+      return (cache, h, x), (x, q)
+
+    if k > 1:
+      (cache, _, _), (xs, qs) = jax.lax.scan(step, (cache, h, x0), jnp.arange(1, k))
+      x = jnp.concatenate([x0[:, None], xs.T], axis=1)  # [B, K]
+      q = jnp.concatenate([q0[:, None], jnp.swapaxes(qs, 0, 1)], axis=1)  # [B, K, V]
+    else:
+      x, q = x0[:, None], q0[:, None]
+    return x, q, dataclasses.replace(state, cache=cache)
+
+  def commit(self, state: EagleState, target_lengths, committed=None, num_committed=None,
+             target_hidden=None) -> EagleState:
+    if committed is None or num_committed is None or target_hidden is None:
+      raise ValueError("EagleDrafter.commit needs the committed tokens, their count and the "
+                       "target's hidden states at those positions")
+    w = self.pending_width
+    num = num_committed.astype(jnp.int32)
+    cache = dataclasses.replace(state.cache, lengths=(target_lengths - num).astype(jnp.int32))
+    toks = _fit(committed[:, 1:].astype(jnp.int32), w, 1)
+    hid = _fit(target_hidden.astype(state.pend_hidden.dtype), w, 2)
+    return EagleState(cache, toks, hid, num)
+
+  # ---- trees -------------------------------------------------------------------------------
+  def _tree_forward(self, params, cache: kvc.KVCache, base, offset: int, region: int, tokens,
+                    feats, depth: int, anc):
+    """Forward T tree nodes written at slots ``base + offset + t``.
+
+    anc: [B, T, region] bool -- which tree-region slots (``base + r``) each node sees
+    (its ancestors and itself).  Returns (hidden [B, T, H], cache with lengths = base).
+    """
+    b, t = tokens.shape
+    s = cache.max_length
+    rel = jnp.arange(s)[None, :] - base[:, None]  # [B, S]
+    in_region = (rel >= 0) & (rel < region)
+    see = jnp.take_along_axis(anc, jnp.broadcast_to(jnp.clip(rel, 0, region - 1)[:, None, :],
+                                                   (b, t, s)), axis=2)
+    mask = (rel < 0)[:, None, :] | (in_region[:, None, :] & see)
+    pos = jnp.broadcast_to((base + depth - 1)[:, None], (b, t))
+    cur = dataclasses.replace(cache, lengths=(base + offset).astype(jnp.int32))
+    out = self.head.apply(params["head"], self._embed(params, tokens), feats, pos, cur,
+                          mask=mask)
+    return out.hidden, dataclasses.replace(out.cache, lengths=base)
+
+  def draft_tree(self, params, state: EagleState, prev, last, keys):
+    if self.tree_kind == "dynamic":
+      return self._dynamic_tree(params, state, last)
+    if self.tree_kind == "static":
+      return self._static_tree(params, state, last)
+    raise ValueError("draft_tree needs tree_kind 'dynamic' or 'static'")
+
+  def _one_hot(self, tokens):
+    return jax.nn.one_hot(tokens, self.vocab_size, dtype=jnp.float32)
+
+  def _dynamic_tree(self, params, state: EagleState, last):
+    """EAGLE-2 dynamic tree (expand top_k per frontier node, keep global top_k)."""
+    k, depth, n = self.top_k, self.num_draft, self.total_tokens
+    h_root, z, cache = self._consume_pending(params, state, last)
+    base = cache.lengths
+    b = last.shape[0]
+    lp_root = jax.nn.log_softmax(z, axis=-1)
+    f_score, f_tok = jax.lax.top_k(lp_root, k)  # [B, k]
+    cand_tok, cand_score = [f_tok], [f_score]
+    cand_parent = [jnp.full((b, k), -1, jnp.int32)]
+    cand_depth = [np.full((k,), 1, np.int32)]
+    f_idx = jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32), (b, k))
+    f_feat = jnp.broadcast_to(h_root[:, None, :], (b, k, h_root.shape[-1]))
+    region = max((depth - 1) * k, 1)
+    f_anc = jnp.zeros((b, k, region), bool)
+    n_cand = k
+    for i in range(1, depth):
+      off = (i - 1) * k
+      own = jax.nn.one_hot(off + jnp.arange(k), region, dtype=bool)  # [k, region]
+      anc = f_anc | own[None]
+      hid, cache = self._tree_forward(params, cache, base, off, region, f_tok, f_feat, i, anc)
+      lp = jax.nn.log_softmax(self._logits(params, hid), axis=-1)  # [B, k, V]
+      c_lp, c_tok = jax.lax.top_k(lp, k)  # [B, k, k]
+      cu = (f_score[:, :, None] + c_lp).reshape(b, k * k)
+      c_tok = c_tok.reshape(b, k * k)
+      cand_tok.append(c_tok)
+      cand_score.append(cu)
+      cand_parent.append(jnp.repeat(f_idx, k, axis=1))
+      cand_depth.append(np.full((k * k,), i + 1, np.int32))
+      f_score, sel = jax.lax.top_k(cu, k)  # next frontier [B, k]
+      src = sel // k  # which current frontier node is the parent
+      f_tok = jnp.take_along_axis(c_tok, sel, 1)
+      f_idx = n_cand + sel
+      f_feat = jnp.take_along_axis(hid, src[:, :, None], 1)
+      f_anc = jnp.take_along_axis(anc, src[:, :, None], 1)
+      n_cand += k * k
+    toks = jnp.concatenate(cand_tok, 1)
+    scores = jnp.concatenate(cand_score, 1)
+    parents = jnp.concatenate(cand_parent, 1)
+    depths = jnp.asarray(np.concatenate(cand_depth))
+    # Best N; lax.top_k prefers the lower index on ties and a child never outscores
+    # its parent (log-probs <= 0), so the kept set is ancestor-closed.
+    _, chosen = jax.lax.top_k(scores, n)
+    chosen = jnp.sort(chosen, axis=1)  # candidate order: parents first
+    tok = jnp.take_along_axis(toks, chosen, 1)
+    par_c = jnp.take_along_axis(parents, chosen, 1)
+    node_of = jnp.argmax(chosen[:, None, :] == par_c[:, :, None], axis=2) + 1  # [B, N]
+    par = jnp.where(par_c < 0, 0, node_of).astype(jnp.int32)
+    dep = depths[chosen].astype(jnp.int32)
+    tree = TreeDraft(tok.astype(jnp.int32), par, dep)
+    return tree, self._one_hot(tok), dataclasses.replace(state, cache=cache)
+
+  def _static_tree(self, params, state: EagleState, last):
+    """A fixed tree of rank paths: node = the rank-r token of its parent's distribution."""
+    parents_np, depths_np, ranks_np = static_tree(self.tree_paths)
+    n = len(parents_np)
+    r = int(ranks_np.max()) + 1
+    anc_nodes = np.eye(n, dtype=bool)  # [N, N]: node j sees node i (ancestors and itself)
+    for j in range(n):  # parents precede children
+      if parents_np[j] > 0:
+        anc_nodes[j] |= anc_nodes[parents_np[j] - 1]
+    h_root, z, cache = self._consume_pending(params, state, last)
+    base = cache.lengths
+    b = last.shape[0]
+    top = jnp.zeros((b, n + 1, r), jnp.int32).at[:, 0].set(jax.lax.top_k(z, r)[1])
+    feats = jnp.zeros((b, n + 1, h_root.shape[-1]), h_root.dtype).at[:, 0].set(h_root)
+    tok = jnp.zeros((b, n), jnp.int32)
+    max_depth = int(depths_np.max())
+    for d in range(1, max_depth + 1):
+      ids = np.nonzero(depths_np == d)[0]  # contiguous: nodes are sorted by depth
+      par = parents_np[ids]
+      node_tok = top[:, par, ranks_np[ids]]  # [B, T]
+      tok = tok.at[:, ids].set(node_tok)
+      if d == max_depth:
+        break
+      anc = jnp.broadcast_to(jnp.asarray(anc_nodes[ids]), (b, len(ids), n))
+      hid, cache = self._tree_forward(params, cache, base, int(ids[0]), n, node_tok,
+                                      feats[:, par], d, anc)
+      feats = feats.at[:, ids + 1].set(hid)
+      top = top.at[:, ids + 1].set(jax.lax.top_k(self._logits(params, hid), r)[1])
+    tree = TreeDraft(tok, jnp.broadcast_to(jnp.asarray(parents_np), (b, n)),
+                     jnp.broadcast_to(jnp.asarray(depths_np), (b, n)))
+    return tree, self._one_hot(tok), dataclasses.replace(state, cache=cache)

@@ -1,0 +1,347 @@
+"""Training EAGLE heads on a frozen target's features.
+
+Every batch of token windows runs through the frozen target inside the jitted
+train step (features are never stored), then:
+
+* EAGLE-1 (Li et al. 2024, Sec. 4): entry t reads (embed(x_{t+1}), f_t) and
+  predicts f_{t+1}.  Loss = ``reg_weight`` * smooth-L1(out_t, f_{t+1}) +
+  ``ce_weight`` * CE(p_{t+1}, softmax(lm_head(out_t))) where p is the target's
+  next-token distribution (the published weights are 1.0 and 0.1).
+  Optional uniform feature noise (the paper's data augmentation).
+* EAGLE-3 (Li et al. 2025, Sec. 3 "training-time test"): step 0 reads the fused
+  target features; step j >= 1 reads the head's own step j-1 output at the same
+  entry together with the embedding of the true token j positions further on,
+  at RoPE position t + j.  An entry at step j attends to the step-0 entries
+  0..t (the committed context) and to its own entries of steps 1..j (its
+  ancestors at test time).  Loss = sum_j ``decay**j`` * CE(p_{t+1+j} restricted
+  to the draft vocabulary, draft distribution), positions whose target argmax
+  lies outside the draft vocabulary masked (as the published recipe).
+
+The trainer mirrors :class:`specjax.training.lm.LMTrainer`: optax AdamW
+(:mod:`optim`), a :class:`~specjax.training.state.TrainState`, orbax checkpoints
+(:class:`~specjax.training.checkpoint.Checkpointer`) holding the head state,
+the data state and metrics, and exact resume (batches are a pure function of
+the data state; the target is frozen).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from typing import Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import logging
+
+from specjax.data.batching import Batcher, DataState
+from specjax.models import kv_cache as kvc
+from specjax.models.eagle import EagleHead
+from specjax.models.transformer import Model
+from specjax.training import optim as optim_lib
+from specjax.training import state as state_lib
+from specjax.training.checkpoint import Checkpointer
+
+
+@dataclasses.dataclass(frozen=True)
+class EagleTrainConfig:
+  """Attributes:
+    num_steps: optimizer steps of the run.
+    init_seed: head init seed; data_seed: batch permutation seed.
+    reg_weight, ce_weight: EAGLE-1 loss weights (feature regression, CE).
+    feature_noise: EAGLE-1 uniform noise half-width added to input features (0 = off).
+    ttt_steps: EAGLE-3 training-time-test steps; decay: their weight ratio (0.8).
+    eval_every, eval_batches: held-out eval cadence / size (0 = off).
+    checkpoint_every, log_every, max_to_keep: as in LMTrainConfig.
+  """
+
+  num_steps: int = 500
+  init_seed: int = 0
+  data_seed: int = 0
+  reg_weight: float = 1.0
+  ce_weight: float = 0.1
+  feature_noise: float = 0.0
+  ttt_steps: int = 7
+  decay: float = 0.8
+  eval_every: int = 100
+  eval_batches: int = 4
+  checkpoint_every: int = 100
+  log_every: int = 25
+  max_to_keep: int = 2
+
+  def __post_init__(self):
+    if self.num_steps < 1:
+      raise ValueError(f"num_steps={self.num_steps} must be >= 1")
+    if self.ttt_steps < 1:
+      raise ValueError(f"ttt_steps={self.ttt_steps} must be >= 1")
+    if not 0 < self.decay <= 1:
+      raise ValueError(f"decay={self.decay} must lie in (0, 1]")
+
+
+def target_for_head(target: Model, head: EagleHead) -> Model:
+  """The target configured to return the features the head reads."""
+  return Model(target.config.replace(hidden_layers=tuple(head.config.target_layers)))
+
+
+def target_features(target: Model, target_params, tokens):
+  """Frozen target forward: ``(hidden [n_sel, B, T, H], logits [B, T, V])``, no gradient."""
+  b, t = tokens.shape
+  pos = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
+  out = target.apply(target_params, tokens, pos, target.init_cache(b, t))
+  return jax.lax.stop_gradient(out.hidden_states), jax.lax.stop_gradient(out.logits)
+
+
+def _lm_head_kernel(target: Model, target_params):
+  if target.config.tie_word_embeddings:
+    return target_params["embed_tokens"]["embedding"].T
+  return target_params["lm_head"]["kernel"]
+
+
+def _smooth_l1(x, y):
+  d = jnp.abs(x - y)
+  return jnp.where(d < 1.0, 0.5 * d * d, d - 0.5)
+
+
+def eagle1_loss(head: EagleHead, target: Model, params, target_params, tokens, cfg,
+                noise_key=None):
+  """EAGLE-1 loss on ``tokens [B, T]``. Returns (loss, metrics)."""
+  hid, logits = target_features(target, target_params, tokens)
+  f = hid[-1]  # [B, T, H] final normed feature
+  b, t = tokens.shape
+  feats = f[:, :-1]
+  if cfg.feature_noise and noise_key is not None:
+    feats = feats + jax.random.uniform(noise_key, feats.shape, feats.dtype, -cfg.feature_noise,
+                                       cfg.feature_noise)
+  emb = target.embed(target_params, tokens[:, 1:])
+  pos = jnp.broadcast_to(jnp.arange(t - 1, dtype=jnp.int32), (b, t - 1))
+  out = head.apply(params, emb, feats, pos, head.init_cache(b, t - 1)).hidden
+  reg = jnp.mean(jnp.mean(_smooth_l1(out.astype(jnp.float32), f[:, 1:].astype(jnp.float32)), -1))
+  z = head.draft_logits(params, out, _lm_head_kernel(target, target_params))
+  p = jax.nn.softmax(logits[:, 1:], axis=-1)
+  logq = jax.nn.log_softmax(z, axis=-1)
+  ce = -jnp.mean(jnp.sum(p * logq, -1))
+  acc = jnp.mean(jnp.argmax(z, -1) == jnp.argmax(logits[:, 1:], -1))
+  loss = cfg.reg_weight * reg + cfg.ce_weight * ce
+  return loss, {"loss": loss, "reg": reg, "ce": ce, "acc0": acc}
+
+
+def ttt_mask(t: int, step: int, slots: int):
+  """Bool ``[t, slots]``: what entry i of training-time-test step ``step`` sees.
+
+  Slots ``s*t + i`` hold step s's entry i: step 0 entries 0..i (causal
+  context) and step 1..``step`` entries at the same index i (its ancestors).
+  """
+  s = np.arange(slots)
+  blk, idx = s // t, s % t
+  i = np.arange(t)[:, None]
+  ctx = (blk[None] == 0) & (idx[None] <= i)
+  own = (blk[None] >= 1) & (blk[None] <= step) & (idx[None] == i)
+  return jnp.asarray(ctx | own)
+
+
+def eagle3_loss(head: EagleHead, target: Model, params, target_params, tokens, cfg,
+                draft_ids=None, noise_key=None):
+  """EAGLE-3 training-time-test loss on ``tokens [B, T]``. Returns (loss, metrics).
+
+  draft_ids: [V_draft] int32 target ids of the draft vocabulary (None = all).
+  """
+  hid, logits = target_features(target, target_params, tokens)
+  b, t = tokens.shape
+  n = t - 1  # entries per step
+  steps = min(cfg.ttt_steps, n)
+  g = head.project(params, hid[:, :, :-1])  # [B, n, H]
+  if draft_ids is not None:
+    in_draft = jnp.zeros((logits.shape[-1],), bool).at[draft_ids].set(True)
+  cache = head.init_cache(b, steps * n)
+  pad_tok = jnp.concatenate([tokens, jnp.zeros((b, steps), tokens.dtype)], 1)
+  h = g
+  total, metrics = 0.0, {}
+  for j in range(steps):
+    toks = pad_tok[:, 1 + j:1 + j + n]  # entry i reads x_{i+1+j}
+    pos = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32) + j, (b, n))
+    mask = jnp.broadcast_to(ttt_mask(n, j, steps * n)[None], (b, n, steps * n))
+    cur = dataclasses.replace(cache, lengths=jnp.full((b,), j * n, jnp.int32))
+    out = head.apply(params, target.embed(target_params, toks), h, pos, cur, mask=mask)
+    cache = dataclasses.replace(out.cache, lengths=cache.lengths)
+    h = out.hidden
+    z = head.draft_logits(params, h)  # [B, n, Vd]
+    tz = jnp.concatenate([logits[:, 1 + j:], jnp.zeros((b, j, logits.shape[-1]))], 1)[:, :n]
+    valid = (jnp.arange(n) + 1 + j <= t - 1)[None, :]  # target position exists
+    if draft_ids is not None:
+      valid = valid & in_draft[jnp.argmax(tz, -1)]
+      tz = tz[..., draft_ids]
+    p = jax.nn.softmax(tz, axis=-1)
+    ce_i = -jnp.sum(p * jax.nn.log_softmax(z, -1), -1)
+    w = valid.astype(jnp.float32)
+    denom = jnp.maximum(jnp.sum(w), 1.0)
+    ce = jnp.sum(ce_i * w) / denom
+    acc = jnp.sum((jnp.argmax(z, -1) == jnp.argmax(tz, -1)) * w) / denom
+    total = total + cfg.decay ** j * ce
+    metrics[f"ce{j}"] = ce
+    metrics[f"acc{j}"] = acc
+  metrics["loss"] = total
+  return total, metrics
+
+
+def make_loss_fn(head: EagleHead, target: Model, cfg: EagleTrainConfig, draft_ids=None):
+  """``loss_fn(params, target_params, tokens, key) -> (loss, metrics)``."""
+  if head.config.kind == "eagle1":
+    return lambda p, tp, tok, key: eagle1_loss(head, target, p, tp, tok, cfg, key)
+  return lambda p, tp, tok, key: eagle3_loss(head, target, p, tp, tok, cfg, draft_ids, key)
+
+
+def make_train_step(loss_fn, optimizer) -> Callable:
+  """``step(state, target_params, tokens, key) -> (state, metrics)``, jitted, state donated."""
+  import optax
+
+  @functools.partial(jax.jit, donate_argnums=0)
+  def step(state: state_lib.TrainState, target_params, tokens, key):
+    (_, m), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, target_params,
+                                                              tokens, key)
+    m = dict(m, grad_norm=optax.global_norm(grads))
+    return state_lib.apply_gradients(state, grads, optimizer), m
+
+  return step
+
+
+@functools.lru_cache(maxsize=8)
+def _compiled(head: EagleHead, target: Model, cfg: EagleTrainConfig,
+              optim_cfg: optim_lib.OptimConfig, draft_ids: Optional[tuple]):
+  """Jitted (train step, eval fn), shared by trainers of the same static setup
+  (a resumed run in the same process does not recompile)."""
+  ids = None if draft_ids is None else jnp.asarray(draft_ids, jnp.int32)
+  loss_fn = make_loss_fn(head, target, cfg, ids)
+  step = make_train_step(loss_fn, optim_lib.make_optimizer(optim_cfg))
+  return step, jax.jit(lambda p, tp, tok: loss_fn(p, tp, tok, None)[1])
+
+
+class EagleTrainer:
+  """Owns one head run: ``trainer.train()`` initialises or restores the latest
+  checkpoint under ``workdir/checkpoints`` and trains to ``cfg.num_steps``.
+  ``trainer.history`` holds per-step metrics dicts (restored ones included)."""
+
+  def __init__(self, head: EagleHead, target: Model, target_params,
+               optim_cfg: optim_lib.OptimConfig, cfg: EagleTrainConfig, train_batcher: Batcher,
+               eval_batcher: Optional[Batcher] = None, workdir: Optional[str] = None,
+               draft_ids=None, progress: bool = True):
+    self.head, self.cfg, self.optim_cfg = head, cfg, optim_cfg
+    self.target = target_for_head(target, head)
+    self.target_params = target_params
+    self.draft_ids = None if draft_ids is None else jnp.asarray(draft_ids, jnp.int32)
+    self.optimizer = optim_lib.make_optimizer(optim_cfg)
+    self.train_batcher, self.eval_batcher = train_batcher, eval_batcher
+    self.progress = progress
+    self.checkpointer = (Checkpointer(f"{workdir}/checkpoints", max_to_keep=cfg.max_to_keep)
+                         if workdir else None)
+    self._train_step, self._eval = _compiled(
+        head, self.target, cfg, optim_cfg,
+        None if draft_ids is None else tuple(int(i) for i in np.asarray(draft_ids)))
+    self._eval_set = (eval_batcher.eval_batches(cfg.eval_batches or None)
+                      if eval_batcher is not None and cfg.eval_batches else [])
+    self.state: Optional[state_lib.TrainState] = None
+    self.data_state = DataState(seed=cfg.data_seed, step=0)
+    self.history: list[dict] = []
+    self.evals: list[dict] = []
+    self.timing = {"train_seconds": 0.0, "train_tokens": 0}
+    self.resumed_from: Optional[int] = None
+
+  def init_state(self) -> state_lib.TrainState:
+    params = self.head.init_params(jax.random.key(self.cfg.init_seed))
+    return state_lib.create(params, self.optimizer)
+
+  def init_or_restore(self):
+    fresh = self.init_state()
+    if self.checkpointer is not None and self.checkpointer.latest_step() is not None:
+      state, data, meta = self.checkpointer.restore(fresh)
+      self.state = state
+      self.data_state = DataState.from_json(data)
+      self.history = list(meta.get("history", []))
+      self.evals = list(meta.get("evals", []))
+      self.timing = dict(meta.get("timing", self.timing))
+      self.resumed_from = int(state.step)
+      logging.info("restored EAGLE checkpoint at step %d", self.resumed_from)
+    else:
+      self.state = fresh
+    if int(self.state.step) != self.data_state.step:
+      raise ValueError(f"checkpoint inconsistent: train step {int(self.state.step)} != "
+                       f"data step {self.data_state.step}")
+
+  def save(self):
+    if self.checkpointer is None:
+      return
+    meta = {"history": self.history, "evals": self.evals, "timing": self.timing}
+    self.checkpointer.save(int(self.state.step), self.state, self.data_state.to_json(), meta)
+
+  def evaluate(self) -> dict:
+    if not self._eval_set:
+      return {}
+    ms = [jax.device_get(self._eval(self.state.params, self.target_params, b["tokens"]))
+          for b in self._eval_set]
+    out = {k: float(np.mean([m[k] for m in ms])) for k in ms[0]}
+    return dict(step=int(self.state.step), **{f"eval_{k}": v for k, v in out.items()})
+
+  def _key(self, step: int):
+    return jax.random.fold_in(jax.random.key(self.cfg.init_seed + 1), step)
+
+  def train(self, num_steps: Optional[int] = None, stop_after: Optional[int] = None,
+            time_budget_s: Optional[float] = None) -> list:
+    """Run to ``num_steps``; ``stop_after`` returns early after checkpointing (tests),
+    ``time_budget_s`` stops (and checkpoints) once that much wall time has passed."""
+    if self.state is None:
+      self.init_or_restore()
+    total = num_steps or self.cfg.num_steps
+    end = min(total, stop_after) if stop_after else total
+    start = int(self.state.step)
+    bar = None
+    if self.progress:
+      from tqdm import tqdm
+      bar = tqdm(total=total, initial=start, desc=f"train {self.head.config.kind}",
+                 dynamic_ncols=True, mininterval=5)
+    tokens_per_step = self.train_batcher.batch_size * self.train_batcher.seq_len
+    t0 = t_last = time.time()
+    first = True
+    for s in range(start, end):
+      batch = self.train_batcher.batch(self.data_state)
+      self.state, m = self._train_step(self.state, self.target_params, batch["tokens"],
+                                       self._key(s))
+      m = {k: float(v) for k, v in jax.device_get(m).items()}
+      now = time.time()
+      if not first:
+        self.timing["train_seconds"] += now - t_last
+        self.timing["train_tokens"] += tokens_per_step
+      first, t_last = False, now
+      self.history.append(m)
+      self.data_state = DataState(self.data_state.seed, s + 1)
+      step = s + 1
+      if bar is not None:
+        bar.update(1)
+        bar.set_postfix(loss=f"{m['loss']:.3f}", refresh=False)
+      if step % self.cfg.log_every == 0 or step == end:
+        logging.info("step %d %s", step, " ".join(f"{k} {v:.4f}" for k, v in m.items()))
+      out_of_time = time_budget_s is not None and now - t0 > time_budget_s
+      if self.cfg.eval_every and (step % self.cfg.eval_every == 0 or step == total
+                                  or out_of_time):
+        ev = self.evaluate()
+        if ev:
+          self.evals.append(ev)
+          logging.info("eval %s", ev)
+        t_last = time.time()
+      if self.checkpointer is not None and (
+          (self.cfg.checkpoint_every and step % self.cfg.checkpoint_every == 0)
+          or step == end or out_of_time):
+        self.save()
+        t_last = time.time()
+      if out_of_time:
+        logging.info("time budget %.0fs reached at step %d", time_budget_s, step)
+        break
+    if bar is not None:
+      bar.close()
+    if self.checkpointer is not None:
+      self.checkpointer.wait()
+    return self.history
+
+  def close(self):
+    if self.checkpointer is not None:
+      self.checkpointer.close()
