@@ -33,6 +33,10 @@ flags.DEFINE_list("temperatures", ["0", "1"], "sampling temperatures")
 flags.DEFINE_integer("k", 4, "draft length K")
 flags.DEFINE_integer("max_new_tokens", 64, "tokens generated per row")
 flags.DEFINE_integer("repeats", 3, "timed repetitions (median)")
+flags.DEFINE_list("drafters", ["lm_chain"],
+                  "lm_chain (independent draft LM), eagle1_chain, eagle3_chain, "
+                  "eagle3_tree:N / eagle1_tree:N (EAGLE-2 dynamic tree with N nodes, depth K, "
+                  "top_k 8); EAGLE rows need the embedded target")
 flags.DEFINE_boolean("hf_peer", True, "also time transformers assisted generation (batch 1, greedy)")
 flags.DEFINE_string("output", "benchmarks/results/speculative.json", "JSON output")
 
@@ -77,11 +81,28 @@ def hf_assisted(t_dir, d_dir, prompts, max_new_tokens, k, repeats):
   return float(np.median(times)), outs
 
 
+def make_drafter(name, k, samp, draft, dp, target, tp):
+  """``(drafter, params, t_draft_step_fn_or_None)`` for a --drafters entry."""
+  from specjax.decoding.drafters import LMDrafter
+  if name == "lm_chain":
+    return LMDrafter(k, samp, draft), dp
+  from specjax.decoding.eagle_drafter import EagleDrafter
+  from specjax.models.eagle import load_default_eagle
+  kind, _, rest = name.partition("_")
+  head, hp, d2t = load_default_eagle(kind)[:3]
+  params = EagleDrafter.make_params(hp, target, tp, d2t)
+  if rest == "chain":
+    return EagleDrafter(k, samp, head=head), params
+  if rest.startswith("tree:"):
+    n = int(rest.split(":")[1])
+    return EagleDrafter(k, samp, head=head, tree_kind="dynamic", top_k=8, total_tokens=n), params
+  raise ValueError(f"unknown drafter {name!r}")
+
+
 def main(_):
   from experiments.prompts import load_eval_prompts
   from specjax import verifiers
   from specjax.decoding.autoregressive import generate
-  from specjax.decoding.drafters import LMDrafter
   from specjax.decoding.sampling import SamplingConfig
   from specjax.decoding.speculative import speculative_generate
 
@@ -102,35 +123,41 @@ def main(_):
       key = jax.random.key(0)
       ar_sec, ar = timed(generate, target, tp, prompts, max_new_tokens=n_new, sampling=samp,
                          key=key, eos_token_id=None, repeats=FLAGS.repeats)
-      drafter = LMDrafter(k, samp, draft)
-      sp_sec, sp = timed(speculative_generate, target, tp, drafter, dp, verifiers.get("lossless"),
-                         prompts, max_new_tokens=n_new, sampling=samp, key=key,
-                         eos_token_id=None, repeats=FLAGS.repeats)
-      s = sp.stats.summary()
-      speedup = ar_sec / sp_sec
-      ideal = s["tau"] * t1 / (k * d1 + tk)
-      row = dict(batch=b, temperature=temp, k=k, max_new_tokens=n_new, tau=s["tau"],
-                 target_only_s=ar_sec, speculative_s=sp_sec, speedup=speedup,
-                 tokens_per_s_target_only=b * n_new / ar_sec,
-                 tokens_per_s_speculative=b * n_new / sp_sec,
-                 t_target_1=t1, t_target_k1=tk, t_draft_1=d1, ideal_speedup=ideal,
-                 loop_efficiency=speedup / ideal,
-                 greedy_identical=(sp.to_lists() == ar.to_lists()) if temp == 0 else None)
-      if temp == 0 and b == 1 and FLAGS.hf_peer:
-        hf_sec, hf_out = hf_assisted(t_dir, d_dir, prompts, n_new, k, FLAGS.repeats)
-        row.update(hf_assisted_s=hf_sec, hf_identical=hf_out == sp.to_lists(),
-                   specjax_over_hf_speed=hf_sec / sp_sec)
-      rows.append(row)
-      print(json.dumps({kk: (round(v, 4) if isinstance(v, float) else v) for kk, v in row.items()}))
+      for dname in FLAGS.drafters:
+        drafter, dparams = make_drafter(dname, k, samp, draft, dp, target, tp)
+        sp_sec, sp = timed(speculative_generate, target, tp, drafter, dparams,
+                           verifiers.get("lossless"), prompts, max_new_tokens=n_new,
+                           sampling=samp, key=key, eos_token_id=None, repeats=FLAGS.repeats)
+        s = sp.stats.summary()
+        speedup = ar_sec / sp_sec
+        row = dict(batch=b, temperature=temp, drafter=dname, k=k, max_new_tokens=n_new,
+                   tau=s["tau"], target_only_s=ar_sec, speculative_s=sp_sec, speedup=speedup,
+                   tokens_per_s_target_only=b * n_new / ar_sec,
+                   tokens_per_s_speculative=b * n_new / sp_sec,
+                   greedy_identical=(sp.to_lists() == ar.to_lists()) if temp == 0 else None)
+        if dname == "lm_chain":  # per-call timings of the draft LM: loop efficiency
+          ideal = s["tau"] * t1 / (k * d1 + tk)
+          row.update(t_target_1=t1, t_target_k1=tk, t_draft_1=d1, ideal_speedup=ideal,
+                     loop_efficiency=speedup / ideal)
+        if temp == 0 and b == 1 and FLAGS.hf_peer and dname == "lm_chain":
+          hf_sec, hf_out = hf_assisted(t_dir, d_dir, prompts, n_new, k, FLAGS.repeats)
+          row.update(hf_assisted_s=hf_sec, hf_identical=hf_out == sp.to_lists(),
+                     specjax_over_hf_speed=hf_sec / sp_sec)
+        rows.append(row)
+        print(json.dumps({kk: (round(v, 4) if isinstance(v, float) else v)
+                          for kk, v in row.items()}), flush=True)
   print()
-  print("| batch | T | tau | target-only tok/s | speculative tok/s | speedup | ideal | loop eff. | HF assisted ratio |")
-  print("|---|---|---|---|---|---|---|---|---|")
+  print("| drafter | batch | T | tau | target-only tok/s | speculative tok/s | speedup | ideal | "
+        "loop eff. | specjax/HF assisted |")
+  print("|---|---|---|---|---|---|---|---|---|---|")
   for r in rows:
     hf_ratio = f"{r['specjax_over_hf_speed']:.1f}x (identical={r['hf_identical']})" \
         if "specjax_over_hf_speed" in r else "-"
-    print(f"| {r['batch']} | {r['temperature']:g} | {r['tau']:.2f} | "
+    ideal = f"{r['ideal_speedup']:.2f}" if "ideal_speedup" in r else "-"
+    eff = f"{r['loop_efficiency']:.2f}" if "loop_efficiency" in r else "-"
+    print(f"| {r['drafter']} | {r['batch']} | {r['temperature']:g} | {r['tau']:.2f} | "
           f"{r['tokens_per_s_target_only']:.0f} | {r['tokens_per_s_speculative']:.0f} | "
-          f"{r['speedup']:.2f} | {r['ideal_speedup']:.2f} | {r['loop_efficiency']:.2f} | {hf_ratio} |")
+          f"{r['speedup']:.2f} | {ideal} | {eff} | {hf_ratio} |")
   os.makedirs(os.path.dirname(FLAGS.output) or ".", exist_ok=True)
   with open(FLAGS.output, "w") as f:
     json.dump(dict(target=t_dir, draft=d_dir, devices=str(jax.devices()), rows=rows), f, indent=2)
