@@ -1,0 +1,55 @@
+r"""Draft-length sweep, MARS vs lossless: the "K sweet spot" (MARS paper: speedup
+peaks at an intermediate K while tau keeps rising).
+
+  python -m experiments.sweep_k --config=experiments/configs/k.py
+  python -m experiments.sweep_k --config=experiments/configs/k.py \
+      --config.ks="(1, 2, 3, 4, 6, 8, 10, 12)" --config.temperatures="(0.0, 1.0)"
+
+Rows: target-only, and for every K in ``config.ks`` each rule of
+``config.rules`` with the chain drafter (K = chain length).  Evaluation as in
+``experiments/compare_verifiers.py``; the figure plots tau, speedup and
+quality against K.
+"""
+
+from __future__ import annotations
+
+from absl import app, logging
+from ml_collections import config_flags
+
+from experiments import compare_verifiers as cv
+
+_CONFIG = None  # defined in __main__ only (several binaries share this module)
+
+
+def rows(c) -> list[dict]:
+  out = []
+  for t in c.temperatures:
+    out.append(cv.make_row(c, kind="target", drafter="-", temperature=t, num_draft=0,
+                           extra={"series": f"target T={t:g}"}))
+    for name, hp in cv.parse_rules(c.rules):
+      for k in c.ks:
+        out.append(cv.make_row(c, kind="spec", drafter="chain", temperature=t, num_draft=int(k),
+                               rule=name, hparams=hp,
+                               extra={"series": f"{cv.method_label(name, hp)} T={t:g}"}))
+  return out
+
+
+def run(c) -> dict:
+  cv.enable_compile_cache(c)
+  records, path = cv.run_rows(c, rows(c))
+  md = cv.write_reports(c, records, c.name, "draft length sweep", plot_fn=lambda r, p, t:
+                        cv.plot_lines(r, p, t, lambda cfg: cfg["num_draft"], "K"))
+  print(cv.markdown_table(records))
+  logging.info("wrote %s, %s, %s", path, md["markdown"], md["figure"])
+  return {"records": records, "jsonl": path, **md}
+
+
+def main(argv):
+  del argv
+  run(_CONFIG.value)
+
+
+if __name__ == "__main__":
+  _CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/k.py",
+                                            "K sweep config.", lock_config=True)
+  app.run(main)

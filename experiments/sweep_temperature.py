@@ -1,0 +1,55 @@
+r"""Temperature sweep: tau, speedup and quality of several rules against T.
+
+  python -m experiments.sweep_temperature --config=experiments/configs/temperature.py
+  python -m experiments.sweep_temperature --config=experiments/configs/temperature.py \
+      --config.sweep_temperatures="(0.0, 0.3, 0.5, 0.7, 1.0, 1.3)" --config.drafters="('chain', 'tree')"
+
+Rows: target-only and every rule of ``config.rules`` for every drafter in
+``config.drafters`` at every temperature.  Evaluation as in
+``experiments/compare_verifiers.py``; the figure plots each metric against T
+(target-only is a dashed line: its quality changes with T too).
+"""
+
+from __future__ import annotations
+
+from absl import app, logging
+from ml_collections import config_flags
+
+from experiments import compare_verifiers as cv
+
+_CONFIG = None  # defined in __main__ only (several binaries share this module)
+
+
+def rows(c) -> list[dict]:
+  out = []
+  rules = cv.parse_rules(c.rules)
+  for t in c.sweep_temperatures:
+    out.append(cv.make_row(c, kind="target", drafter="-", temperature=t, num_draft=0,
+                           extra={"series": "target"}))
+    for d in c.drafters:
+      k = cv._drafter_depth(c, d)
+      for name, hp in rules:
+        out.append(cv.make_row(c, kind="spec", drafter=d, temperature=t, num_draft=k, rule=name,
+                               hparams=hp, extra={"series": f"{cv.method_label(name, hp)} [{d}]"}))
+  return out
+
+
+def run(c) -> dict:
+  cv.enable_compile_cache(c)
+  records, path = cv.run_rows(c, rows(c))
+  md = cv.write_reports(c, records, c.name, "temperature sweep", plot_fn=lambda r, p, t:
+                        cv.plot_lines(r, p, t, lambda cfg: cfg["temperature"], "T"))
+  print(cv.markdown_table(records))
+  logging.info("wrote %s, %s, %s", path, md["markdown"], md["figure"])
+  return {"records": records, "jsonl": path, **md}
+
+
+def main(argv):
+  del argv
+  run(_CONFIG.value)
+
+
+if __name__ == "__main__":
+  _CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/temperature.py",
+                                            "temperature sweep config.", lock_config=True)
+  app.run(main)

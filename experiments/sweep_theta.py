@@ -1,0 +1,61 @@
+r"""MARS threshold sweep: tau, speedup and quality against theta (the MARS paper's
+theta figure: quality peaks near theta = 0.9, speedup falls as theta rises).
+
+  python -m experiments.sweep_theta --config=experiments/configs/theta.py
+  python -m experiments.sweep_theta --config=experiments/configs/theta.py \
+      --config.thetas="(0.8, 0.84, 0.88, 0.9, 0.92, 0.96, 0.99)" --config.temperatures="(0.0, 1.0)"
+
+Rows: target-only and lossless (references), MARS at every theta; for every
+drafter in ``config.drafters`` and temperature in ``config.temperatures``.
+Evaluation, resumable JSONL, table and metrics as in
+``experiments/compare_verifiers.py``; the figure plots each metric against theta
+(lossless dotted, target-only dashed).
+"""
+
+from __future__ import annotations
+
+from absl import app, logging
+from ml_collections import config_flags
+
+from experiments import compare_verifiers as cv
+
+_CONFIG = None  # defined in __main__ only (several binaries share this module)
+
+
+def rows(c) -> list[dict]:
+  out = []
+  for t in c.temperatures:
+    out.append(cv.make_row(c, kind="target", drafter="-", temperature=t, num_draft=0,
+                           extra={"series": f"target T={t:g}"}))
+    for d in c.drafters:
+      k = cv._drafter_depth(c, d)
+      out.append(cv.make_row(c, kind="spec", drafter=d, temperature=t, num_draft=k,
+                             rule="lossless", extra={"series": f"lossless [{d}] T={t:g}"}))
+      for th in c.thetas:
+        hp = dict(theta=float(th))
+        hp.update(dict(c.mars_hparams))
+        out.append(cv.make_row(c, kind="spec", drafter=d, temperature=t, num_draft=k,
+                               rule="mars", hparams=hp,
+                               extra={"series": f"mars [{d}] T={t:g}", "x": float(th)}))
+  return out
+
+
+def run(c) -> dict:
+  cv.enable_compile_cache(c)
+  records, path = cv.run_rows(c, rows(c))
+  md = cv.write_reports(c, records, c.name, "MARS theta sweep", plot_fn=lambda r, p, t:
+                        cv.plot_lines(r, p, t, lambda cfg: cfg.get("x", 0.0), "theta"))
+  print(cv.markdown_table(records))
+  logging.info("wrote %s, %s, %s", path, md["markdown"], md["figure"])
+  return {"records": records, "jsonl": path, **md}
+
+
+def main(argv):
+  del argv
+  run(_CONFIG.value)
+
+
+if __name__ == "__main__":
+  _CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/theta.py",
+                                            "theta sweep config.", lock_config=True)
+  app.run(main)

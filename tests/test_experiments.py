@@ -1,0 +1,238 @@
+"""experiments/{prompts,quality,compare_verifiers,sweep_*}.py on tiny settings."""
+
+import json
+import math
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from experiments import quality
+from tests.helpers import tiny_pair
+
+# --------------------------------------------------------------------------- parsing
+
+
+@pytest.mark.parametrize("prompt,completion,eos,ok", [
+    ("def f(x):", "\n    return x\n", False, True),
+    ("def f(x):", "\n    return x", False, True),  # partial last line not judged
+    ("def f(x):", "\n    y = (1,\n", False, True),  # open bracket: incomplete, valid
+    ("def f(x):", "\n    y = = 1\n", False, False),
+    ("def f(x):", "\nreturn x\n", False, False),  # 'return' outside function
+    ("x = 1", "\n    y = 2\n", False, False),  # unexpected indent
+    ("x = 1", " + ", False, True),  # no complete line: nothing judged
+    ("x = 1", " +\n", False, False),  # a complete line ending in a dangling operator
+    ("class A:", "\n    '''doc\n", False, True),  # open string
+    ("x = (", "1,\n2)\n", True, True),
+    ("def f():", "\n    pass\n)\n", True, False),
+])
+def test_parses_hand_examples(prompt, completion, eos, ok):
+  assert quality.parses(prompt, completion, eos) is ok
+
+
+def test_checked_text_and_fraction():
+  assert quality.checked_text("a = 1", "\nb = 2\nc = (", False) == "a = 1\nb = 2\n"
+  assert quality.checked_text("a = 1", "\nb = 2", True) == "a = 1\nb = 2\n"
+  frac = quality.parse_fraction(["x = 1"] * 4, ["\ny = 2\n", "\ny = = 2\n", "\n", "\n)\n"])
+  assert frac == 0.5
+  assert quality.is_valid_prefix("import os\n") and not quality.is_valid_prefix("import\n")
+
+
+def test_decode_completions_strips_eos():
+  class Tok:
+    def decode(self, ids, skip_special_tokens=False):
+      return "".join(chr(ord("a") + i) for i in ids)
+  texts, ended = quality.decode_completions(Tok(), [[1, 2, 0], [3], []], [0])
+  assert texts == ["bc", "d", ""] and ended == [True, False, False]
+
+
+# --------------------------------------------------------------------------- likelihood
+
+
+def test_target_loglik_equals_direct_computation():
+  model, params, _, _ = tiny_pair(vocab=32)
+  prompts = [[1, 2, 3], [4, 5, 6, 7, 8]]
+  comps = [[9, 10, 11, 12], [13]]
+  got = quality.target_loglik(model, params, prompts, comps, batch_size=1, bucket=4)
+  want_rows = []
+  for p, c in zip(prompts, comps):
+    seq = jnp.asarray([p + c])
+    cache = model.init_cache(1, seq.shape[1])
+    logits = model.apply(params, seq, jnp.arange(seq.shape[1])[None], cache).logits[0]
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32), -1)
+    want_rows.append([float(logp[len(p) - 1 + j, c[j]]) for j in range(len(c))])
+  flat = [v for r in want_rows for v in r]
+  assert got["num_tokens"] == 5
+  np.testing.assert_allclose(got["mean"], np.mean(flat), rtol=1e-5)
+  np.testing.assert_allclose(got["per_row"], [np.mean(r) for r in want_rows], rtol=1e-5)
+  # Batching / padding does not change anything.
+  got2 = quality.target_loglik(model, params, prompts, comps, batch_size=8, bucket=64)
+  np.testing.assert_allclose(got2["per_row"], got["per_row"], rtol=1e-5)
+
+
+def test_greedy_agreement():
+  a = quality.greedy_agreement([[1, 2, 3], [1, 2, 4], [5]], [[1, 2, 3], [1, 2, 3], [6, 7]])
+  assert a["exact"] == pytest.approx(1 / 3)
+  assert a["prefix"] == pytest.approx((1 + 2 / 3 + 0) / 3)
+
+
+def test_divergence_from_samples():
+  probs = np.array([0.5, 0.5, 0.0])
+  kl, tv = quality.divergence_from_samples([0, 1, 0, 1], probs)
+  assert kl == pytest.approx(0.0, abs=1e-12) and tv == pytest.approx(0.0, abs=1e-12)
+  kl, tv = quality.divergence_from_samples([0, 0, 0, 0], probs)
+  assert kl == pytest.approx(math.log(2)) and tv == pytest.approx(0.5)
+
+
+def test_first_token_divergence_of_exact_samples_is_small():
+  """Samples drawn from the baseline's exact distribution give a small plug-in KL."""
+  from specjax import verifiers
+  from specjax.decoding.sampling import SamplingConfig
+  model, params, _, _ = tiny_pair(vocab=16)
+  rule = verifiers.get("spec_cascade", p_base=0.2)
+  samp = SamplingConfig(temperature=1.0)
+  prompt, t1 = [1, 2, 3], 5
+  pa = quality.baseline_first_token_probs(model, params, rule, samp, [prompt + [t1]])[0]
+  assert pa.sum() == pytest.approx(1.0, abs=1e-5)
+  rng = np.random.RandomState(0)
+  draws = rng.choice(len(pa), size=4000, p=pa / pa.sum())
+  out = quality.first_token_divergence(model, params, rule, samp, [prompt] * 4000,
+                                       [t1] * 4000, draws.tolist())
+  assert out["contexts"] == 1 and out["samples_used"] == 4000
+  assert out["kl"] < 0.01 and out["tv"] < 0.05
+  # A point mass on the argmax is far from p_A when p_A is not a point mass.
+  top = int(np.argmax(pa))
+  far = quality.first_token_divergence(model, params, rule, samp, [prompt] * 100, [t1] * 100,
+                                       [top] * 100)
+  assert far["kl"] == pytest.approx(-math.log(pa[top]), rel=1e-4)
+
+
+# --------------------------------------------------------------------------- prompts
+
+
+def test_eval_prompts_are_deterministic_heldout_line_prefixes():
+  from experiments.prompts import load_eval_prompts
+  from specjax.data import corpus
+  from specjax.models.defaults import default_tokenizer
+  tok = default_tokenizer()
+  a = load_eval_prompts(4, tokenizer=tok, seed=3, max_tokens=64, min_tokens=16)
+  b = load_eval_prompts(4, tokenizer=tok, seed=3, max_tokens=64, min_tokens=16)
+  assert a == b
+  cfg = corpus.CorpusConfig()
+  root = cfg.resolved_root
+  for p in a:
+    assert corpus.split_of(p.source, cfg.heldout_fraction, cfg.split_seed) == "heldout"
+    assert 16 <= len(p.ids) <= 64 and list(p.ids) == tok.encode(p.text).ids
+    with open(os.path.join(root, p.source), encoding="utf-8", errors="replace") as f:
+      lines = f.read().split("\n")
+    assert p.text == "\n".join(lines[p.start_line:p.end_line])
+    assert not p.text.endswith("\n") and p.text[:1].strip()  # starts at column 0
+    assert quality.is_valid_prefix(p.text + "\n")
+
+
+# --------------------------------------------------------------------------- end to end
+
+
+def _tiny_config(tmp_path, **over):
+  from experiments.configs.compare import get_config
+  c = get_config()
+  c.models = "tiny"
+  c.workdir = str(tmp_path)
+  c.progress = False
+  c.rules = "lossless, mars:theta=0.9, typical:eps=0.09"
+  c.tree_paths = "[[0], [1], [0, 0]]"
+  c.num_draft = 2
+  c.data.num_prompts = 2
+  c.data.max_prompt_tokens = 40
+  c.data.min_prompt_tokens = 8
+  c.data.max_new_tokens = 6
+  c.timing.repeats = 1
+  c.kl.num_prompts = 1
+  c.kl.samples = 8
+  c.kl.min_count = 2
+  for k, v in over.items():
+    c[k] = v
+  return c
+
+
+def test_compare_verifiers_end_to_end(tmp_path):
+  """Target-only + lossless chain at T = 0 and T = 1 (with the first-token KL), resumable."""
+  from experiments import compare_verifiers as cv
+  c = _tiny_config(tmp_path, rules="lossless", drafters=("chain",))
+  out = cv.run(c)
+  recs = out["records"]
+  assert len(recs) == len(cv.default_rows(c)) == 4
+  assert os.path.isfile(out["markdown"]) and os.path.isfile(out["figure"])
+  lines = open(out["jsonl"]).read().splitlines()
+  assert len(lines) == len(recs) and len({json.loads(l)["key"] for l in lines}) == len(lines)
+  by = {(r["config"]["method"], r["config"]["temperature"]): r["result"] for r in recs}
+  for (m, t), res in by.items():
+    assert math.isfinite(res["loglik"]) and 0 <= res["parse_frac"] <= 1
+    if m != "target":
+      assert res["tau"] >= 1 and res["speedup"] > 0 and res["relaxed_rate"] == 0.0
+  assert by[("lossless", 1.0)]["first_samples_used"] > 0
+  assert math.isfinite(by[("lossless", 1.0)]["first_kl"])
+  # Greedy lossless speculative decoding reproduces target greedy; same quality.
+  assert by[("lossless", 0.0)]["agree_exact"] == 1.0
+  assert by[("lossless", 0.0)]["loglik"] == pytest.approx(by[("target", 0.0)]["loglik"], abs=1e-4)
+  assert "| lossless | chain | 0 |" in open(out["markdown"]).read()
+  # Rerun: everything resumes from the file, nothing is recomputed.
+  orig = cv.evaluate_row
+  cv.evaluate_row = lambda *a, **k: (_ for _ in ()).throw(AssertionError("recomputed"))
+  try:
+    again = cv.run(c)
+  finally:
+    cv.evaluate_row = orig
+  assert [r["key"] for r in again["records"]] == [r["key"] for r in recs]
+
+
+def test_default_rows_and_sweep_rows(tmp_path):
+  from experiments import compare_verifiers as cv
+  from experiments import sweep_k, sweep_temperature, sweep_theta
+  from experiments.configs import compare, k, temperature, theta
+  from specjax import verifiers
+  c = compare.get_config()
+  rows = cv.default_rows(c)
+  names = {r["rule"] for r in rows if r["kind"] == "spec"}
+  assert names == set(verifiers.available())  # every registered rule
+  assert {r["drafter"] for r in rows} == {"-", "chain", "tree"}
+  assert {r["method"] for r in rows if r["baseline"]} == {"baseline:spec_cascade(p_base=0.3)",
+                                                          "baseline:typical(eps=0.09)"}
+  assert all(r["temperature"] > 0 for r in rows if r["baseline"])
+  assert len({r["key"] for r in rows}) == len(rows)
+  th = sweep_theta.rows(theta.get_config())
+  assert sorted(r["hparams"]["theta"] for r in th if r["rule"] == "mars") == [0.84, 0.88, 0.9,
+                                                                               0.92, 0.96]
+  ks = sweep_k.rows(k.get_config())
+  assert {(r["rule"], r["num_draft"]) for r in ks if r["kind"] == "spec"} == {
+      (n, kk) for n in ("lossless", "mars") for kk in (1, 2, 4, 6, 8)}
+  ts = sweep_temperature.rows(temperature.get_config())
+  assert sorted({r["temperature"] for r in ts}) == [0.0, 0.5, 0.7, 1.0]
+  # Changing a run setting changes every key (no stale resume).
+  c2 = compare.get_config()
+  c2.data.max_new_tokens = 7
+  assert not {r["key"] for r in rows} & {r["key"] for r in cv.default_rows(c2)}
+  assert cv.parse_rules("all, mars:theta=0.8:guard=false")[-1] == ("mars", {"theta": 0.8,
+                                                                            "guard": False}) \
+      or ("mars", {"theta": 0.8, "guard": False}) in cv.parse_rules("all, mars:theta=0.8:guard=false")
+
+
+def test_plots_from_records(tmp_path):
+  from experiments import compare_verifiers as cv
+  recs = []
+  for t in (0.0, 1.0):
+    recs.append({"config": {"kind": "target", "method": "target", "drafter": "-",
+                            "temperature": t, "num_draft": 0},
+                 "result": {"loglik": -1.0}})
+    for th in (0.8, 0.9):
+      recs.append({"config": {"kind": "spec", "method": f"mars(theta={th})", "drafter": "chain",
+                              "temperature": t, "num_draft": 4, "x": th, "series": "mars"},
+                   "result": {"loglik": -1.1, "tau": 2.0 + th, "speedup": 1.2,
+                              "parse_frac": 0.9}})
+  cv.plot_quality_vs_speed(recs, str(tmp_path / "a.png"))
+  cv.plot_lines(recs, str(tmp_path / "b.png"), "t", lambda c: c.get("x", 0.0), "theta")
+  assert (tmp_path / "a.png").stat().st_size > 0 and (tmp_path / "b.png").stat().st_size > 0
+  table = cv.markdown_table(recs)
+  assert table.count("\n") == len(recs) + 1 and "| mars(theta=0.9) | chain | 1 | 4 | 2.90 |" in table
