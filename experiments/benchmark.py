@@ -118,9 +118,7 @@ def _context(c):
     from specjax.models.eagle import load_eagle
     head, hp, d2t = load_eagle(c.eagle_dir, target.config)[:3]
     eagle = (head, EagleDrafter.make_params(hp, target, tp, d2t))
-  ctx = cv.Context(c, target, tp, draft, dp, tok, prompts, eagle)
-  ctx.mesh = mesh
-  return ctx
+  return cv.Context(c, target, tp, draft, dp, tok, prompts, eagle, mesh=mesh)
 
 
 def run() -> dict:

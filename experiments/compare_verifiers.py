@@ -179,6 +179,7 @@ class Context:
   tokenizer: Any
   prompts: list  # EvalPrompt
   eagle: Any = None  # (head, drafter params) or None
+  mesh: Any = None  # optional jax.sharding.Mesh: rows sharded over its "data" axis
   cache: dict = dataclasses.field(default_factory=dict)
 
   @property
@@ -329,7 +330,7 @@ def evaluate_row(ctx: Context, row: dict) -> dict:
 
   def run_target(batch, key, bi):
     return generate(ctx.target, ctx.target_params, batch, max_new_tokens=max_new, sampling=gsamp,
-                    key=key, row_offset=bi * bs)
+                    key=key, row_offset=bi * bs, mesh=ctx.mesh)
 
   spec = row["kind"] == "spec"
   if spec:
@@ -338,7 +339,7 @@ def evaluate_row(ctx: Context, row: dict) -> dict:
     def run_spec(batch, key, bi):
       return speculative_generate(ctx.target, ctx.target_params, drafter, dparams, verifier,
                                   batch, max_new_tokens=max_new, sampling=tsamp, key=key,
-                                  row_offset=bi * bs)
+                                  row_offset=bi * bs, mesh=ctx.mesh)
   # --- warm-up (compile), excluded from timing.
   t0 = time.perf_counter()
   for bi, b in enumerate(batches):
