@@ -209,9 +209,12 @@ class Mars(NodeRule):
   def init(self, z, p):
     v = z.shape[-1]
     if v >= 2:
-      vals, idx = jax.lax.top_k(z, 2)
-      z1, z2 = vals[0], vals[1]
-      top1, top2 = idx[0].astype(jnp.int32), idx[1].astype(jnp.int32)
+      # Two argmaxes instead of lax.top_k(z, 2): same result (first index wins
+      # ties) and ~20x faster on CPU inside the vmapped verify step.
+      top1 = jnp.argmax(z).astype(jnp.int32)
+      rest = z.at[top1].set(-jnp.inf)
+      top2 = jnp.argmax(rest).astype(jnp.int32)
+      z1, z2 = z[top1], z[top2]
     else:
       z1 = z2 = z[0]
       top1 = top2 = jnp.int32(0)
