@@ -366,3 +366,29 @@ def test_train_eagle_binary_smoke(tmp_path):
   head, _, d2t = eagle.load_eagle(metrics["export_dir"], cfg)
   assert head.config.kind == "eagle3" and d2t.shape == (256,)
   assert binary.run(c)["resumed_from"] == 2
+
+
+@pytest.mark.parametrize("kind,reduced,tree_kind", [("eagle1", False, "chain"),
+                                                    ("eagle3", True, "dynamic")])
+def test_sampled_lossless_eagle_reproduces_target_distribution(kind, reduced, tree_kind):
+  """Lossless verification with EAGLE drafts at T = 1 (sampled chain; dynamic
+  top-k tree with one-hot q) samples the target: martingale z-test over every
+  generated token after the first, 1500 rows x 6 tokens, V = 32, max |z| < 4.5
+  (P(false alarm) < 32 * 6.8e-6 per check; see tests/test_speculative.py)."""
+  from tests.helpers import teacher_forced_probs
+  from tests.test_speculative import _martingale_z
+  target, tp = _target()
+  head, p, d2t = _head(kind, reduced)
+  samp = SamplingConfig(temperature=1.0)
+  kw = dict(tree_kind="dynamic", top_k=3, total_tokens=8) if tree_kind == "dynamic" else {}
+  drafter = EagleDrafter(num_draft=3, sampling=samp, head=head, **kw)
+  params = EagleDrafter.make_params(p, target, tp, d2t)
+  prompt = [1, 2, 3, 4, 5]
+  res = speculative_generate(target, tp, drafter, params, verifiers.get("lossless"),
+                             [prompt] * 1500, max_new_tokens=6, sampling=samp,
+                             key=jax.random.key(9), eos_token_id=None)
+  s = res.stats.summary()
+  assert 0 < s["accepted"] < 3 * s["target_calls"]
+  probs = np.asarray(teacher_forced_probs(target, tp, prompt, res.tokens, samp))
+  z = _martingale_z(np.asarray(res.tokens)[:, 1:], probs[:, 1:], np.asarray(res.lengths) - 1)
+  assert np.abs(z).max() < 4.5, z
