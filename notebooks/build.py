@@ -1,6 +1,6 @@
 """Build notebooks/02_mars_margins.ipynb and notebooks/03_lossy_verification.ipynb with nbformat.
 
-  python /tmp/build_notebooks.py [--execute]   (run from the repository root)
+  python notebooks/build.py [--execute]   (run from the repository root)
 """
 
 import sys

@@ -6,24 +6,9 @@
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-SETUP = '''# Colab: install specjax from the repository (skipped when it is already importable).
-SPECJAX_REPO = "https://github.com/specjax/specjax"  # or your fork
-import os, sys, time
-if os.path.isdir(os.path.join("..", "specjax")) and os.path.abspath("..") not in sys.path:
-    sys.path.insert(0, os.path.abspath(".."))  # running from a checkout (notebooks/)
-try:
-    import specjax
-except ImportError:
-    import subprocess
-    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", f"git+{SPECJAX_REPO}"])
-    import specjax
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-import numpy as np
-import jax
-import jax.numpy as jnp
-import matplotlib.pyplot as plt
-%matplotlib inline
-print("specjax", specjax.__version__, "| jax", jax.__version__, jax.devices())'''
+from build import SETUP as _SETUP  # the shared first cell (notebooks/build.py)
+
+SETUP = _SETUP.replace("import os, sys\n", "import os, sys, time\n", 1)
 
 
 def nb04():
