@@ -39,13 +39,9 @@ import time
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-_CONFIG = config_flags.DEFINE_config_file(
-    "config", os.path.join(os.path.dirname(__file__), "configs", "propositions.py"),
-    "Propositions config file.", lock_config=True)
-_OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Overrides config.output_dir.")
-_CHECKPOINT_DIR = flags.DEFINE_string(
-    "checkpoint_dir", None, "Directory with target/ and draft/ HF checkpoints; overrides "
-    "config.models (use 'tiny' for random tiny models).")
+_CONFIG = None  # defined in __main__ only: importing this module defines no flags
+_OUTPUT_DIR = None  # defined in __main__ only: importing this module defines no flags
+_CHECKPOINT_DIR = None  # defined in __main__ only: importing this module defines no flags
 
 RECORDS = "records.jsonl"
 
@@ -559,5 +555,20 @@ def main(argv):
   print(f"\nrecords: {os.path.join(output_dir, RECORDS)}")
 
 
+def _define_flags():
+  """absl flags of this binary (not at import: several binaries share a process in tests)."""
+  global _CONFIG
+  _CONFIG = config_flags.DEFINE_config_file(
+      "config", os.path.join(os.path.dirname(__file__), "configs", "propositions.py"),
+      "Propositions config file.", lock_config=True)
+  global _OUTPUT_DIR
+  _OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Overrides config.output_dir.")
+  global _CHECKPOINT_DIR
+  _CHECKPOINT_DIR = flags.DEFINE_string(
+      "checkpoint_dir", None, "Directory with target/ and draft/ HF checkpoints; overrides "
+      "config.models (use 'tiny' for random tiny models).")
+
+
 if __name__ == "__main__":
+  _define_flags()
   app.run(main)

@@ -23,8 +23,7 @@ import time
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "LM training config file.",
-                                          lock_config=True)
+_CONFIG = None  # defined in __main__ only: importing this module defines no flags
 
 
 def model_config_from(c, vocab_size: int, eos_id: int):
@@ -136,6 +135,14 @@ def main(argv):
   run(_CONFIG.value)
 
 
+def _define_flags():
+  """absl flags of this binary (not at import: several binaries share a process in tests)."""
+  global _CONFIG
+  _CONFIG = config_flags.DEFINE_config_file("config", None, "LM training config file.",
+                                            lock_config=True)
+
+
 if __name__ == "__main__":
+  _define_flags()
   flags.mark_flags_as_required(["config"])
   app.run(main)
