@@ -592,6 +592,18 @@ def plot_lines(records: list[dict], path: str, title: str, x_of, xlabel: str,
   return path
 
 
+def run_line_sweep(c, rows: list[dict], title: str, x_of, xlabel: str) -> dict:
+  """Run (or resume) a one-axis sweep and write its table and line plots
+  (shared by ``sweep_theta``, ``sweep_k`` and ``sweep_temperature``)."""
+  enable_compile_cache(c)
+  records, path = run_rows(c, rows)
+  files = write_reports(c, records, c.name, title,
+                        plot_fn=lambda r, p, t: plot_lines(r, p, t, x_of, xlabel))
+  print(markdown_table(records))
+  logging.info("wrote %s, %s, %s", path, files["markdown"], files["figure"])
+  return {"records": records, "jsonl": path, **files}
+
+
 def enable_compile_cache(c) -> None:
   """Persistent XLA compilation cache: reruns and sibling sweeps skip recompiles."""
   d = c.get("compile_cache_dir", "")

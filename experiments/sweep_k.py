@@ -13,7 +13,7 @@ quality against K.
 
 from __future__ import annotations
 
-from absl import app, logging
+from absl import app
 from ml_collections import config_flags
 
 from experiments import compare_verifiers as cv
@@ -35,13 +35,7 @@ def rows(c) -> list[dict]:
 
 
 def run(c) -> dict:
-  cv.enable_compile_cache(c)
-  records, path = cv.run_rows(c, rows(c))
-  md = cv.write_reports(c, records, c.name, "draft length sweep", plot_fn=lambda r, p, t:
-                        cv.plot_lines(r, p, t, lambda cfg: cfg["num_draft"], "K"))
-  print(cv.markdown_table(records))
-  logging.info("wrote %s, %s, %s", path, md["markdown"], md["figure"])
-  return {"records": records, "jsonl": path, **md}
+  return cv.run_line_sweep(c, rows(c), "draft length sweep", lambda cfg: cfg["num_draft"], "K")
 
 
 def main(argv):

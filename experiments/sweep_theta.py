@@ -14,7 +14,7 @@ Evaluation, resumable JSONL, table and metrics as in
 
 from __future__ import annotations
 
-from absl import app, logging
+from absl import app
 from ml_collections import config_flags
 
 from experiments import compare_verifiers as cv
@@ -41,13 +41,7 @@ def rows(c) -> list[dict]:
 
 
 def run(c) -> dict:
-  cv.enable_compile_cache(c)
-  records, path = cv.run_rows(c, rows(c))
-  md = cv.write_reports(c, records, c.name, "MARS theta sweep", plot_fn=lambda r, p, t:
-                        cv.plot_lines(r, p, t, lambda cfg: cfg.get("x", 0.0), "theta"))
-  print(cv.markdown_table(records))
-  logging.info("wrote %s, %s, %s", path, md["markdown"], md["figure"])
-  return {"records": records, "jsonl": path, **md}
+  return cv.run_line_sweep(c, rows(c), "MARS theta sweep", lambda cfg: cfg.get("x", 0.0), "theta")
 
 
 def main(argv):
