@@ -19,7 +19,6 @@ metric); a rerun resumes, skipping finished rows.
 
 from __future__ import annotations
 
-import json
 import os
 
 from absl import app, flags, logging

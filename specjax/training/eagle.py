@@ -37,7 +37,6 @@ import numpy as np
 from absl import logging
 
 from specjax.data.batching import Batcher, DataState
-from specjax.models import kv_cache as kvc
 from specjax.models.eagle import EagleHead
 from specjax.models.transformer import Model
 from specjax.training import optim as optim_lib
