@@ -15,8 +15,10 @@ CORE = [
     "ml_collections>=0.1",
     "tqdm>=4.60",
     "matplotlib>=3.8",
+    "gguf>=0.10",
+    "jinja2>=3.1.6",
 ]
-PEER = ["torch==2.13.0", "transformers>=4.51"]
+PEER = ["torch==2.13.0", "transformers>=4.51", "accelerate>=1.0"]
 TEST = ["pytest>=8", "pytest-timeout>=2.3", "scipy>=1.11"]
 NOTEBOOKS = ["nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6.29"]
 
