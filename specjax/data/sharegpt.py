@@ -59,7 +59,7 @@ ROLE_MAP = {"human": "user", "user": "user",
 SPLITS = ("train", "heldout", "all")
 SKIP_REASONS = ("not_a_record", "empty", "bad_turn", "unknown_role", "empty_message",
                 "misplaced_system", "not_alternating", "no_user")
-DEFAULT_HELDOUT_FRACTION = 0.02
+DEFAULT_HELDOUT_FRACTION = 0.05
 
 
 class MalformedConversation(ValueError):
