@@ -167,3 +167,28 @@ def check_program(problem: Problem, program: str) -> str:
 def canonical_program(problem: Problem) -> str:
   return problem.prompt + problem.canonical_solution
 
+
+def evaluate(problems: Sequence[Problem], programs: Sequence[Sequence[str]], config=None,
+             workers: int = 2) -> list[list]:
+  """Run every program of every problem in the sandbox.
+
+  ``programs[i]`` are the candidate programs (e.g. from
+  :func:`program_from_chat`) of ``problems[i]``; returns the matching
+  :class:`specjax.data.sandbox.ExecResult` lists. Feed
+  ``n = len(results[i])``, ``c = sum(r.passed for r in results[i])`` to
+  :func:`specjax.data.pass_at_k.pass_at_k`.
+  """
+  from specjax.data import sandbox
+  if len(problems) != len(programs):
+    raise ValueError(f"len(problems)={len(problems)} != len(programs)={len(programs)}")
+  for i, p in enumerate(programs):
+    if isinstance(p, str):
+      raise TypeError(f"programs[{i}] must be a list of programs, got one str")
+  flat = [check_program(prob, p) for prob, ps in zip(problems, programs) for p in ps]
+  config = config if config is not None else sandbox.SandboxConfig()
+  res = sandbox.run_programs(flat, config, workers=workers)
+  out, k = [], 0
+  for ps in programs:
+    out.append(res[k:k + len(ps)])
+    k += len(ps)
+  return out
