@@ -38,7 +38,8 @@ not_alternating=36; 6162 conversations had a leading assistant turn dropped
 
 Split: a conversation is held out iff ``sha256(f"{split_seed}:{id}")`` (first
 8 bytes, big-endian, / 2**64) is ``< heldout_fraction`` -- a pure function of
-the id, so the same on every machine, run and file order.
+the id, so the same on every machine, run and file order. Default
+``heldout_fraction`` 0.05: 854 of the 17296 valid conversations are held out.
 """
 
 from __future__ import annotations
