@@ -19,9 +19,15 @@ vocab 8192, ~6.8M params) built in specjax, exported with
 ``specjax.models.hf.save_pretrained`` and loaded back by both libraries.
 ``--checkpoint=DIR`` uses a HF checkpoint directory instead;
 ``--checkpoint=default`` the embedded trained target
-``specjax/models/assets/target``.
+``specjax/models/assets/target``; a registered real model
+(``--checkpoint=smollm2-135m-instruct``) or a ``.gguf`` file is loaded by
+:func:`specjax.models.registry.load_model`, and transformers loads the same
+dequantized float32 weights from its cache directory. Real models get real
+prompts: held-out ShareGPT first user turns (code, qa, writing, math in turn)
+through the chat template; generation then stops at EOS on both sides.
 
   python benchmarks/generate_vs_hf.py [--batch_sizes=1,8 --max_new_tokens=64]
+  python benchmarks/generate_vs_hf.py --checkpoint=smollm2-135m-instruct
 """
 
 from __future__ import annotations
@@ -98,6 +104,16 @@ def random_llama(path: str):
   return cfg
 
 
+def chat_prompts(lm, batch: int):
+  """``batch`` held-out ShareGPT first user turns through the model's chat template,
+  taking the domains in turn."""
+  from specjax.data import eval_prompts
+  by_domain = eval_prompts.heldout_eval_prompts(n_per_domain=batch)
+  order = [p for group in zip(*(by_domain[d] for d in ("code", "qa", "writing")))
+           for p in group]
+  return [lm.encode_chat(p.messages) for p in order[:batch]]
+
+
 def make_prompts(batch: int, vocab: int, seed: int):
   import numpy as np
   rs = np.random.RandomState(seed + batch)
@@ -108,12 +124,12 @@ def make_prompts(batch: int, vocab: int, seed: int):
 class SpecjaxSide:
   """specjax ``generate()`` on one batch; ``first_s`` = compile + first call."""
 
-  def __init__(self, model, params, prompts, n_new):
+  def __init__(self, model, params, prompts, n_new, eos=None):
     import jax
 
     from specjax.decoding.autoregressive import generate
     self._call = lambda: generate(model, params, prompts, max_new_tokens=n_new,
-                                  eos_token_id=None)
+                                  eos_token_id=eos)
     self._ready = jax.block_until_ready
     t0 = time.perf_counter()
     self._ready(self._call().tokens)
@@ -129,7 +145,7 @@ class SpecjaxSide:
 class HFSide:
   """transformers greedy ``generate()`` on the left-padded batch (one warm-up call)."""
 
-  def __init__(self, model, prompts, n_new):
+  def __init__(self, model, prompts, n_new, eos=None):
     import torch
     self._torch = torch
     self.width = max(len(p) for p in prompts)
@@ -138,8 +154,11 @@ class HFSide:
     for i, p in enumerate(prompts):
       ids[i, self.width - len(p):] = torch.tensor(p)
       mask[i, self.width - len(p):] = 1
-    kw = dict(attention_mask=mask, max_new_tokens=n_new, min_new_tokens=n_new,
-              do_sample=False, pad_token_id=0, eos_token_id=None)
+    kw = dict(attention_mask=mask, max_new_tokens=n_new, do_sample=False,
+              pad_token_id=0 if eos is None else eos, eos_token_id=eos)
+    if eos is None:
+      kw["min_new_tokens"] = n_new
+    self._eos = eos
     self._call = lambda: model.generate(ids, **kw)
     self.timed()  # warm-up
 
@@ -148,7 +167,10 @@ class HFSide:
       t0 = time.perf_counter()
       out = self._call()
       dt = time.perf_counter() - t0
-    return dt, out[:, self.width:].tolist()
+    rows = out[:, self.width:].tolist()
+    if self._eos is not None:  # cut at the first EOS (padding after it)
+      rows = [r[:r.index(self._eos) + 1] if self._eos in r else r for r in rows]
+    return dt, rows
 
 
 def main(argv):
@@ -163,7 +185,15 @@ def main(argv):
 
   torch.set_num_threads(FLAGS.threads)
   tmp = None
-  if FLAGS.checkpoint:
+  real = None
+  if FLAGS.checkpoint and not os.path.isdir(FLAGS.checkpoint) and FLAGS.checkpoint != "default":
+    from specjax.models import registry
+    try:
+      real = registry.load_model(FLAGS.checkpoint, dtype="float32")
+    except FileNotFoundError as e:
+      raise app.UsageError(f"--checkpoint={FLAGS.checkpoint!r}: {e}") from None
+    path, source = real.hf_dir, f"{real.name} (sha256 {real.sha256[:12]}), dequantized float32"
+  elif FLAGS.checkpoint:
     path = DEFAULT_TARGET if FLAGS.checkpoint == "default" else FLAGS.checkpoint
     if not os.path.isdir(path):
       raise app.UsageError(f"--checkpoint={FLAGS.checkpoint!r}: no directory {path}")
@@ -174,10 +204,14 @@ def main(argv):
     random_llama(path)
     source = "random Llama exported by specjax.models.hf.save_pretrained"
 
-  model, params = hf.load_pretrained(path, dtype="float32")
+  if real is not None:
+    model, params = real.model, real.params
+  else:
+    model, params = hf.load_pretrained(path, dtype="float32")
   cfg = model.config
   hf_model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
   hf_model.generation_config.eos_token_id = None
+  eos = cfg.eos_token_id if real is not None else None
   n_new = FLAGS.max_new_tokens
 
   print(f"checkpoint: {source}")
@@ -190,14 +224,20 @@ def main(argv):
         f"{os.environ.get('OMP_WAIT_POLICY', 'unset')}), transformers "
         f"{transformers.__version__} (attn={hf_model.config._attn_implementation}), "
         f"{os.cpu_count()} CPUs, {platform.processor() or platform.machine()}")
-  print(f"prompts: ragged {FLAGS.min_prompt}-{FLAGS.max_prompt} tokens, max_new_tokens={n_new},"
-        f" greedy, no EOS; median of {FLAGS.repeats} timed calls per side (interleaved) after one "
-        "warm-up")
+  if real is None:
+    print(f"prompts: ragged {FLAGS.min_prompt}-{FLAGS.max_prompt} tokens, max_new_tokens="
+          f"{n_new}, greedy, no EOS", end="")
+  else:
+    print(f"prompts: held-out ShareGPT chat prompts, max_new_tokens={n_new}, greedy, stop at "
+          f"EOS {eos}; tokens/s counts generated tokens", end="")
+  print(f"; median of {FLAGS.repeats} timed calls per side (interleaved) after one warm-up")
   rows = []
   load_before = os.getloadavg()
   for b in [int(x) for x in FLAGS.batch_sizes]:
-    prompts = make_prompts(b, cfg.vocab_size, FLAGS.seed)
-    sj, th = SpecjaxSide(model, params, prompts, n_new), HFSide(hf_model, prompts, n_new)
+    prompts = (make_prompts(b, cfg.vocab_size, FLAGS.seed) if real is None
+               else chat_prompts(real, b))
+    sj = SpecjaxSide(model, params, prompts, n_new, eos)
+    th = HFSide(hf_model, prompts, n_new, eos)
     sj_t, hf_t = [], []
     for _ in range(FLAGS.repeats):  # interleaved: both sides see the same machine load
       dt, sj_out = sj.timed()
@@ -207,7 +247,8 @@ def main(argv):
     sj_s, hf_s = statistics.median(sj_t), statistics.median(hf_t)
     same = sj_out == hf_out
     n_same = sum(a == c for a, c in zip(sj_out, hf_out))
-    rows.append((b, b * n_new / sj_s, b * n_new / hf_s, hf_s / sj_s, sj.first_s, same, n_same))
+    n_tok = sum(len(r) for r in sj_out)
+    rows.append((b, n_tok / sj_s, n_tok / hf_s, hf_s / sj_s, sj.first_s, same, n_same))
   load_after = os.getloadavg()
   print(f"1-min load average: {load_before[0]:.1f} before, {load_after[0]:.1f} after "
         f"({os.cpu_count()} CPUs; > CPUs means other processes competed for the cores)\n")

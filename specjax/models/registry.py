@@ -112,6 +112,9 @@ class LoadedModel:
     path: the file or directory loaded.
     sha256: hex digest of the GGUF file (or of the safetensors for HF dirs).
     name: the registry name, or the path's basename.
+    hf_dir: an HF checkpoint directory holding exactly these weights in float32
+      (the GGUF cache directory, or the loaded directory itself) -- what a peer
+      library loads to run the same model; None when loaded with use_cache=False.
   """
 
   model: Model
@@ -121,6 +124,7 @@ class LoadedModel:
   path: str
   sha256: str
   name: str
+  hf_dir: Optional[str] = None
 
   @property
   def config(self):
@@ -189,7 +193,7 @@ def load_model(model: str = DEFAULT_REAL_MODEL, dtype: str = "float32", use_cach
         d = json.load(fh)
       if d.get("chat_template"):
         chat = ChatTemplate(d["chat_template"], d.get("bos_token") or "", d.get("eos_token") or "")
-    return LoadedModel(m, params, hf.load_tokenizer(path), chat, path, sha, name)
+    return LoadedModel(m, params, hf.load_tokenizer(path), chat, path, sha, name, path)
   sha = file_sha256(path)
   if not use_cache:
     f = gguf.GGUFFile(path)
@@ -204,4 +208,4 @@ def load_model(model: str = DEFAULT_REAL_MODEL, dtype: str = "float32", use_cach
   with open(os.path.join(cache, "chat_template.json")) as fh:
     chat_d = json.load(fh)
   chat = ChatTemplate(**chat_d) if chat_d else None
-  return LoadedModel(m, params, hf.load_tokenizer(cache), chat, path, sha, name)
+  return LoadedModel(m, params, hf.load_tokenizer(cache), chat, path, sha, name, cache)
