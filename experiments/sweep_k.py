@@ -22,6 +22,9 @@ _CONFIG = None  # defined in __main__ only (several binaries share this module)
 
 
 def rows(c) -> list[dict]:
+  from specjax.checks import check_int
+  for k in c.ks:
+    check_int("ks entry (draft length K)", k, low=1)
   out = []
   for t in c.temperatures:
     out.append(cv.make_row(c, kind="target", drafter="-", temperature=t, num_draft=0,
