@@ -63,7 +63,6 @@ import time
 from typing import Any
 
 from absl import app, logging
-from ml_collections import config_flags
 
 from experiments import quality, sweep
 
@@ -675,6 +674,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  _CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/compare.py",
-                                            "comparison config file.", lock_config=True)
-  app.run(main)
+  from experiments import cli
+  _CONFIG = cli.define_config_file("config", "experiments/configs/compare.py",
+                                   "comparison config file.", lock_config=True)
+  app.run(main, flags_parser=cli.parse_flags)

@@ -355,3 +355,32 @@ def test_eagle_loader_reads_configured_aux_layers(tmp_path):
       eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 0, 1]})))
   head, _, _ = eagle.load_eagle(path, CFG)
   assert head.config.target_layers == (1, 0, 1)
+
+
+# --- binaries: settings checked before any model loads -----------------------------------------
+
+
+@pytest.mark.parametrize("field,value,exc,fragments", [
+    ("drafters", ("chain", "nosuch"), ValueError, ["['nosuch']", "eagle_tree"]),
+    ("temperatures", (0.0, "hot"), ValueError, ["temperatures entry='hot'"]),
+    ("temperatures", (-1.0,), ValueError, ["temperatures entry=-1.0"]),
+    ("num_draft", 0, ValueError, ["num_draft (K)=0"]),
+    ("tree_paths", "[[0], [", ValueError, ["tree_paths='[[0], ['", "JSON"]),
+])
+def test_compare_config_is_validated_before_models_load(field, value, exc, fragments):
+  from experiments import compare_verifiers as cv
+  from experiments.configs import compare
+  c = compare.get_config()
+  c[field] = value
+  with _raises(exc, *fragments):
+    cv.default_rows(c)
+
+
+def test_compare_workdir_that_is_a_file(tmp_path):
+  from experiments import compare_verifiers as cv
+  from experiments.configs import compare
+  c = compare.get_config()
+  c.workdir = str(tmp_path / "out.txt")
+  (tmp_path / "out.txt").write_text("x")
+  with _raises(ValueError, "out.txt", "not a directory"):
+    cv.default_rows(c)
