@@ -48,8 +48,40 @@ flags.DEFINE_boolean("kl", True, "first-token KL to the matched baseline at T > 
 flags.DEFINE_string("output_dir", "outputs/benchmark", "where JSONL / markdown / PNG go")
 
 
+def _validate_flags() -> None:
+  """Every flag checked before any model loads (compare_verifiers.validate_config
+  checks the assembled config on top)."""
+  from experiments.compare_verifiers import DRAFTERS
+  from specjax.checks import check_int
+  bad = [d for d in FLAGS.drafters if d not in DRAFTERS]
+  if bad:
+    raise app.UsageError(f"--drafters: {bad} unknown; choose from {', '.join(DRAFTERS)}")
+  for t in FLAGS.temperatures:
+    try:
+      if not float(t) >= 0:
+        raise ValueError
+    except ValueError:
+      raise app.UsageError(f"--temperatures: {t!r} is not a number >= 0 (e.g. "
+                           f"--temperatures=0,1)") from None
+  for name, low in (("k", 1), ("num_prompts", 1), ("max_new_tokens", 1), ("repeats", 1),
+                    ("batch_size", 0), ("mesh_data", 0), ("mesh_model", 1)):
+    try:
+      check_int(f"--{name}", getattr(FLAGS, name), low=low)
+    except ValueError as e:
+      raise app.UsageError(str(e)) from None
+  for name in ("target_dir", "draft_dir"):
+    path = getattr(FLAGS, name)
+    if path and not os.path.isdir(path):
+      raise app.UsageError(f"--{name}={path!r} is not a directory")
+  if FLAGS.eagle_dir not in ("", "none") and not os.path.isdir(FLAGS.eagle_dir):
+    raise app.UsageError(f"--eagle_dir={FLAGS.eagle_dir!r} is not a directory (or 'none')")
+  if os.path.exists(FLAGS.output_dir) and not os.path.isdir(FLAGS.output_dir):
+    raise app.UsageError(f"--output_dir={FLAGS.output_dir!r} is a file; give a directory")
+
+
 def _config():
   from experiments.configs import compare
+  _validate_flags()
   c = compare.get_config()
   c.name = "benchmark"
   c.workdir = FLAGS.output_dir
@@ -124,6 +156,12 @@ def run() -> dict:
   """Entry point (also the ``specjax-bench`` console script)."""
   from experiments import compare_verifiers as cv
   c = _config()
+  from experiments.compare_verifiers import parse_rules, validate_config
+  try:
+    validate_config(c)
+    parse_rules(c.rules)
+  except ValueError as e:  # TypeError-like ArgumentTypeError is a ValueError too
+    raise app.UsageError(f"--verifiers / flags: {e}") from None
   wanted = set(FLAGS.drafters) | {"-"}
   if not c.eagle_dir and any(d.startswith("eagle") for d in FLAGS.drafters):
     logging.warning("no EAGLE head available: skipping drafters %s",

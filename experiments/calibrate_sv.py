@@ -29,7 +29,6 @@ import os
 import time
 
 from absl import app, flags, logging
-from ml_collections import config_flags
 
 _CONFIG = None  # defined in __main__ only: importing this module defines no flags
 
@@ -203,11 +202,12 @@ def main(argv):
 def _define_flags():
   """absl flags of this binary (not at import: several binaries share a process in tests)."""
   global _CONFIG
-  _CONFIG = config_flags.DEFINE_config_file("config", None, "SV calibration config file.",
-                                            lock_config=True)
+  _CONFIG = cli.define_config_file("config", None, "SV calibration config file.",
+                                   lock_config=True)
 
 
 if __name__ == "__main__":
+  from experiments import cli
   _define_flags()
   flags.mark_flags_as_required(["config"])
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

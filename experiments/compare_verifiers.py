@@ -63,7 +63,6 @@ import time
 from typing import Any
 
 from absl import app, logging
-from ml_collections import config_flags
 
 from experiments import quality, sweep
 
@@ -90,14 +89,57 @@ def parse_rules(spec: str) -> list[tuple[str, dict]]:
       continue
     hp = {}
     for kv in kvs:
-      k, _, v = kv.partition("=")
+      k, eq, v = kv.partition("=")
+      if not eq or not k.strip():
+        raise ValueError(f"verifier spec {item!r}: {kv!r} is not hparam=value "
+                         f"(e.g. mars:theta=0.9)")
       try:
         hp[k.strip()] = json.loads(v)
       except json.JSONDecodeError:
         hp[k.strip()] = v.strip()
-    verifiers.get(name, **hp)  # validate early
-    out[name] = hp
+    rule = verifiers.get(name, **hp)  # validates and converts ("0.9" -> 0.9) early
+    out[name] = {k: getattr(rule, k) for k in hp}  # the converted values, never strings
   return list(out.items())
+
+
+DRAFTERS = ("chain", "tree", "eagle_chain", "eagle_tree")
+
+
+def validate_config(c) -> None:
+  """Check every setting a run reads, before any model loads or row runs.
+
+  Raises ``ValueError`` / ``TypeError`` naming the config field, the value and
+  what is allowed (rules are checked by :func:`parse_rules`).
+  """
+  from specjax.checks import check_int, check_range, coerce_number
+  drafters = [c.drafters] if isinstance(c.drafters, str) else list(c.drafters)
+  bad = [d for d in drafters if d not in DRAFTERS]
+  if bad:
+    raise ValueError(f"drafters={bad} unknown; choose from {DRAFTERS}")
+  temps = [c.temperatures] if isinstance(c.temperatures, (str, int, float)) else c.temperatures
+  if not len(temps):
+    raise ValueError("temperatures is empty; give at least one, e.g. 0,1")
+  for t in temps:
+    check_range("temperatures entry", coerce_number("temperatures entry", t, float), low=0.0)
+  check_int("num_draft (K)", c.num_draft, low=1)
+  try:
+    paths = _tree_paths(c)
+  except (ValueError, TypeError) as e:
+    raise ValueError(f"tree_paths={c.tree_paths!r} is not a JSON list of rank paths such as "
+                     f"[[0], [1], [0, 0]]: {e}") from None
+  if "tree" in drafters:
+    from specjax.decoding.tree import static_tree
+    static_tree(paths)
+  if c.eagle_dir and not os.path.isdir(c.eagle_dir):
+    raise ValueError(f"eagle_dir={c.eagle_dir!r} is not a directory")
+  for name in ("num_prompts", "max_new_tokens"):
+    check_int(f"data.{name}", c.data[name], low=1)
+  check_int("data.batch_size", c.data.batch_size, low=0)
+  check_int("timing.repeats", c.timing.repeats, low=1)
+  workdir = c.workdir or f"/tmp/specjax_runs/{c.name}"
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise ValueError(f"workdir={workdir!r} exists and is not a directory; results go "
+                     f"into a directory")
 
 
 def method_label(rule: str, hparams: dict, baseline: bool = False) -> str:
@@ -132,6 +174,7 @@ def make_row(c, *, kind: str, drafter: str, temperature: float, num_draft: int,
 
 def default_rows(c) -> list[dict]:
   """The comparison's rows: target, every rule x drafter x T, matched baselines."""
+  validate_config(c)
   rows = []
   rules = parse_rules(c.rules)
   drafters = list(c.drafters)
@@ -595,6 +638,7 @@ def plot_lines(records: list[dict], path: str, title: str, x_of, xlabel: str,
 def run_line_sweep(c, rows: list[dict], title: str, x_of, xlabel: str) -> dict:
   """Run (or resume) a one-axis sweep and write its table and line plots
   (shared by ``sweep_theta``, ``sweep_k`` and ``sweep_temperature``)."""
+  validate_config(c)
   enable_compile_cache(c)
   records, path = run_rows(c, rows)
   files = write_reports(c, records, c.name, title,
@@ -630,6 +674,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  _CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/compare.py",
-                                            "comparison config file.", lock_config=True)
-  app.run(main)
+  from experiments import cli
+  _CONFIG = cli.define_config_file("config", "experiments/configs/compare.py",
+                                   "comparison config file.", lock_config=True)
+  app.run(main, flags_parser=cli.parse_flags)

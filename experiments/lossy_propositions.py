@@ -37,7 +37,6 @@ import os
 import time
 
 from absl import app, flags, logging
-from ml_collections import config_flags
 
 _CONFIG = None  # defined in __main__ only: importing this module defines no flags
 _OUTPUT_DIR = None  # defined in __main__ only: importing this module defines no flags
@@ -558,7 +557,7 @@ def main(argv):
 def _define_flags():
   """absl flags of this binary (not at import: several binaries share a process in tests)."""
   global _CONFIG
-  _CONFIG = config_flags.DEFINE_config_file(
+  _CONFIG = cli.define_config_file(
       "config", os.path.join(os.path.dirname(__file__), "configs", "propositions.py"),
       "Propositions config file.", lock_config=True)
   global _OUTPUT_DIR
@@ -570,5 +569,6 @@ def _define_flags():
 
 
 if __name__ == "__main__":
+  from experiments import cli
   _define_flags()
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

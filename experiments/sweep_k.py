@@ -14,7 +14,6 @@ quality against K.
 from __future__ import annotations
 
 from absl import app
-from ml_collections import config_flags
 
 from experiments import compare_verifiers as cv
 
@@ -22,6 +21,9 @@ _CONFIG = None  # defined in __main__ only (several binaries share this module)
 
 
 def rows(c) -> list[dict]:
+  from specjax.checks import check_int
+  for k in c.ks:
+    check_int("ks entry (draft length K)", k, low=1)
   out = []
   for t in c.temperatures:
     out.append(cv.make_row(c, kind="target", drafter="-", temperature=t, num_draft=0,
@@ -44,6 +46,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  _CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/k.py",
-                                            "K sweep config.", lock_config=True)
-  app.run(main)
+  from experiments import cli
+  _CONFIG = cli.define_config_file("config", "experiments/configs/k.py",
+                                   "K sweep config.", lock_config=True)
+  app.run(main, flags_parser=cli.parse_flags)

@@ -15,7 +15,6 @@ Evaluation, resumable JSONL, table and metrics as in
 from __future__ import annotations
 
 from absl import app
-from ml_collections import config_flags
 
 from experiments import compare_verifiers as cv
 
@@ -50,6 +49,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  _CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/theta.py",
-                                            "theta sweep config.", lock_config=True)
-  app.run(main)
+  from experiments import cli
+  _CONFIG = cli.define_config_file("config", "experiments/configs/theta.py",
+                                   "theta sweep config.", lock_config=True)
+  app.run(main, flags_parser=cli.parse_flags)

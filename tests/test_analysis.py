@@ -26,8 +26,7 @@ def _dirichlet(seed, batch, vocab, concentration):
 
 
 def _rule(name, **kw):
-  if name not in verifiers.available():
-    pytest.skip(f"verifier {name!r} is not registered")
+  """A registered rule; a renamed rule fails here (it used to skip silently)."""
   return verifiers.get(name, **kw)
 
 
@@ -325,6 +324,29 @@ def test_prop_truncation_sweep(synth):
       _close(sw.alpha_gate[0], 1.0)
   with pytest.raises(ValueError, match="kind"):
     props.truncation_sweep(p, q, "top_p", [0.5])
+
+
+def test_truncation_sweep_by_hand():
+  """Values RESULTS.md relies on (alphas, block efficiencies, the sign of Delta BE),
+  against a hand computation for one context.
+
+  p = (.5, .3, .15, .05), q uniform over 4, min-p p_base = 0.5: A(p) = {p >= .25} =
+  {0, 1}, p_A = (.625, .375, 0, 0); A(q) = all, q_A = q.  alpha(p, q) = .25 + .25 +
+  .15 + .05 = .70; alpha(p_A, q) = alpha(p_A, q_A) = .5; q(A(p)) = .5.  Block
+  efficiency at gamma = 5: (1 - a^6) / (1 - a) -> 2.941170 and 1.96875, so
+  Delta BE = -0.972420 (truncation lowers it here).
+  """
+  p = jnp.asarray([[0.5, 0.3, 0.15, 0.05]])
+  q = jnp.full((1, 4), 0.25)
+  sw = props.truncation_sweep(p, q, "min_p", [0.5], gamma=5)
+  _close(sw.alpha_pq, [0.70], atol=1e-6)
+  _close(sw.alpha_paq, [[0.5]], atol=1e-6)
+  _close(sw.alpha_paqa, [[0.5]], atol=1e-6)
+  _close(sw.alpha_gate, [[0.5]], atol=1e-6)
+  _close(sw.be_pq, (1 - 0.7 ** 6) / 0.3, atol=1e-5)
+  _close(sw.be_paq, [1.96875], atol=1e-5)
+  _close(sw.delta_be_paq, [1.96875 - (1 - 0.7 ** 6) / 0.3], atol=1e-5)
+  assert float(sw.delta_be_paq[0]) < 0
 
 
 def test_prop_mars_sweep():

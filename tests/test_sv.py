@@ -278,8 +278,7 @@ def test_sv_in_speculative_loop_greedy_is_target_greedy(triple):
                                   eos_token_id=None, policy=pol, policy_params=params)
   assert out.to_lists() == ref
   st = out.stats
-  if hasattr(st, "verified_tokens"):
-    assert 0 < int(np.sum(st.verified_tokens)) < k * int(np.sum(st.target_calls)) / 2
+  assert 0 < int(np.sum(st.verified_tokens)) < k * int(np.sum(st.target_calls)) / 2
 
 
 def _steep_table():

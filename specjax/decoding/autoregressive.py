@@ -14,6 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specjax.checks import ArgumentTypeError, check_int, check_key
+from specjax.decoding.arguments import check_model_params, check_position_range
 from specjax.decoding.prompts import (eos_tuple, is_eos, prepare_prompts,
                                       resolve_cache_length)
 from specjax.decoding.sampling import SamplingConfig, sample_logits
@@ -107,7 +109,7 @@ def _generate(model: Model, params, tokens, lengths, key, row_ids, *, max_new_to
 def generate(model: Model, params, prompts, *, max_new_tokens: int,
              sampling: SamplingConfig = SamplingConfig(temperature=0.0), key=None,
              eos_token_id="config", cache_length: int | None = None,
-             row_offset: int = 0, mesh=None) -> GenerationResult:
+             row_offset: int = 0, mesh=None, on_long_prompt: str = "warn") -> GenerationResult:
   """Target-only generation for a batch of ragged prompts.
 
   Args:
@@ -121,17 +123,26 @@ def generate(model: Model, params, prompts, *, max_new_tokens: int,
       whose cache fills stops with finish_reason CACHE_FULL.
     row_offset: global index of the first row (per-row RNG streams).
     mesh: optional ``jax.sharding.Mesh`` with a ``data`` axis (rows sharded over it).
+    on_long_prompt: "warn" (default), "error" or "ignore" when prompt + generation
+      reach past ``max_position_embeddings``.
+
+  Raises ``TypeError`` / ``ValueError`` (before tracing) naming a bad argument:
+  params that do not fit ``model``, a flat list or text for ``prompts``, a
+  non-key ``key``, a bad ``max_new_tokens``.
   """
-  if not (isinstance(max_new_tokens, (int, np.integer)) and max_new_tokens >= 1):
-    raise ValueError(f"max_new_tokens={max_new_tokens!r} must be an integer >= 1")
+  check_model_params("model", model, params)
+  check_int("max_new_tokens", max_new_tokens, low=1)
+  check_int("row_offset", row_offset, low=0)
   if not isinstance(sampling, SamplingConfig):
-    raise ValueError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}")
+    raise ArgumentTypeError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}")
   if key is None:
     if not sampling.greedy:
       raise ValueError("a PRNG key is required when temperature > 0")
     key = jax.random.key(0)
+  check_key("key", key)
   eos = eos_tuple(model.config.eos_token_id if eos_token_id == "config" else eos_token_id)
   tokens, lengths = prepare_prompts(prompts, model.config.vocab_size)
+  check_position_range("model", model, int(lengths.max()), max_new_tokens, on_long_prompt)
   cache_length, bucket = resolve_cache_length(lengths, tokens.shape[1], max_new_tokens,
                                               cache_length)
   tokens = tokens[:, :bucket]

@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specjax.checks import ArgumentTypeError, check_int
 from specjax.decoding.tree import TreeDraft, static_tree
 from specjax.decoding.sampling import SamplingConfig, sample_logits
 from specjax.models import kv_cache as kvc
@@ -90,10 +91,13 @@ class LMDrafter(Drafter):
   model: Model = None
 
   def __post_init__(self):
-    if self.model is None:
-      raise ValueError("LMDrafter needs a model")
-    if not (isinstance(self.num_draft, int) and self.num_draft >= 1):
-      raise ValueError(f"num_draft (K)={self.num_draft!r} must be an integer >= 1")
+    if not isinstance(self.model, Model):
+      raise ArgumentTypeError(f"LMDrafter needs model=Model(...), got {type(self.model).__name__}"
+                      + (" (a params pytree? params go to speculative_generate)"
+                         if isinstance(self.model, dict) else ""))
+    check_int("num_draft (K)", self.num_draft, low=1)
+    if not isinstance(self.sampling, SamplingConfig):
+      raise ArgumentTypeError(f"sampling must be a SamplingConfig, got {type(self.sampling).__name__}")
 
   @property
   def vocab_size(self) -> int:

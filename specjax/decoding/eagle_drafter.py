@@ -41,7 +41,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.decoding.drafters import Drafter
-from specjax.decoding.sampling import sample_logits
+from specjax.checks import ArgumentTypeError, check_int
+from specjax.decoding.sampling import SamplingConfig, sample_logits
 from specjax.decoding.tree import TreeDraft, static_tree
 from specjax.models import kv_cache as kvc
 from specjax.models.eagle import EagleHead
@@ -101,10 +102,12 @@ class EagleDrafter(Drafter):
 
   def __post_init__(self):
     if not isinstance(self.head, EagleHead):
-      raise ValueError("EagleDrafter needs head=EagleHead(...)")
-    if not (isinstance(self.num_draft, int) and self.num_draft >= 1):
-      raise ValueError(f"num_draft={self.num_draft!r} must be an integer >= 1 (chain length "
-                       "or tree depth)")
+      raise ArgumentTypeError(f"EagleDrafter needs head=EagleHead(...), got {type(self.head).__name__}")
+    check_int("num_draft (chain length or tree depth)", self.num_draft, low=1)
+    if not isinstance(self.sampling, SamplingConfig):
+      raise ArgumentTypeError(f"sampling must be a SamplingConfig, got {type(self.sampling).__name__}")
+    check_int("top_k", self.top_k, low=1)
+    check_int("total_tokens", self.total_tokens, low=1)
     if self.tree_kind not in TREE_KINDS:
       raise ValueError(f"tree_kind={self.tree_kind!r}; choose one of {TREE_KINDS}")
     vd = self.head.config.draft_vocab_size

@@ -6,6 +6,8 @@ from typing import Sequence
 
 import numpy as np
 
+from specjax.checks import ArgumentTypeError
+
 MIN_BUCKET = 16
 
 
@@ -15,6 +17,47 @@ def bucket_length(n: int, minimum: int = MIN_BUCKET) -> int:
   while b < n:
     b *= 2
   return b
+
+
+_TEXT_HINT = "encode text first, e.g. tokenizer.encode(text).ids"
+
+
+def _prompt_rows(prompts) -> list:
+  """The rows of a batch of prompts; refuses text and a flat list of ids."""
+  if isinstance(prompts, (str, bytes)):
+    raise ArgumentTypeError(f"prompts={prompts[:40]!r} is text; prompts are lists of token ids: "
+                    f"{_TEXT_HINT}")
+  if hasattr(prompts, "shape") and getattr(prompts, "ndim", 0) == 2:
+    return list(np.asarray(prompts))
+  if not isinstance(prompts, (list, tuple)):
+    raise ArgumentTypeError(f"prompts must be a list of token-id lists or (tokens [B, P], lengths [B]); "
+                    f"got {type(prompts).__name__}")
+  if prompts and all(isinstance(r, (int, np.integer)) and not isinstance(r, bool)
+                     for r in prompts):
+    shown = list(prompts[:8]) + (["..."] if len(prompts) > 8 else [])
+    raise ValueError(f"prompts={shown} is a flat list of token ids, which would be read as "
+                     f"{len(prompts)} one-token prompts; give a batch: [[{', '.join(map(str, shown))}]]")
+  return list(prompts)
+
+
+def _token_row(i: int, row) -> list[int]:
+  """Prompt ``i`` as a list of Python ints; ``TypeError`` naming the row otherwise."""
+  if isinstance(row, (str, bytes)):
+    raise ArgumentTypeError(f"prompt {i} is text ({row[:40]!r}); {_TEXT_HINT}")
+  if hasattr(row, "dtype"):
+    a = np.asarray(row)
+    if a.ndim != 1 or a.dtype.kind not in "iu":
+      raise ArgumentTypeError(f"prompt {i} must be a 1-D array of integer token ids; got shape "
+                      f"{a.shape}, dtype {a.dtype}")
+    return a.tolist()
+  if not isinstance(row, (list, tuple)):
+    raise ArgumentTypeError(f"prompt {i}={row!r} must be a list of token ids (a batch of prompts is a "
+                    f"list of lists)")
+  for t in row:
+    if isinstance(t, bool) or not isinstance(t, (int, np.integer)):
+      raise ArgumentTypeError(f"prompt {i} holds {t!r} ({type(t).__name__}); token ids must be ints"
+                      + (f" ({_TEXT_HINT})" if isinstance(t, str) else ""))
+  return [int(t) for t in row]
 
 
 def prepare_prompts(prompts, vocab_size: int, *, bucket: int | None = None, pad_id: int = 0):
@@ -33,11 +76,16 @@ def prepare_prompts(prompts, vocab_size: int, *, bucket: int | None = None, pad_
     if toks.ndim != 2 or lens.shape != (toks.shape[0],):
       raise ValueError(f"prompt arrays must be tokens [B, P] and lengths [B]; got "
                        f"{toks.shape} and {lens.shape}")
+    if toks.dtype.kind not in "iu" or lens.dtype.kind not in "iu":
+      raise ArgumentTypeError(f"prompt arrays must hold integer token ids; got dtypes {toks.dtype} "
+                      f"and {lens.dtype}")
+    if lens.size and (lens.min() < 0 or lens.max() > toks.shape[1]):
+      raise ValueError(f"prompt lengths must lie in [1, {toks.shape[1]}]; got {lens.tolist()}")
     rows = [toks[i, :int(lens[i])].tolist() for i in range(toks.shape[0])]
   else:
-    if isinstance(prompts, np.ndarray) and prompts.ndim == 1:
-      prompts = [prompts]
-    rows = [list(np.asarray(r).reshape(-1).tolist()) for r in prompts]
+    if hasattr(prompts, "dtype") and getattr(prompts, "ndim", 0) == 1:
+      prompts = [prompts]  # one prompt as a 1-D array (documented; a flat *list* is refused)
+    rows = [_token_row(i, r) for i, r in enumerate(_prompt_rows(prompts))]
   if not rows:
     raise ValueError("prompts is empty: give at least one prompt")
   lengths = np.array([len(r) for r in rows], np.int32)

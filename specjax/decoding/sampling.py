@@ -10,9 +10,12 @@ Every function works on logits ``[..., V]``.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import jax
 import jax.numpy as jnp
+
+from specjax.checks import check_int, check_range
 
 NEG_INF = -jnp.inf
 
@@ -37,17 +40,11 @@ class SamplingConfig:
   eta: float = 0.0
 
   def __post_init__(self):
-    t = self.temperature
-    if not (isinstance(t, (int, float)) and t >= 0 and t == t and t != float("inf")):
-      raise ValueError(f"temperature={t!r} must be a finite number >= 0 (0 means greedy)")
-    if not (isinstance(self.top_k, int) and self.top_k >= 0):
-      raise ValueError(f"top_k={self.top_k!r} must be an integer >= 0 (0 disables)")
-    if not (0.0 < self.top_p <= 1.0):
-      raise ValueError(f"top_p={self.top_p!r} must be in (0, 1] (1 disables)")
-    if not (0.0 <= self.min_p <= 1.0):
-      raise ValueError(f"min_p={self.min_p!r} must be in [0, 1] (0 disables)")
-    if not (0.0 <= self.eta < 1.0):
-      raise ValueError(f"eta={self.eta!r} must be in [0, 1) (0 disables)")
+    check_range("temperature", self.temperature, low=0.0, high=math.inf, high_open=True)
+    check_int("top_k", self.top_k, low=0)
+    check_range("top_p", self.top_p, low=0.0, high=1.0, low_open=True)
+    check_range("min_p", self.min_p, low=0.0, high=1.0)
+    check_range("eta", self.eta, low=0.0, high=1.0, high_open=True)
 
   @property
   def greedy(self) -> bool:

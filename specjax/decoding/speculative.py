@@ -20,6 +20,9 @@ import numpy as np
 
 from specjax.decoding.autoregressive import (CACHE_FULL, EOS, MAX_TOKENS, RUNNING, prefill,
                                              row_key)
+from specjax.checks import ArgumentTypeError, check_int, check_key
+from specjax.decoding.arguments import (check_model_params, check_position_range,
+                                        check_tokenizers)
 from specjax.decoding.drafters import Drafter
 from specjax.decoding.prompts import (eos_tuple, is_eos, prepare_prompts,
                                       resolve_cache_length)
@@ -276,16 +279,22 @@ def speculative_core(target: Model, drafter: Drafter, verifier: NodeRule, policy
   return SpecResult(s["out"][:, :max_new_tokens], s["n"], s["reason"], s["stats"])
 
 
-def validate_pair(target: Model, drafter: Drafter, verifier: NodeRule) -> None:
+def validate_pair(target: Model, drafter: Drafter, verifier: NodeRule,
+                  allow_tokenizer_mismatch: bool = False) -> None:
   """Boundary checks shared by the speculative entry points."""
   if not isinstance(verifier, NodeRule):
-    raise ValueError(f"verifier must be a NodeRule (e.g. specjax.verifiers.get('lossless')), "
-                     f"got {type(verifier).__name__}")
+    raise ArgumentTypeError(f"verifier must be a NodeRule (e.g. specjax.verifiers.get('lossless')), "
+                    f"got {type(verifier).__name__}")
   if not isinstance(drafter, Drafter):
-    raise ValueError(f"drafter must be a specjax Drafter, got {type(drafter).__name__}")
+    raise ArgumentTypeError(f"drafter must be a specjax Drafter, got {type(drafter).__name__}")
+  if not isinstance(target, Model):
+    raise ArgumentTypeError(f"target must be a specjax Model, got {type(target).__name__}")
   if drafter.vocab_size != target.config.vocab_size:
     raise ValueError(f"vocab mismatch: target vocab_size={target.config.vocab_size}, "
                      f"drafter vocab_size={drafter.vocab_size}; they must share a tokenizer")
+  draft_model = getattr(drafter, "model", None)
+  if isinstance(draft_model, Model):
+    check_tokenizers(target, draft_model.config, allow_tokenizer_mismatch)
 
 
 def speculative_generate(target: Model, target_params, drafter: Drafter, draft_params,
@@ -293,7 +302,8 @@ def speculative_generate(target: Model, target_params, drafter: Drafter, draft_p
                          sampling: SamplingConfig = SamplingConfig(temperature=0.0), key=None,
                          eos_token_id="config", cache_length: int | None = None,
                          row_offset: int = 0, mesh=None, policy=None,
-                         policy_params=None) -> SpecResult:
+                         policy_params=None, on_long_prompt: str = "warn",
+                         allow_tokenizer_mismatch: bool = False) -> SpecResult:
   """Speculative generation for a batch of ragged prompts.
 
   Args:
@@ -314,14 +324,28 @@ def speculative_generate(target: Model, target_params, drafter: Drafter, draft_p
       Speculative Verification (``specjax.policies.sv``); it picks per row how
       many of the K drafts the target verifies, and the target forward runs
       over the smallest of ``policy.buckets`` that covers them.
+    on_long_prompt: "warn" (default), "error" or "ignore" when prompt + generation
+      reach past the target's ``max_position_embeddings``.
+    allow_tokenizer_mismatch: run a target / draft pair whose tokenizer
+      fingerprints differ (refused by default).
+
+  Raises ``TypeError`` / ``ValueError`` (before tracing) naming a bad argument:
+  params that do not fit their model (e.g. target and draft params swapped), a
+  flat list or text for ``prompts``, a non-key ``key``, a tokenizer mismatch.
   """
-  validate_pair(target, drafter, verifier)
-  if not (isinstance(max_new_tokens, (int, np.integer)) and max_new_tokens >= 1):
-    raise ValueError(f"max_new_tokens={max_new_tokens!r} must be an integer >= 1")
+  validate_pair(target, drafter, verifier, allow_tokenizer_mismatch)
+  check_model_params("target", target, target_params)
+  if isinstance(getattr(drafter, "model", None), Model):
+    check_model_params("draft", drafter.model, draft_params)
+  check_int("max_new_tokens", max_new_tokens, low=1)
+  check_int("row_offset", row_offset, low=0)
+  if not isinstance(sampling, SamplingConfig):
+    raise ArgumentTypeError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}")
   if key is None:
     if not (sampling.greedy and drafter.sampling.greedy):
       raise ValueError("a PRNG key is required when the target or drafter samples (T > 0)")
     key = jax.random.key(0)
+  check_key("key", key)
   if policy is not None and drafter.tree:
     raise ValueError("a verify-length policy applies to chain drafters only (drafter.tree=True)")
   if drafter.target_hidden_layers != target.config.hidden_layers:
@@ -331,6 +355,7 @@ def speculative_generate(target: Model, target_params, drafter: Drafter, draft_p
   eos = eos_tuple(target.config.eos_token_id if eos_token_id == "config" else eos_token_id)
   tokens, lengths = prepare_prompts(prompts, target.config.vocab_size)
   per_step = drafter.tokens_per_step
+  check_position_range("target", target, int(lengths.max()), max_new_tokens, on_long_prompt)
   cache_length, bucket = resolve_cache_length(lengths, tokens.shape[1],
                                               max_new_tokens + per_step, cache_length)
   if int(lengths.max()) + per_step > cache_length:

@@ -43,6 +43,11 @@ class ModelConfig:
       (L,), EAGLE-3 (2, L//2, L-3) plus the last feature.
     dtype: activation dtype; param_dtype: storage dtype of the params.
     bos_token_id, eos_token_id: special tokens (eos may be None).
+    tokenizer_fingerprint: identity of the tokenizer the ids belong to
+      (``hf.tokenizer_fingerprint``: sha256 of its vocabulary, merges and added
+      tokens), set by the loaders when a ``tokenizer.json`` is present, else
+      None (unknown).  ``speculative_generate`` refuses a target / draft pair
+      whose fingerprints differ.
   """
 
   model_type: str = "llama"
@@ -66,6 +71,7 @@ class ModelConfig:
   param_dtype: str = "float32"
   bos_token_id: Optional[int] = None
   eos_token_id: Optional[int] = None
+  tokenizer_fingerprint: Optional[str] = None
 
   def __post_init__(self):
     if self.model_type not in SUPPORTED_MODEL_TYPES:

@@ -44,6 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specjax.checks import check_finite
 from specjax.models import kv_cache as kvc
 from specjax.models.config import ModelConfig, resolve_dtype
 from specjax.models.transformer import (MLP, Attention, RMSNorm, rope_tables,
@@ -84,6 +85,8 @@ class EagleConfig:
     target_layers: the target ``hidden_layers`` the head reads: ``(L,)`` for
       EAGLE-1, three decoder-layer inputs for EAGLE-3.
     fc_bias: bias of ``fc`` (the published EAGLE-1 has one, EAGLE-3 not).
+    qkv_bias: biases of the layer's q/k/v projections (EAGLE-1 heads for
+      Qwen2 targets publish ``qkv_bias: true`` and ``layers.0.self_attn.*.bias``).
     rms_norm_eps, rope_theta, rope_scaling, max_position_embeddings: as the
       target's (positions and RoPE are handled like the target's).
     dtype, param_dtype: activation / storage dtypes.
@@ -100,6 +103,7 @@ class EagleConfig:
   target_hidden_size: int = 64
   target_layers: tuple = (2,)
   fc_bias: bool = True
+  qkv_bias: bool = False
   rms_norm_eps: float = 1e-6
   rope_theta: float = 10000.0
   rope_scaling: Optional[tuple] = None
@@ -132,9 +136,10 @@ class EagleConfig:
 
   @property
   def layer_config(self) -> ModelConfig:
-    """The one decoder layer's config (llama family, no biases)."""
+    """The one decoder layer's config (llama family; q/k/v biases iff ``qkv_bias``)."""
     return ModelConfig(
         model_type="llama", vocab_size=self.vocab_size, hidden_size=self.hidden_size,
+        qkv_bias=bool(self.qkv_bias),
         intermediate_size=self.intermediate_size, num_hidden_layers=1,
         num_attention_heads=self.num_attention_heads,
         num_key_value_heads=self.num_key_value_heads, head_dim=self.head_dim,
@@ -154,6 +159,8 @@ class EagleConfig:
     qd, kvd = self.num_attention_heads * self.head_dim, self.num_key_value_heads * self.head_dim
     attn_in = h if self.kind == "eagle1" else 2 * h
     n = attn_in * (qd + 2 * kvd) + qd * h + 3 * h * i + h  # attn, mlp, post-attn norm
+    if self.qkv_bias:
+      n += qd + 2 * kvd
     if self.kind == "eagle1":
       n += 2 * h * h + (h if self.fc_bias else 0)
     else:
@@ -358,6 +365,10 @@ def frequent_vocab(token_stream: np.ndarray, vocab_size: int, draft_vocab_size: 
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
+# Tensors published heads ship that the head does not own: EAGLE-1 checkpoints
+# carry a copy of the target's embedding (we always use the target's own), and
+# EAGLE-3 the vocabulary maps (read by load_eagle).
+IGNORED_TENSORS = ("embed_tokens.weight", "d2t", "t2d")
 _ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
 _MLP = ("gate_proj", "up_proj", "down_proj")
 
@@ -383,6 +394,10 @@ def published_shapes(cfg: EagleConfig) -> dict:
        pre + "post_attention_layernorm.weight": (h,)}
   if cfg.fc_bias:
     s["fc.bias"] = (h,)
+  if cfg.qkv_bias:
+    s[pre + "self_attn.q_proj.bias"] = (qd,)
+    s[pre + "self_attn.k_proj.bias"] = (kvd,)
+    s[pre + "self_attn.v_proj.bias"] = (kvd,)
   if cfg.kind == "eagle3":
     s[pre + "input_layernorm.weight"] = (h,)
     s[pre + "hidden_norm.weight"] = (h,)
@@ -401,6 +416,9 @@ def tensors_from_params(cfg: EagleConfig, params) -> dict:
     out["fc.bias"] = to_np(params["fc"]["bias"])
   for n in _ATTN:
     out[f"{pre}self_attn.{n}.weight"] = to_np(m["self_attn"][n]["kernel"]).T
+  if cfg.qkv_bias:
+    for n in _ATTN[:3]:
+      out[f"{pre}self_attn.{n}.bias"] = to_np(m["self_attn"][n]["bias"])
   for n in _MLP:
     out[f"{pre}mlp.{n}.weight"] = to_np(m["mlp"][n]["kernel"]).T
   out[pre + "post_attention_layernorm.weight"] = to_np(m["post_attention_layernorm"]["weight"])
@@ -418,6 +436,12 @@ def params_from_tensors(cfg: EagleConfig, tensors: dict, dtype=None):
   missing = [k for k in shapes if k not in tensors]
   if missing:
     raise ValueError(f"EAGLE checkpoint ({cfg.kind}) is missing tensors {missing}")
+  unexpected = sorted(k for k in tensors if k not in shapes and k not in IGNORED_TENSORS)
+  if unexpected:
+    raise ValueError(f"EAGLE checkpoint ({cfg.kind}) holds tensors this head would not use: "
+                     f"{unexpected[:6]}{' ...' if len(unexpected) > 6 else ''}; refusing to "
+                     f"load it silently wrong (supported: one decoder layer, fc bias, q/k/v "
+                     f"biases)")
   for k, shp in shapes.items():
     if tuple(np.shape(tensors[k])) != shp:
       raise ValueError(f"EAGLE tensor {k!r} has shape {tuple(np.shape(tensors[k]))}, "
@@ -430,6 +454,9 @@ def params_from_tensors(cfg: EagleConfig, tensors: dict, dtype=None):
   params = {"fc": {"kernel": t("fc.weight").T}, "midlayer": mid}
   if cfg.fc_bias:
     params["fc"]["bias"] = t("fc.bias")
+  if cfg.qkv_bias:
+    for n in _ATTN[:3]:
+      mid["self_attn"][n]["bias"] = t(f"{pre}self_attn.{n}.bias")
   if cfg.kind == "eagle3":
     mid["input_layernorm"] = {"weight": t(pre + "input_layernorm.weight")}
     mid["hidden_norm"] = {"weight": t(pre + "hidden_norm.weight")}
@@ -451,8 +478,43 @@ def config_to_json(cfg: EagleConfig) -> dict:
       target_hidden_size=cfg.target_hidden_size, rms_norm_eps=cfg.rms_norm_eps,
       rope_theta=cfg.rope_theta, rope_scaling=dict(cfg.rope_scaling) if cfg.rope_scaling else None,
       max_position_embeddings=cfg.max_position_embeddings, bias=cfg.fc_bias,
+      qkv_bias=cfg.qkv_bias,
       tie_word_embeddings=False, torch_dtype=cfg.param_dtype,
       eagle_kind=cfg.kind, target_layers=list(cfg.target_layers))
+
+
+AUX_LAYER_KEYS = ("eagle_aux_hidden_state_layer_ids", "aux_hidden_state_layer_ids")
+
+
+def _configured_layers(d: dict, kind: str) -> Optional[tuple]:
+  """Target layers fixed by the config: ours (``target_layers``) or SpecForge /
+  vLLM-style ``eagle_aux_hidden_state_layer_ids`` (top level or under
+  ``eagle_config``); None when the config fixes none.
+
+  **(choice) indexing**: an aux id ``j`` is read with vLLM's convention -- the
+  hidden state entering decoder layer ``j`` (``hidden_states[j]`` of HF, 0 = the
+  embeddings) -- which is exactly specjax's ``hidden_layers`` index, so ids are
+  used unchanged (vLLM's default ``(2, L//2, L-3)`` = ours).
+  """
+  ours = d.get("target_layers")
+  nested = d.get("eagle_config") if isinstance(d.get("eagle_config"), dict) else {}
+  aux = None
+  for src in (d, nested):
+    for key in AUX_LAYER_KEYS:
+      if src.get(key) is not None and aux is None:
+        aux = (key, src[key])
+  if ours is None and aux is None:
+    return None
+  key, val = ("target_layers", ours) if ours is not None else aux
+  if (not isinstance(val, (list, tuple)) or not val or
+      any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in val)):
+    raise ValueError(f"EAGLE config {key}={val!r} must be a non-empty list of layer indices >= 0")
+  if ours is not None and aux is not None and tuple(ours) != tuple(aux[1]):
+    raise ValueError(f"EAGLE config has target_layers={ours} and {aux[0]}={aux[1]}; they "
+                     "must agree")
+  if kind == "eagle1" and len(val) != 1:
+    raise ValueError(f"EAGLE-1 reads one target feature; config {key}={val!r}")
+  return tuple(int(i) for i in val)
 
 
 def config_from_json(d: dict, tensor_names=(), target_config: Optional[ModelConfig] = None,
@@ -476,13 +538,32 @@ def config_from_json(d: dict, tensor_names=(), target_config: Optional[ModelConf
     else:
       raise ValueError("cannot tell EAGLE-1 from EAGLE-3: no eagle_kind in config.json and no "
                        "'midlayer.*' or 'layers.0.*' tensors")
-  layers = d.get("target_layers")
+  n_layers = d.get("num_hidden_layers", 1)
+  deeper = sorted({n.split(".")[1] for n in names if n.startswith("layers.")} - {"0"})
+  if n_layers != 1 or deeper:
+    raise ValueError(f"EAGLE head with num_hidden_layers={n_layers!r}"
+                     + (f" (tensors layers.{', layers.'.join(deeper)}.*)" if deeper else "")
+                     + " is not supported: specjax heads have exactly one decoder layer "
+                     "(loading only layer 0 would draft silently wrong)")
+  layers = _configured_layers(d, kind)
   if layers is None:
     if target_config is None:
-      raise ValueError("config.json has no target_layers; pass target_config so the published "
-                       "default layers can be derived")
+      raise ValueError("config.json has no target_layers / eagle_aux_hidden_state_layer_ids; "
+                       "pass target_config so the published default layers can be derived")
     L = target_config.num_hidden_layers
     layers = (L,) if kind == "eagle1" else default_eagle3_layers(L)
+  elif target_config is not None:
+    bad = [i for i in layers if not 0 <= i <= target_config.num_hidden_layers]
+    if bad:
+      raise ValueError(f"EAGLE config names target layers {list(layers)}; {bad} lie outside "
+                       f"[0, {target_config.num_hidden_layers}] for this target")
+  q_bias = sorted(n for n in names if n.startswith("layers.0.self_attn.") and
+                  n.endswith(("q_proj.bias", "k_proj.bias", "v_proj.bias")))
+  cfg_bias = bool(d.get("qkv_bias", d.get("attention_bias", False)))
+  qkv_bias = bool(q_bias) if names else cfg_bias
+  if names and cfg_bias and not q_bias:
+    raise ValueError("EAGLE config.json says qkv_bias=true but the checkpoint has no "
+                     "layers.0.self_attn.{q,k,v}_proj.bias tensors")
   h = d["hidden_size"]
   rs = d.get("rope_scaling")
   fields = dict(
@@ -494,6 +575,7 @@ def config_from_json(d: dict, tensor_names=(), target_config: Optional[ModelConf
       target_hidden_size=d.get("target_hidden_size") or h,
       target_layers=tuple(int(i) for i in layers),
       fc_bias=("fc.bias" in names) if names else bool(d.get("bias", kind == "eagle1")),
+      qkv_bias=qkv_bias,
       rms_norm_eps=d.get("rms_norm_eps", 1e-6), rope_theta=d.get("rope_theta", 10000.0),
       rope_scaling=tuple(sorted(rs.items())) if rs else None,
       max_position_embeddings=d.get("max_position_embeddings", 2048))
@@ -559,7 +641,8 @@ def read_safetensors(path: str) -> dict:
 def load_eagle(path: str, target_config: Optional[ModelConfig] = None, dtype: str = "float32",
                **overrides):
   """Load a head saved by :func:`save_eagle` or published by the EAGLE authors
-  (``model.safetensors`` or ``pytorch_model.bin`` with torch installed).
+  (``model.safetensors`` only: a ``pytorch_model.bin`` is refused with a
+  conversion hint, since loading it would unpickle).
 
   Returns ``(EagleHead, params, d2t)``; ``d2t`` is None for a full vocabulary.
   Raises ``ValueError`` naming a missing or mis-shaped tensor, or a head that
@@ -573,16 +656,12 @@ def load_eagle(path: str, target_config: Optional[ModelConfig] = None, dtype: st
   with open(cfg_path) as f:
     d = json.load(f)
   st = os.path.join(path, WEIGHTS_FILE)
-  pt = os.path.join(path, "pytorch_model.bin")
-  if os.path.isfile(st):
-    tensors = read_safetensors(st)
-  elif os.path.isfile(pt):
-    import torch
-    sd = torch.load(pt, map_location="cpu")
-    tensors = {k: v.float().numpy() if v.is_floating_point() else v.numpy()
-               for k, v in sd.items()}
-  else:
-    raise FileNotFoundError(f"no {WEIGHTS_FILE} or pytorch_model.bin in {path}")
+  if not os.path.isfile(st):
+    from specjax.models.hf import refuse_pickle
+    refuse_pickle(path, WEIGHTS_FILE)  # never torch.load: unpickling runs code
+    raise FileNotFoundError(f"no {WEIGHTS_FILE} in {path}")
+  tensors = read_safetensors(st)
+  check_finite(tensors.items(), st)
   cfg = config_from_json(d, tensors.keys(), target_config, dtype=dtype, param_dtype=dtype,
                          **overrides)
   if target_config is not None:

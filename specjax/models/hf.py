@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specjax.checks import check_finite
 from specjax.models.config import SUPPORTED_MODEL_TYPES, ModelConfig, resolve_dtype
 from specjax.models.transformer import Model
 
@@ -22,6 +23,24 @@ CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 TOKENIZER_FILE = "tokenizer.json"
+# Pickle-based weight files: never loaded (unpickling runs arbitrary code).
+PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt", "model.pth",
+                "consolidated.00.pth")
+CONVERT_HINT = ("convert it once, in a trusted environment, to safetensors, e.g. "
+                "`python -c \"import torch; from safetensors.torch import save_file; "
+                "save_file({k: v.contiguous() for k, v in torch.load('pytorch_model.bin', "
+                "weights_only=True).items()}, 'model.safetensors')\"` "
+                "(or `model.save_pretrained(dir, safe_serialization=True)` in transformers)")
+
+
+def refuse_pickle(path: str, weights_file: str) -> None:
+  """``ValueError`` when ``path`` holds only pickle-based weights (``.bin`` / ``.pt``)."""
+  found = [f for f in PICKLE_FILES if os.path.isfile(os.path.join(path, f))]
+  found += sorted(f for f in os.listdir(path) if f.endswith((".bin", ".pt", ".pth"))
+                  and f not in found) if os.path.isdir(path) else []
+  if found:
+    raise ValueError(f"{path} holds pickle-based weights {found} and no {weights_file}; "
+                     f"specjax never unpickles (it can run arbitrary code): {CONVERT_HINT}")
 
 # (specjax path under params["layers"], HF name under model.layers.{i}., transpose?)
 _LAYER_TENSORS = [
@@ -150,13 +169,16 @@ def _load_tensors(path: str) -> dict[str, np.ndarray]:
       if not os.path.isfile(f):
         raise FileNotFoundError(f"missing shard listed in {index}: {f}")
   else:
+    refuse_pickle(path, WEIGHTS_FILE)
     raise FileNotFoundError(f"no {WEIGHTS_FILE} or {INDEX_FILE} in {path}")
   out: dict[str, np.ndarray] = {}
   for f in files:
     try:
-      out.update(load_file(f))
+      tensors = load_file(f)
     except Exception as e:  # safetensors raises its own error types
       raise ValueError(f"cannot read safetensors file {f}: {e}") from None
+    check_finite(tensors.items(), f)
+    out.update(tensors)
   return out
 
 
@@ -230,6 +252,9 @@ def load_pretrained(path: str, dtype: str = "float32", **config_overrides):
   """
   resolve_dtype(dtype)
   overrides = {"dtype": dtype, "param_dtype": dtype, **config_overrides}
+  tok_file = os.path.join(path, TOKENIZER_FILE)
+  if "tokenizer_fingerprint" not in overrides and os.path.isfile(tok_file):
+    overrides["tokenizer_fingerprint"] = tokenizer_fingerprint(tok_file)
   cfg = load_config(path, **overrides)
   params = params_from_tensors(cfg, _load_tensors(path), dtype)
   return Model(cfg), params
@@ -251,6 +276,21 @@ def save_pretrained(path: str, config: ModelConfig, params, tokenizer=None,
   save_file(tensors, os.path.join(path, WEIGHTS_FILE), metadata={"format": "pt"})
   if tokenizer is not None:
     tokenizer.save(os.path.join(path, TOKENIZER_FILE))
+
+
+def tokenizer_fingerprint(path: str) -> str:
+  """sha256 (16 hex) of a ``tokenizer.json``'s vocabulary: its ``model`` section
+  (vocab, merges) and added tokens, as sorted JSON -- independent of formatting
+  and of the normaliser / decoder settings that do not change which id means
+  which string."""
+  import hashlib
+  f = os.path.join(path, TOKENIZER_FILE) if os.path.isdir(path) else path
+  d = _read_json(f)
+  ident = {"model": d.get("model"),
+           "added_tokens": sorted((t.get("id"), t.get("content")) for t in
+                                  d.get("added_tokens") or [])}
+  blob = json.dumps(ident, sort_keys=True, separators=(",", ":")).encode()
+  return hashlib.sha256(blob).hexdigest()[:16]
 
 
 def load_tokenizer(path: str):

@@ -49,6 +49,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from specjax.checks import check_range  # noqa: F401  (re-exported: verifiers.check_range)
 from specjax.decoding.sampling import sample_from_probs
 
 NodeStateT = Any
@@ -81,25 +82,6 @@ def safe_ratio(num: jax.Array, den: jax.Array) -> jax.Array:
   """``min(1, num / den)``, with 1 where ``den == 0`` and ``num > 0`` and 0 where both are."""
   return jnp.where(den > 0, jnp.minimum(1.0, num / jnp.where(den > 0, den, 1.0)),
                    (num > 0).astype(num.dtype))
-
-
-def check_range(name: str, value, *, low=None, high=None, low_open=False,
-                high_open=False) -> None:
-  """Raise ``ValueError`` naming ``name`` and the allowed range if ``value`` is outside it."""
-  lo = "(" if low_open or low is None else "["
-  hi = ")" if high_open or high is None else "]"
-  allowed = f"{lo}{'-inf' if low is None else low}, {'inf' if high is None else high}{hi}"
-  try:
-    v = float(value)
-  except (TypeError, ValueError):
-    raise ValueError(f"{name}={value!r} is not a number; allowed range {allowed}") from None
-  bad = v != v
-  if low is not None:
-    bad |= v <= low if low_open else v < low
-  if high is not None:
-    bad |= v >= high if high_open else v > high
-  if bad:
-    raise ValueError(f"{name}={value!r} is outside the allowed range {allowed}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,48 @@
+"""Command-line parsing for the experiment binaries: a bad flag is one clear line.
+
+absl reports unknown ``--flags`` itself, but an ml_collections override such
+as ``--config.nosuch=1`` or ``--config.seed=abc`` fails *inside* flag parsing
+with a bare ``AttributeError`` / ``ValueError`` and a 20-frame traceback --
+ml_collections applies the overrides already when the flag is *defined*.
+:func:`define_config_file` (instead of ``config_flags.DEFINE_config_file``)
+and :func:`parse_flags` (``app.run(main, flags_parser=cli.parse_flags)``)
+turn both into one ``FATAL`` line naming the override and exit with status 1
+before anything is loaded.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from absl import flags
+
+
+def _fail_override(e: Exception, argv: list[str]) -> None:
+  overrides = [a for a in argv[1:] if a.startswith("--config.")]
+  reason = str(e).strip("\"'")
+  if isinstance(e, (AttributeError, KeyError)):
+    reason = f"the config has no field {reason!r}"
+  sys.stderr.write(f"FATAL bad config override among {overrides}: {reason} "
+                   f"({type(e).__name__}).\n")
+  sys.exit(1)
+
+
+def define_config_file(*args, **kwargs):
+  """``config_flags.DEFINE_config_file`` that reports a bad ``--config.*`` override
+  (unknown field, wrong type) as one line instead of a traceback."""
+  from ml_collections import config_flags
+  try:
+    return config_flags.DEFINE_config_file(*args, **kwargs)
+  except (AttributeError, KeyError, ValueError, TypeError) as e:
+    _fail_override(e, sys.argv)
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+  """``flags.FLAGS(argv)`` with clear, traceback-free errors (exit status 1)."""
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    sys.stderr.write(f"FATAL Flags parsing error: {e}\nPass --helpfull to see help on flags.\n")
+    sys.exit(1)
+  except (AttributeError, KeyError, ValueError, TypeError) as e:
+    _fail_override(e, argv)
