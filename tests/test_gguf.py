@@ -306,6 +306,9 @@ def test_registry_caches_by_file_hash(tmp_path, monkeypatch):
   for a, b in zip(jax.tree.leaves(first.params), jax.tree.leaves(direct.params)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
   assert second.chat_template == first.chat_template and first.chat_template is not None
+  # one tokenizer identity however the model was loaded
+  fp = first.config.tokenizer_fingerprint
+  assert fp and fp == direct.config.tokenizer_fingerprint == sg.load_gguf(case.path)[0].config.tokenizer_fingerprint
   assert second.tokenizer.to_str() == first.tokenizer.to_str()
   ids = first.encode_chat([{"role": "user", "content": "hi"}])
   assert ids[0] == 1 and ids[-1] == first.tokenizer.encode("\n").ids[-1]

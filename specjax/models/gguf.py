@@ -248,6 +248,8 @@ def load_gguf(path: str, dtype: str = "float32", **config_overrides):
   """
   resolve_dtype(dtype)
   f = GGUFFile(path)
+  if "tokenizer_fingerprint" not in config_overrides and "tokenizer.ggml.tokens" in f.metadata:
+    config_overrides["tokenizer_fingerprint"] = hf.tokenizer_fingerprint(tokenizer_from_gguf(f))
   cfg = config_from_gguf(f, dtype=dtype, param_dtype=dtype, **config_overrides)
   params = hf.params_from_tensors(cfg, hf_tensors_from_gguf(f, cfg), dtype)
   return Model(cfg), params

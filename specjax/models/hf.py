@@ -278,14 +278,21 @@ def save_pretrained(path: str, config: ModelConfig, params, tokenizer=None,
     tokenizer.save(os.path.join(path, TOKENIZER_FILE))
 
 
-def tokenizer_fingerprint(path: str) -> str:
-  """sha256 (16 hex) of a ``tokenizer.json``'s vocabulary: its ``model`` section
-  (vocab, merges) and added tokens, as sorted JSON -- independent of formatting
-  and of the normaliser / decoder settings that do not change which id means
-  which string."""
+def tokenizer_fingerprint(path_or_tokenizer) -> str:
+  """sha256 (16 hex) of a tokenizer's vocabulary: the ``model`` section of its
+  ``tokenizer.json`` (vocab, merges) and its added tokens, as sorted JSON --
+  independent of formatting and of the normaliser / decoder settings that do not
+  change which id means which string.
+
+  Accepts a ``tokenizer.json`` path, a directory holding one, or a
+  ``tokenizers.Tokenizer`` (the same tokenizer gives the same fingerprint either way).
+  """
   import hashlib
-  f = os.path.join(path, TOKENIZER_FILE) if os.path.isdir(path) else path
-  d = _read_json(f)
+  if isinstance(path_or_tokenizer, (str, os.PathLike)):
+    p = os.fspath(path_or_tokenizer)
+    d = _read_json(os.path.join(p, TOKENIZER_FILE) if os.path.isdir(p) else p)
+  else:
+    d = json.loads(path_or_tokenizer.to_str())
   ident = {"model": d.get("model"),
            "added_tokens": sorted((t.get("id"), t.get("content")) for t in
                                   d.get("added_tokens") or [])}

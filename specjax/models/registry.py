@@ -197,10 +197,11 @@ def load_model(model: str = DEFAULT_REAL_MODEL, dtype: str = "float32", use_cach
   sha = file_sha256(path)
   if not use_cache:
     f = gguf.GGUFFile(path)
+    tok = gguf.tokenizer_from_gguf(f)
+    config_overrides.setdefault("tokenizer_fingerprint", hf.tokenizer_fingerprint(tok))
     cfg = gguf.config_from_gguf(f, dtype=dtype, param_dtype=dtype, **config_overrides)
     params = hf.params_from_tensors(cfg, gguf.hf_tensors_from_gguf(f, cfg), dtype)
-    return LoadedModel(Model(cfg), params, gguf.tokenizer_from_gguf(f),
-                       gguf.chat_template_from_gguf(f), path, sha, name)
+    return LoadedModel(Model(cfg), params, tok, gguf.chat_template_from_gguf(f), path, sha, name)
   cache = _gguf_cache_dir(sha)
   if not os.path.isfile(os.path.join(cache, "source.json")):
     _build_gguf_cache(path, cache, sha)
