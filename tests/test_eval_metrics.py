@@ -1,0 +1,48 @@
+"""Bootstrap intervals and the HumanEval summary, against hand computations."""
+
+import numpy as np
+import pytest
+
+from experiments.bootstrap import bootstrap_ci
+from experiments.humaneval_eval import batch_configs, summarize
+
+
+def test_bootstrap_ci_of_a_constant_is_the_constant():
+  assert bootstrap_ci([0.25] * 10) == (0.25, 0.25)
+
+
+def test_bootstrap_ci_matches_the_normal_approximation():
+  """n = 400 Bernoulli(0.3) draws: the percentile interval of the mean is close to
+  mean +- 1.96 sqrt(p (1 - p) / n) (CLT; +-0.045 here); 0.01 slack covers the
+  Monte Carlo error of 4000 resamples (~0.003) and the discreteness of the mean."""
+  x = (np.random.default_rng(1).random(400) < 0.3).astype(float)
+  lo, hi = bootstrap_ci(x, num_resamples=4000)
+  m, half = x.mean(), 1.96 * np.sqrt(x.mean() * (1 - x.mean()) / len(x))
+  assert abs(lo - (m - half)) < 0.01 and abs(hi - (m + half)) < 0.01
+
+
+def test_bootstrap_ci_of_a_ratio_resamples_pairs():
+  rows = np.array([[4.0, 1.0], [2.0, 1.0], [6.0, 2.0]])  # tau per prompt 4, 2, 3
+  lo, hi = bootstrap_ci(rows, statistic=lambda a: a[:, 0].sum() / a[:, 1].sum())
+  assert 2.0 <= lo <= 3.0 <= hi <= 4.0
+
+
+def test_bootstrap_ci_refuses_bad_input():
+  with pytest.raises(ValueError, match="non-empty"):
+    bootstrap_ci([])
+  with pytest.raises(ValueError, match="alpha=1.5"):
+    bootstrap_ci([1.0], alpha=1.5)
+
+
+def test_humaneval_batches_and_summary():
+  cfgs = batch_configs(5, 2, [0.0, 1.0], samples=3, settings="s")
+  assert [c["key"] for c in cfgs[:3]] == ["s-T0-s0-p0", "s-T0-s0-p2", "s-T0-s0-p4"]
+  assert len(cfgs) == 3 + 3 * 3 and cfgs[2]["stop"] == 5
+  # T=1: problem A passes 2 of 3 samples, B 0 of 3 -> pass@1 = (2/3 + 0) / 2 = 1/3
+  recs = [{"config": {"temperature": 1.0}, "result": {"problems": [
+      {"task_id": "A", "passed": s < 2}, {"task_id": "B", "passed": False}]}} for s in range(3)]
+  recs.append({"config": {"temperature": 0.0}, "result": {"problems": [
+      {"task_id": "A", "passed": True}, {"task_id": "B", "passed": False}]}})
+  rows = {r["temperature"]: r for r in summarize(recs)}
+  assert rows[1.0]["pass@1"] == pytest.approx(1 / 3) and rows[1.0]["samples_per_problem"] == 3
+  assert rows[0.0]["pass@1"] == 0.5 and rows[0.0]["ci95"][0] <= 0.5 <= rows[0.0]["ci95"][1]
