@@ -6,7 +6,9 @@ r"""Train a small LM on a text corpus; export it in Hugging Face format.
 Rerunning the same command resumes exactly from the latest checkpoint; a
 larger ``--config.train.num_steps`` continues a finished run (the cosine
 schedule is a function of the step, so it then follows the new horizon), and
-``--config.train.stop_after=N`` checkpoints and stops at step N.
+``--config.train.stop_after=N`` checkpoints and stops at step N.  Resuming a
+workdir with a changed model config stops with a ValueError naming the first
+leaf whose shape differs; use a new ``--config.workdir`` or the original config.
 
 Writes under the workdir: ``checkpoints/`` (orbax), ``hf/`` (config.json, model.safetensors,
 tokenizer.json via ``hf.save_pretrained``) and ``metrics.json`` (losses,

@@ -323,6 +323,23 @@ def test_resume_reproduces_uninterrupted_run(tmp_path):
   assert [h["loss"] for h in hist] == [h["loss"] for h in full]
 
 
+def test_resume_with_a_changed_head_names_the_leaf(tmp_path):
+  """The EAGLE trainer shares the checkpoint check: resuming an eagle1 workdir as
+  eagle3 names a differing leaf; the original head still resumes."""
+  tr = _trainer("eagle1", 2, str(tmp_path))
+  tr.train()
+  tr.close()
+  other = _trainer("eagle3", 2, str(tmp_path))
+  with pytest.raises(ValueError, match=r"written by a different model.*leaf 'params\.\S+' "
+                     r".*new workdir"):
+    other.init_or_restore()
+  other.close()
+  same = _trainer("eagle1", 2, str(tmp_path))
+  same.init_or_restore()
+  assert same.resumed_from == 2
+  same.close()
+
+
 @pytest.mark.slow
 def test_shipped_heads_are_lossless_and_accept():
   from specjax.models import defaults

@@ -332,3 +332,59 @@ def test_mars_composes_with_sv(triple):
   assert int(np.sum(mars.stats.relaxed)) > 0
   assert int(np.sum(mars.stats.verified_tokens)) < k * int(np.sum(mars.stats.target_calls))
   assert run(verifiers.get("mars", theta=1.0)).to_lists() == run(verifiers.get("lossless")).to_lists()
+
+
+
+def _split_run(triple, pol, mesh=None, rows=16, batch_size=2):
+  from specjax.decoding import speculative as spec
+  target, tp, draft, dp, companion, cp = triple
+  samp = SamplingConfig(temperature=1.0)
+  rs = np.random.RandomState(6)
+  prompts = [rs.randint(0, 32, size=n).tolist() for n in rs.randint(2, 10, size=rows)]
+  params = pol.make_params(cp, _steep_table(), np.array([1.0, 1.3, 1.6, 1.9, 2.2]), batch_size)
+  return spec.speculative_generate(
+      target, tp, LMDrafter(pol.num_draft, samp, draft), dp, verifiers.get("lossless"), prompts,
+      max_new_tokens=10, sampling=samp, key=jax.random.key(8), eos_token_id=None, mesh=mesh,
+      policy=pol, policy_params=params)
+
+
+@pytest.mark.parametrize("cost,fill", [("total", False),
+                                       pytest.param("max", True, marks=pytest.mark.slow)])
+def test_sv_batch_mode_is_independent_of_the_device_split(triple, cost, fill):
+  """Batch mode couples rows only inside fixed global row groups, so a row's gamma,
+  tokens and statistics are the same on 1 device and on an 8-device data mesh
+  (processed_tokens excepted: it is each device's real forward size)."""
+  from specjax.decoding import parallel
+  k = 4
+  pol = SpeculativeVerification(k, companion=triple[4], mode="batch", batch_cost=cost,
+                                fill_bucket=fill, group_size=2)
+  one, eight = _split_run(triple, pol), _split_run(triple, pol, parallel.make_mesh(8))
+  np.testing.assert_array_equal(one.tokens, eight.tokens)
+  np.testing.assert_array_equal(one.lengths, eight.lengths)
+  for f in ("target_calls", "accepted", "relaxed", "accept_counts", "offered_counts",
+            "verified_tokens"):
+    np.testing.assert_array_equal(getattr(one.stats, f), getattr(eight.stats, f), err_msg=f)
+  # Not vacuous: gamma varies (fewer than K verified per call, rows differ).
+  v = np.asarray(one.stats.verified_tokens)
+  assert v.sum() < k * int(np.sum(one.stats.target_calls)) and len(set(v.tolist())) > 1
+
+
+def test_sv_row_groups_refuse_splits_that_change_results(triple):
+  """Checked before tracing: no compile, fast."""
+  from specjax.decoding import parallel
+  companion, mesh8 = triple[4], parallel.make_mesh(8)
+  whole = SpeculativeVerification(4, companion=companion, mode="batch")
+  with pytest.raises(ValueError, match="group_size=None couples all 16 rows"):
+    _split_run(triple, whole, mesh8, batch_size=16)
+  fill = SpeculativeVerification(4, companion=companion, fill_bucket=True)  # row mode + fill
+  with pytest.raises(ValueError, match="couples all 16 rows"):
+    _split_run(triple, fill, mesh8, batch_size=16)
+  g4 = SpeculativeVerification(4, companion=companion, mode="batch", group_size=4)
+  with pytest.raises(ValueError, match="2 rows per device, not a multiple of group_size=4"):
+    _split_run(triple, g4, mesh8, batch_size=4)
+  with pytest.raises(ValueError, match="14 rows, not a multiple of group_size=4"):
+    _split_run(triple, g4, rows=14, batch_size=4)
+  with pytest.raises(ValueError, match="batch_size=6 must be a multiple of group_size=4"):
+    g4.make_params(triple[5], _steep_table(), np.ones(5), 6)
+  with pytest.raises(ValueError, match="group_size=0"):
+    SpeculativeVerification(4, companion=companion, group_size=0)

@@ -28,13 +28,14 @@ def _batchers():
           batching.Batcher(stream[2000:], seq_len=16, batch_size=4))
 
 
-def _trainer(workdir, steps, precision="float32", eval_every=3, checkpoint_every=0):
+def _trainer(workdir, steps, precision="float32", eval_every=3, checkpoint_every=0,
+             model_config=TINY):
   train, held = _batchers()
   ocfg = optim.OptimConfig(learning_rate=1e-2, warmup_steps=2, total_steps=steps)
   tcfg = lm.LMTrainConfig(num_steps=steps, precision=precision, eval_every=eval_every,
                           eval_batches=2,
                           checkpoint_every=checkpoint_every, log_every=100)
-  return lm.LMTrainer(TINY, ocfg, tcfg, train, held, workdir, progress=False)
+  return lm.LMTrainer(model_config, ocfg, tcfg, train, held, workdir, progress=False)
 
 
 def test_schedule_and_decay_mask():
@@ -83,6 +84,30 @@ def test_resume_after_kill_reproduces_losses_exactly(tmp_path):
   jax.tree.map(np.testing.assert_array_equal, state_n.params, params_n)
   assert data_n == {"seed": 0, "step": n} and meta_n["history"] == ref_hist[:n]
   full.close()
+
+
+def test_resume_with_a_changed_model_names_the_leaf(tmp_path):
+  """Resuming a workdir after changing the model raises one ValueError naming the
+  first differing leaf and both shapes (checked before orbax restores anything)."""
+  first = _trainer(str(tmp_path), 3, eval_every=0)
+  first.train()
+  first.close()
+  wider = _trainer(str(tmp_path), 4, eval_every=0, model_config=TINY.replace(hidden_size=48))
+  with pytest.raises(ValueError, match=r"leaf 'params\.embed\S*' has shape \(64, 32\) "
+                     r"float32 in the checkpoint but \(64, 48\) float32 in the current model"
+                     r".*config that wrote it.*new workdir"):
+    wider.init_or_restore()
+  wider.close()
+  deeper = _trainer(str(tmp_path), 4, eval_every=0,
+                    model_config=TINY.replace(num_hidden_layers=2))
+  with pytest.raises(ValueError, match=r"leaf 'params\.\S+' .*(not in the checkpoint|"
+                     r"\(1, .* in the checkpoint but \(2, )"):
+    deeper.init_or_restore()
+  deeper.close()
+  same = _trainer(str(tmp_path), 4, eval_every=0)  # the original config still resumes
+  same.init_or_restore()
+  assert same.resumed_from == 3
+  same.close()
 
 
 def test_bf16_activations_keep_fp32_master_params():

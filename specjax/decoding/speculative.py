@@ -323,7 +323,9 @@ def speculative_generate(target: Model, target_params, drafter: Drafter, draft_p
     policy, policy_params: optional verify-length policy (chains only), e.g.
       Speculative Verification (``specjax.policies.sv``); it picks per row how
       many of the K drafts the target verifies, and the target forward runs
-      over the smallest of ``policy.buckets`` that covers them.
+      over the smallest of ``policy.buckets`` that covers them.  A policy that
+      couples rows (SV batch mode) checks here that the batch splits over the
+      mesh without changing results (``policy.check_rows``).
     on_long_prompt: "warn" (default), "error" or "ignore" when prompt + generation
       reach past the target's ``max_position_embeddings``.
     allow_tokenizer_mismatch: run a target / draft pair whose tokenizer
@@ -363,6 +365,9 @@ def speculative_generate(target: Model, target_params, drafter: Drafter, draft_p
                      f"needs {per_step} free slots after the longest prompt "
                      f"({int(lengths.max())} tokens)")
   tokens = tokens[:, :bucket]
+  if policy is not None:
+    n_dev = 1 if mesh is None else int(mesh.shape.get("data", 1))
+    policy.check_rows(tokens.shape[0], -(-tokens.shape[0] // n_dev), n_dev)
   statics = dict(sampling=sampling, max_new_tokens=int(max_new_tokens), eos=eos,
                  cache_length=cache_length)
   if mesh is not None:

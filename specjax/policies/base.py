@@ -81,6 +81,12 @@ class VerifyPolicy:
   def buckets(self) -> tuple:
     return (self.num_draft,)
 
+  def check_rows(self, num_rows: int, rows_per_device: int, num_devices: int) -> None:
+    """Boundary check before a run of ``num_rows`` rows split over ``num_devices``
+    devices (``rows_per_device`` each, after padding).  Policies whose rows are
+    independent accept every split; one that couples rows raises ValueError
+    when the split would change results."""
+
   def init(self, params, tokens, lengths, cache_length: int) -> Any:
     return jnp.zeros((), jnp.int32)  # stateless (a trivial pytree leaf)
 

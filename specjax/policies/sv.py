@@ -36,6 +36,25 @@ model is a static choice (``batch_cost``):
   target's one token).  Use it with a loop that packs tokens; with the
   bucketed loop its savings are only those of ``bucket(max gamma)``.
 
+Row groups (``group_size``; batch mode and ``fill_bucket``, the two choices
+that couple rows).  Rows interact only inside fixed groups of ``group_size``
+consecutive *global* rows (rows ``0..G-1``, ``G..2G-1``, ...): the greedy
+allocation above runs independently per group, with the group as "the batch",
+and ``fill_bucket`` raises a row to the bucket of its group's largest gamma.
+Groups never straddle devices (:meth:`SpeculativeVerification.check_rows`
+requires the batch and the per-device row count to be multiples of G), so a
+row's gamma -- and with the per-row RNG, its tokens -- are the same however
+the rows are split over devices.  The cost model stays the device's: under
+``"total"`` a group's ``T_g`` verified tokens are priced as the device batch
+with every group alike, ``latency_total(B_dev, T_g * B_dev / G)``
+(:meth:`~SpeculativeVerification.make_params` builds that [G(K+1)+1] vector);
+under ``"max"`` the per-level latency ratios are the device's.  Pass the same
+params to every run for split-independent results.  Only the ``processed_tokens``
+statistic still depends on the split: the loop's forward runs the bucket of
+the largest gamma on each device, which is the real cost.  ``group_size=None``
+(default) makes the whole batch one group, as in the paper; a run that couples
+rows then refuses a mesh with more than one ``data`` device.
+
 Companion cache protocol (like :class:`~specjax.decoding.drafters.LMDrafter`):
 it holds the committed context minus the target's last cached token; ``choose``
 runs ONE forward over ``[prev, last, x_1..x_K]`` at positions ``L-1 .. L+K``
@@ -62,6 +81,14 @@ from specjax.verifiers.base import safe_ratio
 
 MODES = ("row", "batch")
 BATCH_COSTS = ("max", "total")
+
+
+def _per_group(fn, group_size: int, *rows):
+  """``fn`` applied to consecutive groups of ``group_size`` rows of ``rows`` (each
+  ``[B, ...]``, B a multiple of ``group_size``) -> the ``[B]`` results concatenated."""
+  b = rows[0].shape[0]
+  grouped = [r.reshape((b // group_size, group_size) + r.shape[1:]) for r in rows]
+  return jax.vmap(fn)(*grouped).reshape(b)
 
 
 # --- pure pieces (also used by tests and analysis) ------------------------------------------
@@ -147,13 +174,16 @@ class SpeculativeVerification(VerifyPolicy):
     companion_sampling: processors turning companion logits into ``P_c``
       (default T = 1; with greedy drafts, q is one-hot and S = A = P_c(x)).
     verify_buckets: static verify lengths; default ``(0, 1, 2, 4, ..., K)``.
-    fill_bucket: raise every active row's gamma to the bucket the loop will
-      run anyway (free under the bucketed forward; default False keeps the
+    fill_bucket: raise every active row's gamma to the bucket of its group's
+      largest gamma (free under the bucketed forward; default False keeps the
       paper's per-row choice).
+    group_size: G, rows coupled by batch mode and ``fill_bucket`` (see "Row
+      groups" in the module docstring); None (default): the whole batch, on
+      one device only.
 
   Params (:meth:`make_params`): ``{"companion": companion params, "table":
   CalibrationTable, "latency": [K+1] s for gamma = 0..K at the run's batch
-  size, "latency_total": [B(K+1)+1] s by total tokens}``.
+  size, "latency_total": [G(K+1)+1] s by a group's total tokens}``.
   """
 
   companion: Optional[Model] = None
@@ -162,6 +192,7 @@ class SpeculativeVerification(VerifyPolicy):
   companion_sampling: SamplingConfig = SamplingConfig(temperature=1.0)
   verify_buckets: Optional[tuple] = None
   fill_bucket: bool = False
+  group_size: Optional[int] = None
 
   def __post_init__(self):
     super().__post_init__()
@@ -176,6 +207,39 @@ class SpeculativeVerification(VerifyPolicy):
     b = (default_buckets(self.num_draft) if self.verify_buckets is None
          else validate_buckets(self.verify_buckets, self.num_draft))
     object.__setattr__(self, "verify_buckets", b)
+    if self.group_size is not None and not (
+        isinstance(self.group_size, int) and not isinstance(self.group_size, bool)
+        and self.group_size >= 1):
+      raise ValueError(f"group_size={self.group_size!r} must be None (the whole batch) "
+                       "or an integer >= 1")
+
+  @property
+  def couples_rows(self) -> bool:
+    """Whether one row's gamma depends on other rows (batch mode or ``fill_bucket``)."""
+    return self.mode == "batch" or self.fill_bucket
+
+  def check_rows(self, num_rows: int, rows_per_device: int, num_devices: int) -> None:
+    """Refuse a split over devices that would change a row's gamma (module docstring)."""
+    if not self.couples_rows:
+      return
+    what = f"SpeculativeVerification(mode={self.mode!r}, fill_bucket={self.fill_bucket})"
+    g = self.group_size
+    if g is None:
+      if num_devices > 1:
+        raise ValueError(
+            f"{what} with group_size=None couples all {num_rows} rows, so results would "
+            f"depend on their split over {num_devices} devices; set group_size to a "
+            f"divisor of the per-device row count ({rows_per_device})")
+      return
+    if num_rows % g:
+      raise ValueError(f"{what}: the batch has {num_rows} rows, not a multiple of "
+                       f"group_size={g}; pass a multiple of {g} prompts or change group_size")
+    if rows_per_device % g:
+      raise ValueError(
+          f"{what}: {num_rows} rows over {num_devices} devices give {rows_per_device} rows "
+          f"per device, not a multiple of group_size={g} (a group must not straddle "
+          f"devices); use a batch that is a multiple of {num_devices * g} or a group_size "
+          f"dividing {rows_per_device}")
 
   @property
   def buckets(self) -> tuple:
@@ -186,9 +250,15 @@ class SpeculativeVerification(VerifyPolicy):
     """Policy params for a run with ``batch_size`` rows (per device when sharded).
 
     ``profile`` is a :class:`~specjax.policies.latency.LatencyProfile` or an
-    array of K+1 latencies (gamma = 0..K) for that batch size.
+    array of K+1 latencies (gamma = 0..K) for that batch size.  With
+    ``group_size`` G, ``latency_total`` has G(K+1)+1 entries: entry ``t`` is the
+    device latency at ``t * batch_size / G`` total tokens (``batch_size`` must
+    be a multiple of G).
     """
     k = self.num_draft
+    g = batch_size if self.group_size is None else self.group_size
+    if batch_size % g:
+      raise ValueError(f"batch_size={batch_size} must be a multiple of group_size={g}")
     if hasattr(profile, "latency_vector"):
       lat = profile.latency_vector(batch_size, k)
       lat_tot = profile.total_tokens_vector(batch_size, k)
@@ -200,6 +270,7 @@ class SpeculativeVerification(VerifyPolicy):
       lat_tot = np.interp(np.arange(batch_size * (k + 1) + 1), pts, lat)
     if np.any(lat <= 0):
       raise ValueError(f"latencies must be > 0, got {lat}")
+    lat_tot = np.asarray(lat_tot)[np.arange(g * (k + 1) + 1) * (batch_size // g)]
     return {"companion": companion_params, "table": table,
             "latency": jnp.asarray(lat, jnp.float32),
             "latency_total": jnp.asarray(lat_tot, jnp.float32)}
@@ -234,15 +305,23 @@ class SpeculativeVerification(VerifyPolicy):
 
   def choose(self, params, state, prev, last, x, q, active):
     s, a, p_hat, cache = self.signals(params, state, prev, last, x, q)
+    b = x.shape[0]
+    g = b if self.group_size is None else self.group_size
+    if b % g:
+      raise ValueError(f"choose got {b} rows, not a multiple of group_size={g}")
     if self.mode == "row":
       gamma = choose_row(p_hat, params["latency"], active)
     elif self.batch_cost == "max":
-      gamma = choose_batch_max(p_hat, params["latency"], active, self.buckets)
+      gamma = _per_group(lambda p, a: choose_batch_max(p, params["latency"], a, self.buckets),
+                         g, p_hat, active)
     else:
-      gamma = choose_batch_total(p_hat, params["latency_total"], active)
+      gamma = _per_group(lambda p, a: choose_batch_total(p, params["latency_total"], a),
+                         g, p_hat, active)
     if self.fill_bucket:
-      gmax = jnp.max(jnp.where(active, gamma, 0))
-      gamma = jnp.where(active, round_up_to_bucket(self.buckets, gmax[None])[0], 0)
+      def fill(gm, a):
+        gmax = jnp.max(jnp.where(a, gm, 0))
+        return jnp.where(a, round_up_to_bucket(self.buckets, gmax[None])[0], 0)
+      gamma = _per_group(fill, g, gamma, active)
     en = jnp.take_along_axis(expected_accepted(p_hat), gamma[:, None], axis=1)[:, 0]
     return gamma.astype(jnp.int32), cache, {"S": s, "A": a, "p_hat": p_hat,
                                             "expected_accepted": en}
