@@ -116,8 +116,16 @@ def test_truncation_topk_closed_form(ctx, name, kw):
   _close(induced_distribution(rule, z, p, q, draft="topk", top_k=k), expect)
 
 
-def test_mars_sampled_closed_form():
-  z, p = props.gaussian_logit_contexts(jax.random.PRNGKey(3), B, V)
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_mars_sampled_closed_form(temperature):
+  """Relax-only MARS at T > 0 (SPEC §3; derivation in ``verifiers/mars.py``), T = top-2::
+
+    P = p + 1_T (q - p)^+ - (sum_T (q - p)^+) norm((p - q)^+)   where relaxation is active,
+    P = p                                                      elsewhere.
+
+  The broken variant caught: the strict ablation's law ``q 1_T + (1 - q(T)) p`` differs."""
+  z, _ = props.gaussian_logit_contexts(jax.random.PRNGKey(3), B, V)
+  p = jax.nn.softmax(z / temperature, -1)
   q = jax.nn.softmax(z + jax.random.normal(jax.random.PRNGKey(4), z.shape), -1)
   rule = _rule("mars", theta=0.8)
   top2 = jax.lax.top_k(z, 2)[1]
@@ -125,12 +133,19 @@ def test_mars_sampled_closed_form():
   active = (ratio[:, 1] / ratio[:, 0] > 0.8) & (ratio[:, 0] > 0)
   assert 0 < int(active.sum()) < B  # both branches exercised
   in2 = jnp.zeros_like(p).at[jnp.arange(B)[:, None], top2].set(1.0)
-  relaxed = q * in2 + (1 - (q * in2).sum(-1, keepdims=True)) * p
+  over = in2 * jnp.maximum(q - p, 0.0)  # (q - p)^+ on the top-2
+  relaxed = p + over - over.sum(-1, keepdims=True) * jax.vmap(base.residual)(p, q)
+  expect = jnp.where(active[:, None], relaxed, p)
   parts = induced_parts(rule, z, p, q)
-  _close(parts.dist, jnp.where(active[:, None], relaxed, p))
-  # Relaxed acceptances: q(x) (1 - min(1, p/q)) on {top1, top2} where active.
-  rel = jnp.sum(in2 * jnp.maximum(q - p, 0.0), -1)
-  _close(parts.relaxed_rate, jnp.where(active, rel, 0.0))
+  _close(parts.dist, expect)
+  assert float(jnp.abs(over.sum(-1) * active).max()) > 1e-2  # the relaxation moves mass here
+  # Relaxed acceptances: q(x) (1 - min(1, p/q)) = (q - p)^+ on {top1, top2} where active.
+  _close(parts.relaxed_rate, jnp.where(active, over.sum(-1), 0.0))
+  ablation = induced_distribution(_rule("mars", theta=0.8, sampled_mode="strict_ablation"),
+                                  z, p, q)
+  qt = (q * in2).sum(-1, keepdims=True)
+  _close(ablation, jnp.where(active[:, None], q * in2 + (1 - qt) * p, p))
+  assert float(dv.tv(ablation, expect).max()) > 1e-2
 
 
 # --- enumerator mechanics ---------------------------------------------------------------
