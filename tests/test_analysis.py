@@ -71,6 +71,23 @@ def test_cos_contrastive_is_pi(ctx):
   _close(induced_distribution(rule, z, p, q), jax.nn.softmax(logw, -1))
 
 
+@pytest.mark.parametrize("top_k", [1, 3])
+def test_cos_deterministic_candidates_emit_pi(ctx, top_k):
+  """CoS on EAGLE-style top-k candidates (q = one-hot) with the drafter's node distribution q:
+  pi is formed once from q and the candidates are verified losslessly against it, so the
+  node emits exactly pi (SPEC §3).  The old one-hot re-mix puts far more mass on c_1."""
+  z, p, q = ctx
+  for rule, pi in ((_rule("cos", lam=0.3), 0.3 * p + 0.7 * q),
+                   (_rule("cos_contrastive", mu=0.7, q_floor=1e-3),
+                    jax.nn.softmax(jnp.log(p) - 0.7 * jnp.log(jnp.maximum(q, 1e-3)), -1))):
+    parts = induced_parts(rule, z, p, q, draft="topk", top_k=top_k)
+    _close(parts.dist, pi, atol=2e-6)
+  c1 = jnp.argmax(q, -1)
+  remix = 0.3 * jnp.take_along_axis(p, c1[:, None], -1)[:, 0] + 0.7  # P(accept c_1), re-mix
+  pi_c1 = jnp.take_along_axis(0.3 * p + 0.7 * q, c1[:, None], -1)[:, 0]
+  assert float(jnp.min(remix - pi_c1)) > 0.05
+
+
 @pytest.mark.parametrize("l", [0.3, 1.0])
 def test_lenience_closed_form(ctx, l):
   z, p, q = ctx

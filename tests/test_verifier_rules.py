@@ -45,10 +45,10 @@ def _table_impl(rule, z, p, q, siblings=True):
   v = z.shape[-1]
   xs = jnp.arange(v)
   q2 = q[::-1]
-  s0 = rule.init(z, p)
+  s0 = rule.init_node(z, p, q) if rule.needs_node_dist else rule.init(z, p)  # q_node = q
   a = jax.vmap(lambda x: rule.accept_prob(s0, q, x))(xs)
   strict = jax.vmap(lambda x: rule.strict_accept_prob(s0, q, x))(xs)
-  out = dict(a=a, strict=strict, bonus=rule.correction(s0))
+  out = dict(a=a, strict=strict, bonus=rule.correction(rule.init(z, p)))
   if not siblings:
     out["r"] = jax.vmap(lambda x: rule.correction(rule.on_reject(s0, q, x)))(xs)
     return out
@@ -411,6 +411,92 @@ def test_mars_difference_margin_and_adaptive_hook():
   assert not bool(Mars(theta=0.9).init(z8, p).active)
   assert bool(Mars(theta=0.9, adaptive="_test_halve_theta").init(z8, p).active)
   hash(Mars(adaptive="_test_halve_theta"))  # stays hashable (static under jit)
+
+
+# --- CoS: pi formed once per node from the drafter's full distribution (SPEC §3) -----------
+
+
+@pytest.mark.parametrize("rule", [CoS(lam=0.3), CoSContrastive(mu=0.7)], ids=lambda r: r.name)
+def test_cos_tree_node_emits_pi_with_onehot_candidates(rule):
+  """Root with deterministic children [c1, c2] (q = one-hot) and the drafter's node distribution
+  q_node: pi = combine(p, q_node) is formed once, then verified losslessly, by hand:
+  u_1 < pi(c1) accepts c1; else u_2 < pi(c2) / (1 - pi(c1)) accepts c2; else the emitted law is
+  pi with c1, c2 zeroed and renormalised.  The old per-sibling re-mix with onehot(x)
+  (``lam p + (1 - lam) onehot(x)``: c1 accepted w.p. lam p(c1) + 1 - lam) is caught by u_1."""
+  z, p, q_node = _random_ctx(3)
+  pi = np.asarray(rule.combine(p, q_node), np.float64)
+  c1, c2 = 4, 1
+  zz, pp = jnp.stack([z] * 3), jnp.stack([p] * 3)
+  x = jnp.asarray([0, c1, c2], jnp.int32)
+  qq = jax.nn.one_hot(x, V)
+  qn = jnp.stack([q_node, jnp.zeros(V), jnp.zeros(V)])  # leaves: rows never read
+  tree = jax.jit(verifiers.verify_tree, static_argnums=0)
+
+  def run(u1, u2):
+    return tree(rule, zz, pp, qq, x, jnp.zeros(3, jnp.int32), jnp.asarray([0.0, u1, u2]),
+                jax.random.PRNGKey(0), None, qn)
+
+  eps = 1e-4
+  assert int(run(pi[c1] - eps, 0.999).path[0]) == 1
+  a2 = pi[c2] / (1 - pi[c1])
+  res = run(pi[c1] + eps, a2 - eps)
+  assert int(res.num_accepted) == 1 and int(res.path[0]) == 2
+  res = run(pi[c1] + eps, a2 + eps)
+  assert int(res.num_accepted) == 0
+  expect = pi.copy()
+  expect[[c1, c2]] = 0
+  np.testing.assert_allclose(np.asarray(res.emit_probs), expect / expect.sum(), atol=1e-6)
+  # An accepted leaf emits the bonus, the target's p (no drafter distribution there).
+  res = run(pi[c1] - eps, 0.5)
+  np.testing.assert_allclose(np.asarray(res.emit_probs), np.asarray(p), atol=1e-6)
+  # The tree driver refuses to run CoS without the node distribution.
+  with pytest.raises(ValueError, match=rf"{type(rule).__name__}.*{rule.name}.*q_node"):
+    verifiers.verify_tree(rule, zz, pp, qq, x, jnp.zeros(3, jnp.int32), jnp.zeros(3),
+                          jax.random.PRNGKey(0))
+
+
+def test_cos_greedy_chain_uses_the_node_distribution():
+  """A greedy draft x (q = one-hot) verified by CoS with q_node: the acceptance probability is
+  pi(x) = lam p(x) + (1 - lam) q_node(x), not lam p(x) + 1 - lam (the one-hot re-mix)."""
+  z, p, q_node = _random_ctx(4)
+  x = jnp.argmax(q_node)[None].astype(jnp.int32)
+  rule = CoS(lam=0.3)
+  pi_x = 0.3 * float(p[x[0]]) + 0.7 * float(q_node[x[0]])
+  chain = jax.jit(verifiers.verify_chain, static_argnums=0)
+  zz, pp, q1 = jnp.stack([z, z]), jnp.stack([p, p]), jax.nn.one_hot(x, V)
+  for u, n in ((pi_x - 1e-4, 1), (pi_x + 1e-4, 0)):
+    res = chain(rule, zz, pp, q1, x, jnp.asarray([u]), jax.random.PRNGKey(0), None, q_node[None])
+    assert int(res.num_accepted) == n
+  assert pi_x < 0.3 * float(p[x[0]]) + 0.7 - 0.05  # the re-mix would accept far more often
+
+
+def test_drafter_without_node_distribution_is_refused_for_cos():
+  """validate_pair: CoS needs the drafter's node distribution for one-hot (tree / greedy)
+  drafts; a drafter that cannot supply it gets a ValueError naming drafter and rule.  A
+  sampled chain drafter's q is its node distribution, so it is accepted."""
+  import dataclasses as dc
+  from specjax.decoding.drafters import LMDrafter, LMTreeDrafter
+  from specjax.decoding.speculative import validate_pair
+  from tests.helpers import tiny_pair
+  target, _, draft, _ = tiny_pair(vocab=16)
+
+  @dc.dataclass(frozen=True)
+  class BlindTreeDrafter(LMTreeDrafter):
+    supplies_node_dist = False
+
+  @dc.dataclass(frozen=True)
+  class BlindChainDrafter(LMDrafter):
+    supplies_node_dist = False
+
+  greedy, sampled = sampling.SamplingConfig(temperature=0.0), sampling.SamplingConfig()
+  for d in (BlindTreeDrafter(2, sampled, draft, paths=((0,), (0, 0))),
+            BlindChainDrafter(2, greedy, draft)):
+    for rule in (CoS(), CoSContrastive(), Mars(base="cos")):
+      with pytest.raises(ValueError, match=rf"{type(rule).__name__}.*{type(d).__name__}"):
+        validate_pair(target, d, rule)
+    validate_pair(target, d, Lossless())
+  validate_pair(target, BlindChainDrafter(2, sampled, draft), CoS())
+  validate_pair(target, LMTreeDrafter(2, sampled, draft, paths=((0,), (0, 0))), CoS())
 
 
 # --- hyperparameters and the registry -----------------------------------------------------
