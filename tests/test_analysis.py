@@ -370,6 +370,12 @@ def test_prop_mars_sweep():
   assert np.all(np.diff(share) >= 0) and share[-1] > 0
   assert np.all(np.diff(np.asarray(sw.active.sum(-1))) >= 0)
   _close(sw.strict_reject, 1 - dv.acceptance_rate(p, q))
+  # Fig. 1d: P(strict reject | active), not the share P(active | strict reject).
+  act = np.asarray(sw.active[-1])
+  rej = np.asarray(sw.strict_reject)
+  np.testing.assert_allclose(float(sw.reject_given_active[-1]), rej[act].mean(), rtol=1e-5)
+  np.testing.assert_allclose(float(sw.reject_share[-1]), rej[act].sum() / rej.sum(), rtol=1e-5)
+  assert np.isnan(float(sw.reject_given_active[0]))  # theta = 1: nothing active
   assert float(sw.relaxed_rate[-1].sum()) > 0
   sw_t = props.mars_sweep(z, p, q, [0.9], draft="topk", top_k=2)
   assert sw_t.kl.shape == (1, 32)
