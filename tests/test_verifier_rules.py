@@ -570,6 +570,26 @@ def test_allowed_sets_and_truncate():
   np.testing.assert_allclose(np.asarray(out), np.stack([np.eye(5)[0], np.asarray(p)]))
 
 
+def test_eta_threshold_above_max_p_keeps_the_argmax():
+  """SPEC §3: A(p) always holds argmax p.  p = [0.4, 0.35, 0.25]: H = 1.0805 nats, so with
+  eps = 0.5, delta = 5 the threshold is min(0.5, 5 e^-H = 1.70) = 0.5 > max p = 0.4 -- the
+  bare set {v : p(v) >= 0.5} would be empty (the broken variant); A = {0}.  Typical then
+  accepts only token 0 and emits onehot(0); the induced law is onehot(0)."""
+  p = jnp.asarray([0.4, 0.35, 0.25])
+  z = jnp.log(p)
+  h = -sum(v * math.log(v) for v in (0.4, 0.35, 0.25))
+  assert min(0.5, 5 * math.exp(-h)) == 0.5 and not bool(jnp.any(p >= 0.5))
+  np.testing.assert_array_equal(np.asarray(verifiers.allowed_set_eta(p, 0.5, 5.0)),
+                                [True, False, False])
+  rule = Typical(eps=0.5, delta=5.0)
+  st = rule.init(z, p)
+  q = jnp.full((3,), 1 / 3)
+  assert [float(rule.accept_prob(st, q, x)) for x in range(3)] == [1.0, 0.0, 0.0]
+  np.testing.assert_allclose(np.asarray(rule.correction(rule.on_reject(st, q, 1))), [1, 0, 0])
+  from specjax.analysis.induced import induced_distribution as exact
+  np.testing.assert_allclose(np.asarray(exact(rule, z, p, q)), [1, 0, 0], atol=1e-7)
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_matched_baseline_produces_p_A(seed):
   z, _, _ = _random_ctx(seed, v=16)

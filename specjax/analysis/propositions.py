@@ -20,9 +20,9 @@ expectations over contexts are means over that axis.
 (c) Truncation changes the acceptance rate and block efficiency: alpha for
     ``(p, q)``, ``(p_A, q)``, ``(p_A, q_A)`` over eta / p_base sweeps
     (:func:`truncation_sweep`).
-(d) MARS: ``KL(P_MARS || p)`` as theta varies, and the share of strict
-    rejections that fall in the relaxation region ``r > theta``
-    (:func:`mars_sweep`).
+(d) MARS: ``KL(P_MARS || p)`` as theta varies, the strict rejection rate in
+    the relaxation region ``P(strict reject | r > theta)`` (the paper's Fig. 1d)
+    and the share of strict rejections that fall there (:func:`mars_sweep`).
 
 Drift towards the target is modelled by the mixture
 ``q_t = (1 - t) p + t q_ref`` (:func:`interpolate`): ``q_ref`` uniform gives
