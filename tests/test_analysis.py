@@ -70,6 +70,23 @@ def test_cos_contrastive_is_pi(ctx):
   _close(induced_distribution(rule, z, p, q), jax.nn.softmax(logw, -1))
 
 
+@pytest.mark.parametrize("top_k", [1, 3])
+def test_cos_deterministic_candidates_emit_pi(ctx, top_k):
+  """CoS on EAGLE-style top-k candidates (q = one-hot) with the drafter's node distribution q:
+  pi is formed once from q and the candidates are verified losslessly against it, so the
+  node emits exactly pi (SPEC §3).  The old one-hot re-mix puts far more mass on c_1."""
+  z, p, q = ctx
+  for rule, pi in ((_rule("cos", lam=0.3), 0.3 * p + 0.7 * q),
+                   (_rule("cos_contrastive", mu=0.7, q_floor=1e-3),
+                    jax.nn.softmax(jnp.log(p) - 0.7 * jnp.log(jnp.maximum(q, 1e-3)), -1))):
+    parts = induced_parts(rule, z, p, q, draft="topk", top_k=top_k)
+    _close(parts.dist, pi, atol=2e-6)
+  c1 = jnp.argmax(q, -1)
+  remix = 0.3 * jnp.take_along_axis(p, c1[:, None], -1)[:, 0] + 0.7  # P(accept c_1), re-mix
+  pi_c1 = jnp.take_along_axis(0.3 * p + 0.7 * q, c1[:, None], -1)[:, 0]
+  assert float(jnp.min(remix - pi_c1)) > 0.05
+
+
 @pytest.mark.parametrize("l", [0.3, 1.0])
 def test_lenience_closed_form(ctx, l):
   z, p, q = ctx
@@ -115,8 +132,16 @@ def test_truncation_topk_closed_form(ctx, name, kw):
   _close(induced_distribution(rule, z, p, q, draft="topk", top_k=k), expect)
 
 
-def test_mars_sampled_closed_form():
-  z, p = props.gaussian_logit_contexts(jax.random.PRNGKey(3), B, V)
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_mars_sampled_closed_form(temperature):
+  """Relax-only MARS at T > 0 (SPEC §3; derivation in ``verifiers/mars.py``), T = top-2::
+
+    P = p + 1_T (q - p)^+ - (sum_T (q - p)^+) norm((p - q)^+)   where relaxation is active,
+    P = p                                                      elsewhere.
+
+  The broken variant caught: the strict ablation's law ``q 1_T + (1 - q(T)) p`` differs."""
+  z, _ = props.gaussian_logit_contexts(jax.random.PRNGKey(3), B, V)
+  p = jax.nn.softmax(z / temperature, -1)
   q = jax.nn.softmax(z + jax.random.normal(jax.random.PRNGKey(4), z.shape), -1)
   rule = _rule("mars", theta=0.8)
   top2 = jax.lax.top_k(z, 2)[1]
@@ -124,12 +149,19 @@ def test_mars_sampled_closed_form():
   active = (ratio[:, 1] / ratio[:, 0] > 0.8) & (ratio[:, 0] > 0)
   assert 0 < int(active.sum()) < B  # both branches exercised
   in2 = jnp.zeros_like(p).at[jnp.arange(B)[:, None], top2].set(1.0)
-  relaxed = q * in2 + (1 - (q * in2).sum(-1, keepdims=True)) * p
+  over = in2 * jnp.maximum(q - p, 0.0)  # (q - p)^+ on the top-2
+  relaxed = p + over - over.sum(-1, keepdims=True) * jax.vmap(base.residual)(p, q)
+  expect = jnp.where(active[:, None], relaxed, p)
   parts = induced_parts(rule, z, p, q)
-  _close(parts.dist, jnp.where(active[:, None], relaxed, p))
-  # Relaxed acceptances: q(x) (1 - min(1, p/q)) on {top1, top2} where active.
-  rel = jnp.sum(in2 * jnp.maximum(q - p, 0.0), -1)
-  _close(parts.relaxed_rate, jnp.where(active, rel, 0.0))
+  _close(parts.dist, expect)
+  assert float(jnp.abs(over.sum(-1) * active).max()) > 1e-2  # the relaxation moves mass here
+  # Relaxed acceptances: q(x) (1 - min(1, p/q)) = (q - p)^+ on {top1, top2} where active.
+  _close(parts.relaxed_rate, jnp.where(active, over.sum(-1), 0.0))
+  ablation = induced_distribution(_rule("mars", theta=0.8, sampled_mode="strict_ablation"),
+                                  z, p, q)
+  qt = (q * in2).sum(-1, keepdims=True)
+  _close(ablation, jnp.where(active[:, None], q * in2 + (1 - qt) * p, p))
+  assert float(dv.tv(ablation, expect).max()) > 1e-2
 
 
 # --- enumerator mechanics ---------------------------------------------------------------
@@ -360,6 +392,12 @@ def test_prop_mars_sweep():
   assert np.all(np.diff(share) >= 0) and share[-1] > 0
   assert np.all(np.diff(np.asarray(sw.active.sum(-1))) >= 0)
   _close(sw.strict_reject, 1 - dv.acceptance_rate(p, q))
+  # Fig. 1d: P(strict reject | active), not the share P(active | strict reject).
+  act = np.asarray(sw.active[-1])
+  rej = np.asarray(sw.strict_reject)
+  np.testing.assert_allclose(float(sw.reject_given_active[-1]), rej[act].mean(), rtol=1e-5)
+  np.testing.assert_allclose(float(sw.reject_share[-1]), rej[act].sum() / rej.sum(), rtol=1e-5)
+  assert np.isnan(float(sw.reject_given_active[0]))  # theta = 1: nothing active
   assert float(sw.relaxed_rate[-1].sum()) > 0
   sw_t = props.mars_sweep(z, p, q, [0.9], draft="topk", top_k=2)
   assert sw_t.kl.shape == (1, 32)

@@ -139,7 +139,8 @@ def test_drafter_cache_bookkeeping_matches_recompute(kind, reduced):
   for accepted in ([0, 2], [3, 1], [1, 0]):
     last = seqs[rows, lengths]
     prev = seqs[rows, lengths - 1]
-    x, q, state = draft(params, state, prev, last, keys)
+    x, q, q_node, state = draft(params, state, prev, last, keys)
+    assert q_node is q  # sampled chain: the node distribution is q itself
     for r in range(2):
       want = ref(p, tp, d2t_j, seqs[r], jnp.int32(lengths[r]), x[r])
       np.testing.assert_allclose(np.asarray(q[r]), np.asarray(want), atol=1e-3)
@@ -184,17 +185,30 @@ def test_tree_drafts_are_valid_and_static_tree_matches_chain():
   assert dyn.tree and dyn.tokens_per_step == 11
   run = lambda d: jax.jit(lambda *a: (d.draft_tree if d.tree else d.draft)(
       params, d.prefill(params, seqs, lengths, 24, hid), *a))(prev, last, keys)
-  tree, q, _ = run(dyn)
+  tree, q, q_node, _ = run(dyn)
   _check_tree(tree, 3, 10, set(DRAFT_IDS.tolist()))
   assert np.allclose(np.asarray(q), np.asarray(jax.nn.one_hot(tree.tokens, V)))
+  # q_node: the head's full (T = 1, greedy drafter) distribution at every node with children,
+  # and each node's children are the top of its parent's row (CoS mixes this row, SPEC §3).
+  qn, par, toks = np.asarray(q_node), np.asarray(tree.parents), np.asarray(tree.tokens)
+  assert qn.shape == (2, 11, V)
+  for b in range(2):
+    for j in range(10):
+      row = qn[b, par[b, j]]
+      assert row.sum() == pytest.approx(1.0, abs=1e-5)
+      assert row[toks[b, j]] >= np.sort(row)[-3] - 1e-6  # a top-3 (top_k) token of its parent
   # A static tree's greedy spine equals the greedy chain (same masks and positions).
   paths = ((0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0))
   st = EagleDrafter(num_draft=3, sampling=GREEDY, head=head, tree_kind="static",
                     tree_paths=paths)
   chain = EagleDrafter(num_draft=3, sampling=GREEDY, head=head)
-  tree_s, _, _ = run(st)
+  tree_s, _, qn_s, _ = run(st)
   _check_tree(tree_s, 3, len(paths))
-  x, _, _ = run(chain)
+  x, _, qn_c, _ = run(chain)
+  # Greedy chain: q is one-hot but q_node is the head's softmax; the static tree's spine
+  # nodes have the chain's node distributions.
+  np.testing.assert_allclose(np.asarray(qn_s)[:, [0, 1, 3]], np.asarray(qn_c), atol=1e-5)
+  assert not np.allclose(np.asarray(qn_c), np.asarray(jax.nn.one_hot(x, V)))
   spine = np.asarray(tree_s.tokens)[:, [0, 2, 5]]  # nodes (0,), (0,0), (0,0,0)
   assert np.array_equal(spine, np.asarray(x))
   with pytest.raises(ValueError, match="total_tokens"):

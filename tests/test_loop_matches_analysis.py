@@ -36,10 +36,15 @@ TREE_PATHS = ((0,), (1,), (2,), (0, 0), (1, 0))
 
 FAST_RULES = ["mars", "typical"]
 # Hyperparameters that make each rule bite on these random models (MARS at
-# theta = 0.9 almost never relaxes here; at 0.5 its exact law is TV 0.15-0.3
-# away from lossless).
+# theta = 0.9 almost never relaxes here; at 0.5 relax-only MARS's exact law is
+# TV 0.14 (sampled) / 0.31 (top-k tree) away from lossless, see test_check_has_power).
 RULE_KWARGS = {"mars": dict(theta=0.5)}
 ALL_RULES = sorted(verifiers.available())
+# Further configurations of the corrected rules (issue 15): the MARS strict ablation, and
+# MARS over a CoS base on trees (strict-before-relaxed fallback + the drafter's node
+# distribution in one rule).
+EXTRA_CASES = {"mars_strict_ablation": ("mars", dict(theta=0.5, sampled_mode="strict_ablation")),
+               "mars_over_cos": ("mars", dict(theta=0.5, base="cos"))}
 
 
 @pytest.fixture(scope="module")
@@ -89,8 +94,8 @@ def _run_loop(models, rule, draft_kind):
   return np.bincount(toks[:, 1], minlength=V) / N
 
 
-def _check(models, name, draft_kind):
-  rule = verifiers.get(name, **RULE_KWARGS.get(name, {}))
+def _check(models, name, draft_kind, kwargs=None):
+  rule = verifiers.get(name, **(RULE_KWARGS.get(name, {}) if kwargs is None else kwargs))
   exact = _exact_second_token(models, rule, draft_kind)
   assert abs(exact.sum() - 1) < 1e-4
   emp = _empirical_second_token(models, rule, draft_kind)
@@ -111,8 +116,27 @@ def test_loop_matches_induced_all_rules(models, name, draft_kind):
   _check(models, name, draft_kind)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("draft_kind", ["sampled", "topk"])
+@pytest.mark.parametrize("case", sorted(EXTRA_CASES))
+def test_loop_matches_induced_extra_cases(models, case, draft_kind):
+  name, kwargs = EXTRA_CASES[case]
+  _check(models, name, draft_kind, kwargs)
+
+
 @pytest.mark.parametrize("draft_kind", ["sampled", "topk"])
 def test_check_has_power(models, draft_kind):
+  """The same comparison separates the lossy rules from lossless: the exact
+  distributions differ by more than twice the tolerance (so a loop that ran
+  lossless instead would fail), for chains and trees."""
+  a = _exact_second_token(models, verifiers.get("lossless"), draft_kind)
+  for rule in (verifiers.get("cos", lam=0.2), verifiers.get("mars", **RULE_KWARGS["mars"])):
+    b = _exact_second_token(models, rule, draft_kind)
+    assert 0.5 * np.abs(a - b).sum() > 0.1, rule
+
+
+@pytest.mark.parametrize("draft_kind", ["sampled", "topk"])
+def test_check_has_power_on_the_loop(models, draft_kind):
   """The check runs the LOOP and would catch a loop whose law is not the
   analysis's: the loop's MARS (theta 0.5) samples -- the same N rows the fast
   test uses -- fail the same TV < 0.05 test against the exact law of

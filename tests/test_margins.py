@@ -74,6 +74,30 @@ def test_fractions_and_rejection_shares():
   assert np.isnan(mg.rejection_share_curve(Z, np.zeros(5), [0.9])).all()
 
 
+def test_fig1d_statistic_is_reject_rate_given_relaxed():
+  """MARS Fig. 1d is P(strict reject | r > theta) (53.5% = 2590 / 4838 drafts at r > 0.9 that
+  strict verification rejects), not P(r > theta | strict reject).  By hand, draft tokens
+  [1, 0, 0, 0, 1]: greedy rejections at positions {0, 4} (draft != argmax [0, 0, 0, 0, 2]).
+  theta = 0.9: relaxed {0, 2, 4} -> P(reject | relaxed) = 2/3, P(relaxed | reject) = 2/2 = 1;
+  theta = 0.4: relaxed {0, 1, 2, 4} -> 2/4 and 1; theta = 0.99: nothing relaxed -> nan."""
+  draft = np.array([1, 0, 0, 0, 1])
+  rej = mg.strict_rejections(Z, draft_token=draft)
+  np.testing.assert_array_equal(rej, [1, 0, 0, 0, 1])
+  fig1d = mg.reject_rate_relaxed_curve(Z, rej, [0.9, 0.4, 0.99])
+  np.testing.assert_allclose(fig1d[:2], [2 / 3, 0.5])
+  assert np.isnan(fig1d[2])
+  np.testing.assert_allclose(mg.rejection_share_curve(Z, rej, [0.9, 0.4]), [1.0, 1.0])
+  s = mg.margin_summary(Z, draft_token=draft, thetas=[0.9, 0.4], theta=0.9, bins=5)
+  assert s["greedy_reject_rate_relaxed"] == pytest.approx(2 / 3)
+  assert s["greedy_num_relaxed"] == 3
+  assert s["greedy_reject_share"] == pytest.approx(1.0)  # the converse conditional
+  assert s["curves"]["greedy_reject_rate_relaxed"] == pytest.approx([2 / 3, 0.5])
+  # Sampled drafts: the mean lossless rejection probability over the relaxed positions.
+  w = np.array([0.1, 0.9, 0.3, 0.5, 0.2])
+  np.testing.assert_allclose(mg.reject_rate_relaxed_curve(Z, w, [0.9]), [0.2])
+  np.testing.assert_allclose(mg.rejection_share_curve(Z, w, [0.9]), [0.6 / 2.0])
+
+
 def test_margin_summary_exact_numbers():
   draft = np.array([1, 1, 3, 0, 2])
   q = np.eye(4)[draft] * 0.9 + 0.025
@@ -87,11 +111,13 @@ def test_margin_summary_exact_numbers():
   assert s["greedy_reject_rate"] == pytest.approx(0.6)
   assert s["greedy_num_rejections"] == 3
   assert s["greedy_reject_share"] == pytest.approx(2 / 3)
+  assert s["greedy_reject_rate_relaxed"] == pytest.approx(2 / 3)  # rejected {0, 2} of {0, 2, 4}
   assert s["greedy_rescued_share"] == pytest.approx(1 / 3)
   assert s["greedy_draft_is_top2_share"] == pytest.approx(2 / 3)
   w = 1 - np.minimum(p, q).sum(1)
   assert s["sampled_reject_rate"] == pytest.approx(w.mean(), rel=1e-5)
   assert s["sampled_reject_share"] == pytest.approx(w[RELAXED_09].sum() / w.sum(), rel=1e-5)
+  assert s["sampled_reject_rate_relaxed"] == pytest.approx(w[RELAXED_09].mean(), rel=1e-5)
   assert s["curves"]["frac_relaxed"] == pytest.approx([0.8, 0.6])
   assert sum(s["histograms"]["z1"]["counts"]) == 5
   assert sum(s["histograms"]["prob_ratio"]["counts"]) == 5

@@ -11,7 +11,7 @@ from specjax.decoding.drafters import LMDrafter
 from specjax.decoding.sampling import SamplingConfig, probs_from_logits
 from specjax.policies import (ConstantGamma, FixedLength, SpeculativeVerification, bucket_index,
                               choose_batch_max, choose_batch_total, choose_row,
-                              default_buckets, expected_accepted, goodput, hill_climb,
+                              climb_until_decrease, default_buckets, expected_accepted, goodput, hill_climb,
                               round_up_to_bucket, uninformative_table)
 from specjax.policies.calibration import CalibrationTable
 from specjax.policies.sv_collect import collect_records
@@ -50,12 +50,41 @@ def test_hill_climb_semantics():
   assert int(hill_climb(jnp.asarray([1.0, 2.0, 1.5, 3.0]))) == 1
   assert int(hill_climb(jnp.asarray([1.0, 1.0, 3.0]))) == 0  # ties stop
   assert int(hill_climb(jnp.asarray([1.0, 2.0, 3.0]))) == 2
-  # gamma = 0: goodput(1) < goodput(0) when the first draft is hopeless.
+  # climb_until_decrease (SPEC §5): ties continue, the first decrease stops.
+  assert int(climb_until_decrease(jnp.asarray([1.0, 1.0, 3.0]))) == 2
+  assert int(climb_until_decrease(jnp.asarray([1.0, 2.0, 1.5, 3.0]))) == 1
+  assert int(climb_until_decrease(jnp.asarray([2.0, 1.0]))) == 0
+  # The earlier search: gamma = 0 when goodput(1) < goodput(0) (first draft hopeless).
   p = jnp.asarray([[0.05, 0.9, 0.9]])
   lat = jnp.asarray([1.0, 1.5, 1.6, 1.7])
-  assert choose_row(p, lat, jnp.asarray([True])).tolist() == [0]
+  active = jnp.asarray([True])
+  assert choose_row(p, lat, active, "from0_nonincrease").tolist() == [0]
   # Free verification (flat latency) and certain acceptance: verify everything.
-  assert choose_row(jnp.ones((1, 3)), jnp.ones(4), jnp.asarray([True])).tolist() == [3]
+  for search in ("from1_decrease", "from0_nonincrease"):
+    assert choose_row(jnp.ones((1, 3)), jnp.ones(4), active, search).tolist() == [3]
+  with pytest.raises(ValueError, match="search='up'"):
+    choose_row(p, lat, active, "up")
+
+
+def test_row_search_from_one_stops_at_first_decrease():
+  """SPEC §5 by hand.  p_hat = [0.05, 0.9, 0.9], latency = [1, 1.5, 1.6, 1.7]:
+  goodput = [1/1, 1.05/1.5, 1.095/1.6, 1.1355/1.7] = [1.0, 0.700, 0.684, 0.668]:
+  from gamma = 1 the first step already decreases -> gamma = 1 (the old search: 0).
+  Ties continue: with flat goodput 2 -> 3 the search goes on to the next decrease."""
+  p = jnp.asarray([[0.05, 0.9, 0.9]])
+  lat = jnp.asarray([1.0, 1.5, 1.6, 1.7])
+  active = jnp.asarray([True, False])
+  assert choose_row(jnp.tile(p, (2, 1)), lat, active).tolist() == [1, 0]
+  # goodput(gamma) for p_hat = [1, 1, 0, ...]: E[N] = 0, 1, 2, 2, 2; latency chosen so that
+  # goodput = [1, 1.2, 1.5, 1.5, 1.0]: rises, rises, tie, decrease -> gamma = 3 (old: 2).
+  p2 = jnp.asarray([[1.0, 1.0, 0.0, 0.0]])
+  lat2 = jnp.asarray([1.0, 2.0 / 1.2, 2.0, 2.0, 3.0])
+  assert choose_row(p2, lat2, jnp.asarray([True])).tolist() == [3]
+  assert choose_row(p2, lat2, jnp.asarray([True]), "from0_nonincrease").tolist() == [2]
+  # P8 rollout: both searches pick 4 (goodput rises strictly up to 4, then falls).
+  for search in ("from1_decrease", "from0_nonincrease"):
+    assert choose_row(jnp.asarray([P8]), jnp.asarray(LAT8), jnp.asarray([True]),
+                      search).tolist() == [4]
 
 
 def test_batch_total_greedy_row_gets_zero():
@@ -145,6 +174,8 @@ def test_policy_validation(triple):
   *_, companion, cp = triple
   with pytest.raises(ValueError, match="mode"):
     SpeculativeVerification(4, companion=companion, mode="tree")
+  with pytest.raises(ValueError, match="gamma_search='x'"):
+    SpeculativeVerification(4, companion=companion, gamma_search="x")
   with pytest.raises(ValueError, match="buckets"):
     SpeculativeVerification(4, companion=companion, verify_buckets=(0, 2))
   with pytest.raises(ValueError, match="companion"):

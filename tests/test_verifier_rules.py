@@ -45,10 +45,10 @@ def _table_impl(rule, z, p, q, siblings=True):
   v = z.shape[-1]
   xs = jnp.arange(v)
   q2 = q[::-1]
-  s0 = rule.init(z, p)
+  s0 = rule.init_node(z, p, q) if rule.needs_node_dist else rule.init(z, p)  # q_node = q
   a = jax.vmap(lambda x: rule.accept_prob(s0, q, x))(xs)
   strict = jax.vmap(lambda x: rule.strict_accept_prob(s0, q, x))(xs)
-  out = dict(a=a, strict=strict, bonus=rule.correction(s0))
+  out = dict(a=a, strict=strict, bonus=rule.correction(rule.init(z, p)))
   if not siblings:
     out["r"] = jax.vmap(lambda x: rule.correction(rule.on_reject(s0, q, x)))(xs)
     return out
@@ -138,6 +138,9 @@ def test_mars_theta_ge_1_is_greedy_at_t0_and_lossless_at_t1(theta, ratio):
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_mars_never_relaxes_top3(temperature):
+  """Top-3 is never relaxed: it gets exactly the strict (base) rule's probability -- 0 in
+  greedy form, lossless ``min(1, p/q) = 1`` here at T = 1 (relax-only, SPEC §3).  The
+  strict ablation rejects it outright while relaxation is active (the old, wrong default)."""
   z = _close_top2(ratio=0.99)  # z3 / z1 = 0.96 > theta as well
   assert float(z[0] / z[2]) > 0.9
   p = _target(z, temperature)
@@ -145,11 +148,17 @@ def test_mars_never_relaxes_top3(temperature):
   rule = Mars(theta=0.9)
   st = rule.init(z, p)
   assert bool(st.active) and int(st.top1) == 2 and int(st.top2) == 5
-  assert float(rule.accept_prob(st, q, 0)) == 0.0  # top-3: rejected, even though lossless
+  a3 = float(rule.accept_prob(st, q, 0))
+  assert a3 == float(rule.strict_accept_prob(st, q, 0))  # never a relaxed acceptance
+  assert float(rule.relaxed_fallback(st, 0)) == 0.0
   assert float(rule.accept_prob(st, q, 5)) == 1.0  # top-2: accepted
   assert float(rule.accept_prob(st, q, 2)) == 1.0  # top-1
-  if temperature > 0:
-    assert float(Lossless().accept_prob(Lossless().init(z, p), q, 0)) == 1.0
+  ablation = Mars(theta=0.9, sampled_mode="strict_ablation")
+  assert float(ablation.accept_prob(ablation.init(z, p), q, 0)) == 0.0
+  if temperature == 0:
+    assert a3 == 0.0
+  else:
+    assert a3 == float(Lossless().accept_prob(Lossless().init(z, p), q, 0)) == 1.0
 
 
 def test_mars_guard_on_nonpositive_top_logit():
@@ -240,6 +249,148 @@ def test_mars_tree_siblings():
   assert int(res.num_relaxed) == 1 and int(res.token) == 4
 
 
+_MARS_VARIANTS = [Mars(), Mars(sampled_mode="strict_ablation"), Mars(base="typical"),
+                  Mars(base=CoS(lam=0.4)), Mars(margin="difference", delta=0.5)]
+
+
+@pytest.mark.parametrize("rule", _MARS_VARIANTS, ids=lambda r: f"{r.sampled_mode}-{r.base}")
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("ratio", [0.95, 0.5])
+def test_mars_accept_prob_is_strict_then_fallback(rule, temperature, ratio):
+  """One child: trying it strictly and then by ``relaxed_fallback`` (the tree form) has the
+  acceptance probability ``accept_prob`` (the chain form), for every token, before and after a
+  rejected sibling -- the identity that makes chains, trees and the analysis one rule."""
+  z = _close_top2(ratio=ratio, seed=4)
+  p = _target(z, temperature)
+  q = jax.nn.softmax(jax.random.normal(jax.random.PRNGKey(5), (V,)))
+  xs = jnp.arange(V)
+
+  def check(st):
+    a = jax.vmap(lambda x: rule.accept_prob(st, q, x))(xs)
+    strict = jax.vmap(lambda x: rule.strict_accept_prob(st, q, x))(xs)
+    fb = jax.vmap(lambda x: rule.relaxed_fallback(st, x))(xs) > 0
+    np.testing.assert_allclose(np.asarray(a), np.asarray(strict + (1 - strict) * fb), atol=1e-7)
+    return np.asarray(fb)
+
+  fb = check(rule.init(z, p))
+  check(rule.on_reject(rule.init(z, p), q, 3))  # after a rejected sibling
+  # Only the top-2 tokens (2 and 5) are ever relaxable, and only where relaxation is active.
+  expect = np.isin(np.arange(V), [2, 5]) & bool(rule.init(z, p).active)
+  np.testing.assert_array_equal(fb, expect)
+
+
+def test_mars_relax_only_accepts_everything_lossless_accepts():
+  """Relax-only MARS at T = 1 never tightens lossless (SPEC §3): with shared draws (x ~ q, u)
+  every K = 4 chain accepts at least as many drafts under MARS as under lossless, so tau(MARS)
+  >= tau(lossless); and the exact first-draft acceptance rate is >= lossless's for sampled and
+  top-k drafts.  The strict ablation (the earlier default) is caught: it accepts fewer on some
+  chains."""
+  k, n = 4, 2000
+  kz, kq, kx, ku = jax.random.split(jax.random.PRNGKey(17), 4)
+  z = 5.0 + 0.5 * jax.random.normal(kz, (n, k + 1, V))  # near ties: relaxation often active
+  p = _target(z, 1.0)
+  q = jax.nn.softmax(jax.random.normal(kq, (n, k, V)), -1)
+  x = jax.random.categorical(kx, jnp.log(q)).astype(jnp.int32)  # [n, k]
+  u = jax.random.uniform(ku, (n, k))
+  keys = jax.random.split(jax.random.PRNGKey(0), n)
+
+  @functools.partial(jax.jit, static_argnums=0)
+  def accepted(rule):
+    return jax.vmap(lambda *a: verifiers.verify_chain(rule, *a).num_accepted)(z, p, q, x, u, keys)
+
+  n_lossless = np.asarray(accepted(Lossless()))
+  n_mars = np.asarray(accepted(Mars()))
+  n_ablation = np.asarray(accepted(Mars(sampled_mode="strict_ablation")))
+  assert np.all(n_mars >= n_lossless)
+  assert n_mars.mean() > n_lossless.mean()  # and the relaxation does bite here
+  assert np.any(n_ablation < n_lossless)
+  # Exact first-token acceptance rates (one node, every context).
+  from specjax.analysis.induced import induced_parts
+  for kw in (dict(draft="sampled"), dict(draft="topk", top_k=3)):
+    rate = {r: np.asarray(induced_parts(r, z[:, 0], p[:, 0], q[:, 0], **kw).accept_rate)
+            for r in (Lossless(), Mars())}
+    assert np.all(rate[Mars()] >= rate[Lossless()] - 1e-6), kw
+
+
+def _tree_root(children, temperature, z_root, rule, u, parent=None):
+  """verify_tree on a root whose children are ``children`` (one-hot q); every child is a leaf
+  whose logits put argmax on token 7.  Returns (path node, num_accepted, num_relaxed, token)."""
+  c = len(children)
+  z = jnp.concatenate([z_root[None], jnp.tile(jnp.zeros((V,)).at[7].set(5.0), (c, 1))])
+  x = jnp.asarray([0] + list(children), jnp.int32)
+  par = jnp.zeros((c + 1,), jnp.int32) if parent is None else jnp.asarray(parent, jnp.int32)
+  res = jax.jit(verifiers.verify_tree, static_argnums=0)(
+      rule, z, _target(z, temperature), jax.nn.one_hot(x, V), x, par, jnp.asarray(u, jnp.float32),
+      jax.random.PRNGKey(0))
+  return int(res.path[0]), int(res.num_accepted), int(res.num_relaxed), int(res.token)
+
+
+def test_mars_tree_strict_before_relaxed():
+  """SPEC §3 trees.  Root (active: z2/z1 = 0.95, top1 = 2, top2 = 5) with children
+  [top-2, top-1]: MARS takes the exactly matching top-1 sibling, not the earlier top-2 child
+  (the old first-accepted-in-order driver took node 1 -- the broken variant this catches)."""
+  z = _close_top2(ratio=0.95)
+  u0 = [0.5, 0.5, 0.5]
+  # T = 0: the argmax child wins, strictly (no relaxation needed).
+  assert _tree_root([5, 2], 0.0, z, Mars(), u0) == (2, 1, 0, 7)
+  # Only top-3 and top-2 drafted: the top-2 child by relaxation; none of them: top1 emitted.
+  assert _tree_root([0, 5], 0.0, z, Mars(), u0) == (2, 1, 1, 7)
+  assert _tree_root([0, 4], 0.0, z, Mars(), u0)[1:] == (0, 0, 2)
+  # Inactive node (z2/z1 = 0.5): the top-2 child is rejected, top1 is emitted.
+  assert _tree_root([5, 0], 0.0, _close_top2(ratio=0.5), Mars(), u0)[1:] == (0, 0, 2)
+  # T = 1, lossless base, children [top-2, top-1] with q one-hot: the base rule first, in
+  # order with its residual: u = 0 accepts top-2 strictly (it is a lossless acceptance) ...
+  assert _tree_root([5, 2], 1.0, z, Mars(), [0.5, 0.0, 0.0]) == (1, 1, 0, 7)
+  # ... u close to 1 rejects both strictly; the fallback then prefers top-1 over top-2.
+  assert _tree_root([5, 2], 1.0, z, Mars(), [0.5, 0.999, 0.999]) == (2, 1, 1, 7)
+  assert _tree_root([2, 5], 1.0, z, Mars(), [0.5, 0.999, 0.999]) == (1, 1, 1, 7)
+  # The strict ablation also tries top-1 before relaxing (top-2 needs the fallback).
+  abl = Mars(sampled_mode="strict_ablation")
+  assert _tree_root([5, 2], 1.0, z, abl, [0.5, 0.0, 0.0]) == (2, 1, 0, 7)
+  assert _tree_root([0, 5], 1.0, z, abl, [0.5, 0.0, 0.0]) == (2, 1, 1, 7)
+  # Other lossy rules keep the sequential order: typical with eps small accepts both children,
+  # so the first one (top-2) is taken.
+  assert _tree_root([5, 2], 1.0, z, Typical(eps=0.01), u0)[0] == 1
+
+
+def test_mars_tree_fallback_descends_and_continues():
+  """After a relaxed acceptance the driver continues below the relaxed child: root children
+  [top-3 (node 1), top-2 (node 2)], node 3 = child of node 2 drafting node 2's argmax 7."""
+  z = _close_top2(ratio=0.95)
+  zz = jnp.stack([z, jnp.zeros((V,)).at[7].set(5.0), jnp.zeros((V,)).at[7].set(5.0),
+                  jnp.zeros((V,)).at[1].set(5.0)])
+  x = jnp.asarray([0, 0, 5, 7], jnp.int32)
+  res = jax.jit(verifiers.verify_tree, static_argnums=0)(
+      Mars(), zz, _target(zz, 0.0), jax.nn.one_hot(x, V), x, jnp.asarray([0, 0, 0, 2]),
+      jnp.full((4,), 0.5), jax.random.PRNGKey(0))
+  assert int(res.num_accepted) == 2 and res.path[:2].tolist() == [2, 3]
+  assert int(res.num_relaxed) == 1 and int(res.token) == 1
+
+
+def test_mars_topk_analysis_hand_cases():
+  """The exact analysis uses the same strict-before-relaxed steps (T = 0, explicit candidates)."""
+  from specjax.analysis.induced import induced_parts
+  z = _close_top2(ratio=0.95)
+  p = _target(z, 0.0)
+  q = jnp.full((V,), 1.0 / V)
+
+  def parts(cands, rule=Mars(), zz=z, pp=p):
+    return induced_parts(rule, zz, pp, q, draft="topk", candidates=jnp.asarray(cands))
+
+  one = lambda i: np.eye(V)[i]
+  r = parts([5, 2])  # top-2 before top-1: top-1 is emitted, strictly
+  np.testing.assert_allclose(np.asarray(r.accepted), one(2), atol=1e-7)
+  assert float(r.relaxed_rate) == 0.0
+  r = parts([0, 5])  # no top-1: top-2 by relaxation
+  np.testing.assert_allclose(np.asarray(r.accepted), one(5), atol=1e-7)
+  assert float(r.relaxed_rate) == pytest.approx(1.0)
+  r = parts([0, 4])  # nothing relaxable: the correction emits top1
+  np.testing.assert_allclose(np.asarray(r.corrected), one(2), atol=1e-7)
+  zi = _close_top2(ratio=0.5)
+  r = parts([5, 0], zz=zi, pp=_target(zi, 0.0))  # inactive
+  np.testing.assert_allclose(np.asarray(r.dist), one(2), atol=1e-7)
+
+
 def test_mars_difference_margin_and_adaptive_hook():
   z = _close_top2(z1=3.0, ratio=0.95)  # z1 - z2 = 0.15
   p = _target(z, 0.0)
@@ -260,6 +411,92 @@ def test_mars_difference_margin_and_adaptive_hook():
   assert not bool(Mars(theta=0.9).init(z8, p).active)
   assert bool(Mars(theta=0.9, adaptive="_test_halve_theta").init(z8, p).active)
   hash(Mars(adaptive="_test_halve_theta"))  # stays hashable (static under jit)
+
+
+# --- CoS: pi formed once per node from the drafter's full distribution (SPEC §3) -----------
+
+
+@pytest.mark.parametrize("rule", [CoS(lam=0.3), CoSContrastive(mu=0.7)], ids=lambda r: r.name)
+def test_cos_tree_node_emits_pi_with_onehot_candidates(rule):
+  """Root with deterministic children [c1, c2] (q = one-hot) and the drafter's node distribution
+  q_node: pi = combine(p, q_node) is formed once, then verified losslessly, by hand:
+  u_1 < pi(c1) accepts c1; else u_2 < pi(c2) / (1 - pi(c1)) accepts c2; else the emitted law is
+  pi with c1, c2 zeroed and renormalised.  The old per-sibling re-mix with onehot(x)
+  (``lam p + (1 - lam) onehot(x)``: c1 accepted w.p. lam p(c1) + 1 - lam) is caught by u_1."""
+  z, p, q_node = _random_ctx(3)
+  pi = np.asarray(rule.combine(p, q_node), np.float64)
+  c1, c2 = 4, 1
+  zz, pp = jnp.stack([z] * 3), jnp.stack([p] * 3)
+  x = jnp.asarray([0, c1, c2], jnp.int32)
+  qq = jax.nn.one_hot(x, V)
+  qn = jnp.stack([q_node, jnp.zeros(V), jnp.zeros(V)])  # leaves: rows never read
+  tree = jax.jit(verifiers.verify_tree, static_argnums=0)
+
+  def run(u1, u2):
+    return tree(rule, zz, pp, qq, x, jnp.zeros(3, jnp.int32), jnp.asarray([0.0, u1, u2]),
+                jax.random.PRNGKey(0), None, qn)
+
+  eps = 1e-4
+  assert int(run(pi[c1] - eps, 0.999).path[0]) == 1
+  a2 = pi[c2] / (1 - pi[c1])
+  res = run(pi[c1] + eps, a2 - eps)
+  assert int(res.num_accepted) == 1 and int(res.path[0]) == 2
+  res = run(pi[c1] + eps, a2 + eps)
+  assert int(res.num_accepted) == 0
+  expect = pi.copy()
+  expect[[c1, c2]] = 0
+  np.testing.assert_allclose(np.asarray(res.emit_probs), expect / expect.sum(), atol=1e-6)
+  # An accepted leaf emits the bonus, the target's p (no drafter distribution there).
+  res = run(pi[c1] - eps, 0.5)
+  np.testing.assert_allclose(np.asarray(res.emit_probs), np.asarray(p), atol=1e-6)
+  # The tree driver refuses to run CoS without the node distribution.
+  with pytest.raises(ValueError, match=rf"{type(rule).__name__}.*{rule.name}.*q_node"):
+    verifiers.verify_tree(rule, zz, pp, qq, x, jnp.zeros(3, jnp.int32), jnp.zeros(3),
+                          jax.random.PRNGKey(0))
+
+
+def test_cos_greedy_chain_uses_the_node_distribution():
+  """A greedy draft x (q = one-hot) verified by CoS with q_node: the acceptance probability is
+  pi(x) = lam p(x) + (1 - lam) q_node(x), not lam p(x) + 1 - lam (the one-hot re-mix)."""
+  z, p, q_node = _random_ctx(4)
+  x = jnp.argmax(q_node)[None].astype(jnp.int32)
+  rule = CoS(lam=0.3)
+  pi_x = 0.3 * float(p[x[0]]) + 0.7 * float(q_node[x[0]])
+  chain = jax.jit(verifiers.verify_chain, static_argnums=0)
+  zz, pp, q1 = jnp.stack([z, z]), jnp.stack([p, p]), jax.nn.one_hot(x, V)
+  for u, n in ((pi_x - 1e-4, 1), (pi_x + 1e-4, 0)):
+    res = chain(rule, zz, pp, q1, x, jnp.asarray([u]), jax.random.PRNGKey(0), None, q_node[None])
+    assert int(res.num_accepted) == n
+  assert pi_x < 0.3 * float(p[x[0]]) + 0.7 - 0.05  # the re-mix would accept far more often
+
+
+def test_drafter_without_node_distribution_is_refused_for_cos():
+  """validate_pair: CoS needs the drafter's node distribution for one-hot (tree / greedy)
+  drafts; a drafter that cannot supply it gets a ValueError naming drafter and rule.  A
+  sampled chain drafter's q is its node distribution, so it is accepted."""
+  import dataclasses as dc
+  from specjax.decoding.drafters import LMDrafter, LMTreeDrafter
+  from specjax.decoding.speculative import validate_pair
+  from tests.helpers import tiny_pair
+  target, _, draft, _ = tiny_pair(vocab=16)
+
+  @dc.dataclass(frozen=True)
+  class BlindTreeDrafter(LMTreeDrafter):
+    supplies_node_dist = False
+
+  @dc.dataclass(frozen=True)
+  class BlindChainDrafter(LMDrafter):
+    supplies_node_dist = False
+
+  greedy, sampled = sampling.SamplingConfig(temperature=0.0), sampling.SamplingConfig()
+  for d in (BlindTreeDrafter(2, sampled, draft, paths=((0,), (0, 0))),
+            BlindChainDrafter(2, greedy, draft)):
+    for rule in (CoS(), CoSContrastive(), Mars(base="cos")):
+      with pytest.raises(ValueError, match=rf"{type(rule).__name__}.*{type(d).__name__}"):
+        validate_pair(target, d, rule)
+    validate_pair(target, d, Lossless())
+  validate_pair(target, BlindChainDrafter(2, sampled, draft), CoS())
+  validate_pair(target, LMTreeDrafter(2, sampled, draft, paths=((0,), (0, 0))), CoS())
 
 
 # --- hyperparameters and the registry -----------------------------------------------------
@@ -333,6 +570,26 @@ def test_allowed_sets_and_truncate():
   np.testing.assert_allclose(np.asarray(out), np.stack([np.eye(5)[0], np.asarray(p)]))
 
 
+def test_eta_threshold_above_max_p_keeps_the_argmax():
+  """SPEC §3: A(p) always holds argmax p.  p = [0.4, 0.35, 0.25]: H = 1.0805 nats, so with
+  eps = 0.5, delta = 5 the threshold is min(0.5, 5 e^-H = 1.70) = 0.5 > max p = 0.4 -- the
+  bare set {v : p(v) >= 0.5} would be empty (the broken variant); A = {0}.  Typical then
+  accepts only token 0 and emits onehot(0); the induced law is onehot(0)."""
+  p = jnp.asarray([0.4, 0.35, 0.25])
+  z = jnp.log(p)
+  h = -sum(v * math.log(v) for v in (0.4, 0.35, 0.25))
+  assert min(0.5, 5 * math.exp(-h)) == 0.5 and not bool(jnp.any(p >= 0.5))
+  np.testing.assert_array_equal(np.asarray(verifiers.allowed_set_eta(p, 0.5, 5.0)),
+                                [True, False, False])
+  rule = Typical(eps=0.5, delta=5.0)
+  st = rule.init(z, p)
+  q = jnp.full((3,), 1 / 3)
+  assert [float(rule.accept_prob(st, q, x)) for x in range(3)] == [1.0, 0.0, 0.0]
+  np.testing.assert_allclose(np.asarray(rule.correction(rule.on_reject(st, q, 1))), [1, 0, 0])
+  from specjax.analysis.induced import induced_distribution as exact
+  np.testing.assert_allclose(np.asarray(exact(rule, z, p, q)), [1, 0, 0], atol=1e-7)
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_matched_baseline_produces_p_A(seed):
   z, _, _ = _random_ctx(seed, v=16)
@@ -378,11 +635,17 @@ def test_induced_closed_forms(seed):
     a = rule.allowed_set(p)
     close(ind(rule), jnp.where(a, q, 0) + (1 - jnp.sum(jnp.where(a, q, 0)))
           * verifiers.truncate(p, a))
+  # MARS relax-only at T > 0 (mars.py): p + 1_T (q - p)^+ - (sum_T (q - p)^+) norm((p - q)^+).
   zm = _close_top2(ratio=0.95)
   pm = _target(zm, 1.0)
   top = jnp.zeros((V,), bool).at[jnp.asarray([2, 5])].set(True)
+  over = jnp.where(top, jnp.maximum(q - pm, 0.0), 0.0)
+  close(induced_distribution(Mars(), zm, pm, q),
+        pm + over - over.sum() * verifiers.residual(pm, q))
+  # The strict ablation (earlier form): q on the top-2, the rest of the mass from p.
   qt = jnp.sum(jnp.where(top, q, 0))
-  close(induced_distribution(Mars(), zm, pm, q), jnp.where(top, q, 0) + (1 - qt) * pm)
+  close(induced_distribution(Mars(sampled_mode="strict_ablation"), zm, pm, q),
+        jnp.where(top, q, 0) + (1 - qt) * pm)
 
 
 # --- Monte Carlo: verify_chain (K = 1) against the exact enumeration ---------------------
@@ -397,6 +660,7 @@ TV_TOL = 0.5 * math.sqrt(V / N_MC) + math.sqrt(math.log(1e9) / (2 * N_MC))
 
 _MC_CASES = ([(name, None, 1.0) for name in verifiers.available()] + [
     ("mars", dict(theta=0.97), 1.0),            # relaxation inactive -> the base rule
+    ("mars", dict(sampled_mode="strict_ablation"), 1.0),
     ("mars", None, 0.0),                         # greedy form (Algorithm 1), p one-hot
     ("mars", dict(base="cos"), 0.0),             # greedy form with a non-argmax base
     ("spec_cascade", dict(p_base=0.3, gate="soft"), 1.0),
@@ -432,7 +696,10 @@ def _mc_results():
   rules = tuple(verifiers.get(name, **(kw or {})) for name, kw, _ in _MC_CASES)
   z = _close_top2(ratio=0.95, seed=3)  # MARS active at theta = 0.9, not at 0.97
   ps = jnp.stack([_target(z, t) for _, _, t in _MC_CASES])
-  q = jax.nn.softmax(0.7 * jax.random.normal(jax.random.PRNGKey(11), (V,)))
+  # q over-weights top-2 (token 5): relax-only MARS differs from lossless only where
+  # q(t) > p(t) on the top-2 (closed form in mars.py).
+  q = jax.nn.softmax(0.7 * jax.random.normal(jax.random.PRNGKey(11), (V,)) +
+                     1.5 * jax.nn.one_hot(5, V))
   exact, emp = _mc_exact_and_empirical(rules, z, ps, q, jax.random.PRNGKey(2026))
   return rules, np.asarray(exact), np.asarray(emp)
 
@@ -452,4 +719,6 @@ def test_monte_carlo_cases_are_distinct():
   _, exact, _ = _mc_results()
   lossless = exact[[n for n, _, _ in _MC_CASES].index("lossless")]
   mars = exact[[n for n, _, _ in _MC_CASES].index("mars")]
+  ablation = exact[[kw for _, kw, _ in _MC_CASES].index(dict(sampled_mode="strict_ablation"))]
   assert 0.5 * np.abs(mars - lossless).sum() > 0.05
+  assert 0.5 * np.abs(mars - ablation).sum() > 0.05

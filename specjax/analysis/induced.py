@@ -24,6 +24,16 @@ only, exactly as the chain / tree drivers use them:
     P(y) = sum_j reach_j a_j 1[c_j = y] + reach_{k+1} correction(s_k)(y),
     reach_1 = 1, reach_{j+1} = reach_j (1 - a_j),  s_j = on_reject(s_{j-1}, onehot(c_j), c_j).
 
+  For rules with ``has_relaxed_fallback`` (MARS: strict before relaxed, SPEC
+  §3) ``a_j`` is ``strict_accept_prob`` and the mass ``reach_{k+1}`` goes to
+  the candidate with the highest positive ``relaxed_fallback(s_k, c)`` (a
+  relaxed acceptance) when there is one, else to ``correction(s_k)`` -- the
+  same steps as :func:`specjax.verifiers.base.verify_tree`.
+
+In both cases the node state is ``init_node(z, p, q)`` for rules with
+``needs_node_dist`` (CoS: ``pi`` is formed once from the drafter's full
+distribution ``q`` at the node, SPEC §3), else ``init(z, p)``.
+
 Results are split into the part emitted by accepting a draft, the part emitted
 by the correction, and the accepted part that only the relaxation allowed
 (``strict_accept_prob <= u < accept_prob``, the statistic MARS reports).
@@ -104,7 +114,7 @@ def _validate(rule, draft, top_k, chunk_size, max_support):
 def _sampled_parts(rule: NodeRule, z, p, q, chunk_size, max_support) -> InducedParts:
   """Sampled-draft enumeration for one context. z, p, q: [V]."""
   v = q.shape[-1]
-  state = rule.init(z, p)
+  state = _init(rule, z, p, q)
   m = v if max_support is None else min(max_support, v)
   # Candidates in decreasing order of q; zero-q candidates come last.
   w, xs = jax.lax.top_k(q, m)  # [M], [M]
@@ -147,17 +157,25 @@ def _sampled_parts(rule: NodeRule, z, p, q, chunk_size, max_support) -> InducedP
   return InducedParts(acc, cor, rel)
 
 
+def _init(rule: NodeRule, z, p, q):
+  """The node state: ``init_node(z, p, q)`` if the rule reads the drafter's distribution."""
+  return rule.init_node(z, p, q) if rule.needs_node_dist else rule.init(z, p)
+
+
 def _topk_parts(rule: NodeRule, z, p, q, top_k, candidates) -> InducedParts:
   """Deterministic-candidate enumeration for one context. z, p, q: [V]; candidates [k] or None."""
   v = q.shape[-1]
   if candidates is None:
     candidates = jax.lax.top_k(q, min(top_k, v))[1]  # [k], decreasing q (ties: lower index)
-  state0 = rule.init(z, p)
+  candidates = candidates.astype(jnp.int32)
+  state0 = _init(rule, z, p, q)
+  fallback = rule.has_relaxed_fallback
+  stage_prob = rule.strict_accept_prob if fallback else rule.accept_prob
 
   def step(carry, cj):
     state, reach, acc, rel = carry
     qj = jax.nn.one_hot(cj, v, dtype=p.dtype)  # [V]
-    a = rule.accept_prob(state, qj, cj)
+    a = stage_prob(state, qj, cj)
     a_strict = rule.strict_accept_prob(state, qj, cj)
     acc = acc.at[cj].add(reach * a)
     rel = rel.at[cj].add(reach * jnp.maximum(a - a_strict, 0.0))
@@ -166,7 +184,15 @@ def _topk_parts(rule: NodeRule, z, p, q, top_k, candidates) -> InducedParts:
 
   zero = jnp.zeros((v,), p.dtype)
   (state, reach, acc, rel), _ = jax.lax.scan(
-      step, (state0, jnp.ones((), p.dtype), zero, zero), candidates.astype(jnp.int32))
+      step, (state0, jnp.ones((), p.dtype), zero, zero), candidates)
+  if fallback:  # every candidate strictly rejected: the best relaxable one, if any
+    prio = jax.vmap(lambda c: rule.relaxed_fallback(state, c))(candidates)  # [k]
+    best = jnp.argmax(prio)
+    take = prio[best] > 0
+    got = jnp.where(take, reach, 0.0)
+    acc = acc.at[candidates[best]].add(got)
+    rel = rel.at[candidates[best]].add(got)
+    reach = reach - got
   cor = reach * rule.correction(state)
   return InducedParts(acc, cor, rel)
 

@@ -9,11 +9,16 @@ with the guard ``z1 > 0``).  This module measures, over a set of contexts
   ``p2 / p1 = exp((z2 - z1) / T)`` (temperature dependent, unlike r);
 * the fraction of positions where relaxation is active (``r > theta``) as
   theta varies;
-* the share of *strict rejections* that fall in the relaxation region: with
-  a greedy draft, a strict rejection is a position where the draft's argmax
-  differs from the target's (MARS paper Fig. 1d: 53.5% at theta = 0.9); with
-  a sampled draft each position is weighted by its lossless rejection
-  probability ``1 - sum min(p, q)``;
+* the strict rejection rate *inside* the relaxation region,
+  ``P(strict reject | r > theta)`` -- the MARS paper's Fig. 1d quantity:
+  among EAGLE-3 drafts at positions with ``r > 0.9``, 53.5% (2590 / 4838) are
+  rejected by strict verification (REFERENCES.md).  With a greedy draft a
+  strict rejection is a position where the draft's argmax differs from the
+  target's; with a sampled draft each position is weighted by its lossless
+  rejection probability ``1 - sum min(p, q)``;
+* the converse conditional, ``P(r > theta | strict reject)``: the share of
+  strict rejections that fall in the relaxation region (NOT Fig. 1d; an
+  earlier version reported it as such);
 * how many of those rejections MARS actually rescues (draft argmax = target
   top-2 and relaxation active);
 * the fraction of negative top-1 logits (paper Fig. 5a: 0% for Qwen3-8B; the
@@ -110,9 +115,23 @@ def relaxed_fraction_curve(z, thetas: Sequence[float] = DEFAULT_THETAS, guard: b
   return np.asarray([relaxed_mask(z, t, guard).mean() for t in thetas], np.float64)
 
 
+def reject_rate_relaxed_curve(z, rejections, thetas: Sequence[float] = DEFAULT_THETAS,
+                              guard: bool = True) -> np.ndarray:
+  """[n] ``P(strict reject | r > theta)`` per theta: the mean rejection weight ([N]) over the
+  positions where relaxation is active (MARS Fig. 1d: 0.535 at theta = 0.9); nan where no
+  position is active."""
+  w = np.asarray(rejections, np.float64)
+  out = []
+  for t in thetas:
+    act = relaxed_mask(z, t, guard)
+    out.append(w[act].mean() if act.any() else np.nan)
+  return np.asarray(out, np.float64)
+
+
 def rejection_share_curve(z, rejections, thetas: Sequence[float] = DEFAULT_THETAS,
                           guard: bool = True) -> np.ndarray:
-  """[n] share of strict rejections (weights [N]) in the relaxation region, per theta."""
+  """[n] ``P(r > theta | strict reject)``: share of strict rejections (weights [N]) in the
+  relaxation region, per theta (the converse of Fig. 1d's conditional)."""
   w = np.asarray(rejections, np.float64)
   tot = w.sum()
   if tot <= 0:
@@ -170,10 +189,13 @@ def margin_summary(z, *, q=None, p=None, draft_token=None, temperature: float = 
   Returns:
     dict with ``n``, ``frac_negative_top1``, ``frac_nonpositive_top1``,
     ``z1`` / ``ratio`` / ``prob_ratio`` quantiles, ``frac_relaxed`` (at theta),
-    ``frac_relaxed_noguard``, ``greedy_reject_rate``, ``greedy_reject_share``
-    (share of greedy strict rejections with r > theta; the paper's 53.5%),
-    ``greedy_rescued_share``, ``sampled_reject_rate`` / ``sampled_reject_share``
-    (when p and q are given), ``prob_ratio_at_relaxed`` (quantiles of p2/p1
+    ``frac_relaxed_noguard``, ``greedy_reject_rate``,
+    ``greedy_reject_rate_relaxed`` (``P(greedy strict reject | r > theta)``, the
+    paper's Fig. 1d 53.5%), ``greedy_num_relaxed`` (positions with r > theta),
+    ``greedy_reject_share`` (``P(r > theta | greedy strict reject)``, the
+    converse), ``greedy_rescued_share``, ``sampled_reject_rate`` /
+    ``sampled_reject_rate_relaxed`` / ``sampled_reject_share`` (when p and q
+    are given), ``prob_ratio_at_relaxed`` (quantiles of p2/p1
     where relaxation is active), ``curves`` (per-theta lists), and
     ``histograms`` (z1, ratio clipped to [-1, 1.5], prob_ratio).
   """
@@ -210,16 +232,25 @@ def margin_summary(z, *, q=None, p=None, draft_token=None, temperature: float = 
     rej = strict_rejections(z, draft_token=draft_token)
     out["greedy_reject_rate"] = float(rej.mean())
     out["greedy_num_rejections"] = int(rej.sum())
+    out["greedy_reject_rate_relaxed"] = float(reject_rate_relaxed_curve(z, rej, [theta],
+                                                                        guard)[0])
+    out["greedy_num_relaxed"] = int(act.sum())
     out["greedy_reject_share"] = float(rejection_share_curve(z, rej, [theta], guard)[0])
     out["greedy_rescued_share"] = float(rescued_share_curve(z, draft_token, [theta], guard)[0])
     out["greedy_draft_is_top2_share"] = (float(((draft_token == i2) & (rej > 0)).sum() / rej.sum())
                                          if rej.sum() > 0 else float("nan"))
+    curves["greedy_reject_rate_relaxed"] = reject_rate_relaxed_curve(z, rej, thetas,
+                                                                     guard).tolist()
     curves["greedy_reject_share"] = rejection_share_curve(z, rej, thetas, guard).tolist()
     curves["greedy_rescued_share"] = rescued_share_curve(z, draft_token, thetas, guard).tolist()
   if p is not None and q is not None:
     w = strict_rejections(z, q, p=p)
     out["sampled_reject_rate"] = float(w.mean())
+    out["sampled_reject_rate_relaxed"] = float(reject_rate_relaxed_curve(z, w, [theta],
+                                                                         guard)[0])
     out["sampled_reject_share"] = float(rejection_share_curve(z, w, [theta], guard)[0])
+    curves["sampled_reject_rate_relaxed"] = reject_rate_relaxed_curve(z, w, thetas,
+                                                                      guard).tolist()
     curves["sampled_reject_share"] = rejection_share_curve(z, w, thetas, guard).tolist()
   out["curves"] = curves
   if with_histograms:
@@ -324,20 +355,28 @@ def plot_ratio_scatter(z, *, theta: float = 0.9, guard: bool = True, draft_token
 
 
 def plot_theta_curves(summary: dict, *, title: str = ""):
-  """Fraction of positions relaxed and share of strict rejections with r > theta, vs theta."""
+  """Fraction of positions relaxed, P(strict reject | r > theta) (Fig. 1d) and the share of
+  strict rejections with r > theta, vs theta."""
   plt = _plt()
   c = summary["curves"]
   fig, ax = plt.subplots(figsize=(5.6, 4))
   ax.plot(c["thetas"], c["frac_relaxed"], "o-", label="positions with r > theta")
   if "greedy_reject_share" in c:
+    if "greedy_reject_rate_relaxed" in c:
+      ax.plot(c["thetas"], c["greedy_reject_rate_relaxed"], "*-",
+              label="P(greedy strict reject | r > theta) (Fig. 1d)")
     ax.plot(c["thetas"], c["greedy_reject_share"], "s-",
-            label="greedy strict rejections with r > theta")
+            label="P(r > theta | greedy strict reject)")
     ax.plot(c["thetas"], c["greedy_rescued_share"], "^-",
             label="greedy rejections MARS accepts (draft = top-2)")
+  if "sampled_reject_rate_relaxed" in c:
+    ax.plot(c["thetas"], c["sampled_reject_rate_relaxed"], "v-",
+            label="P(sampled strict reject | r > theta)")
   if "sampled_reject_share" in c:
     ax.plot(c["thetas"], c["sampled_reject_share"], "d-",
             label="sampled rejection mass with r > theta")
-  ax.axhline(0.535, color="gray", ls=":", lw=1, label="MARS paper: 53.5% at theta=0.9")
+  ax.axhline(0.535, color="gray", ls=":", lw=1,
+             label="MARS Fig. 1d: P(strict reject | r > 0.9) = 53.5%")
   ax.set_xlabel("theta")
   ax.set_ylabel("fraction")
   ax.set_ylim(0, 1)

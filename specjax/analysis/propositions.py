@@ -20,9 +20,9 @@ expectations over contexts are means over that axis.
 (c) Truncation changes the acceptance rate and block efficiency: alpha for
     ``(p, q)``, ``(p_A, q)``, ``(p_A, q_A)`` over eta / p_base sweeps
     (:func:`truncation_sweep`).
-(d) MARS: ``KL(P_MARS || p)`` as theta varies, and the share of strict
-    rejections that fall in the relaxation region ``r > theta``
-    (:func:`mars_sweep`).
+(d) MARS: ``KL(P_MARS || p)`` as theta varies, the strict rejection rate in
+    the relaxation region ``P(strict reject | r > theta)`` (the paper's Fig. 1d)
+    and the share of strict rejections that fall there (:func:`mars_sweep`).
 
 Drift towards the target is modelled by the mixture
 ``q_t = (1 - t) p + t q_ref`` (:func:`interpolate`): ``q_ref`` uniform gives
@@ -266,8 +266,11 @@ class MarsSweep(NamedTuple):
     active: [n, B] bool, relaxation active (``r = z2 / z1 > theta``, guard
       per the rule) -- from the rule's own ``init``.
     strict_reject: [B] rejection probability of the strict (base) rule.
-    reject_share: [n] share of strict rejections in the relaxation region:
-      ``sum_B strict_reject * active / sum_B strict_reject``.
+    reject_share: [n] share of strict rejections in the relaxation region,
+      ``P(active | strict reject) = sum_B strict_reject * active / sum_B strict_reject``.
+    reject_given_active: [n] ``P(strict reject | active) = sum_B strict_reject * active /
+      sum_B active`` -- the MARS paper's Fig. 1d quantity (53.5% at theta = 0.9); nan
+      where no context is active.
   """
 
   thetas: jax.Array
@@ -278,6 +281,7 @@ class MarsSweep(NamedTuple):
   active: jax.Array
   strict_reject: jax.Array
   reject_share: jax.Array
+  reject_given_active: jax.Array
 
 
 @functools.partial(jax.jit, static_argnames=("rule",))
@@ -329,8 +333,11 @@ def mars_sweep(z: jax.Array, p: jax.Array, q: jax.Array, thetas: Sequence[float]
         strict_reject = 1.0 - induced_parts(base, z, p, q, **kw).accept_rate
     share = (jnp.sum(strict_reject * active) /
              jnp.maximum(jnp.sum(strict_reject), jnp.finfo(jnp.float32).tiny))
+    n_active = jnp.sum(active)
+    given = jnp.where(n_active > 0, jnp.sum(strict_reject * active) /
+                      jnp.maximum(n_active, 1), jnp.nan)
     rows.append((dv.kl(big_p, p), dv.tv(big_p, p), parts.accept_rate, parts.relaxed_rate,
-                 active, share))
-  kl, tv, acc, rel, active, share = (jnp.stack(c) for c in zip(*rows))
+                 active, share, given))
+  kl, tv, acc, rel, active, share, given = (jnp.stack(c) for c in zip(*rows))
   return MarsSweep(jnp.asarray(thetas, jnp.float32), kl, tv, acc, rel, active, strict_reject,
-                   share)
+                   share, given)

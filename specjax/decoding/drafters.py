@@ -7,9 +7,11 @@ pytrees passed in and out.  The protocol::
     state = drafter.prefill(params, tokens[B,P], lengths[B], cache_length,
                             target_hidden)            # [n_sel, B, P, H] or None
     # chains (drafter.tree == False):
-    x[B,K], q[B,K,V], state = drafter.draft(params, state, prev[B], last[B], keys[B])
+    x[B,K], q[B,K,V], q_node[B,K,V], state = drafter.draft(params, state, prev[B], last[B],
+                                                           keys[B])
     # trees (drafter.tree == True), see decoding/tree.py for the layout:
-    tree: TreeDraft, q[B,N,V], state = drafter.draft_tree(params, state, prev, last, keys)
+    tree: TreeDraft, q[B,N,V], q_node[B,N+1,V], state = drafter.draft_tree(params, state, prev,
+                                                                           last, keys)
     state = drafter.commit(state, target_lengths[B], committed[B,W], num_committed[B],
                            target_hidden)             # [n_sel, B, W, H] or None
 
@@ -17,7 +19,14 @@ pytrees passed in and out.  The protocol::
 target's committed length), ``last`` the token emitted by the previous step
 (position L, not yet in any cache).  ``q`` is the distribution *after* the
 drafter's own processors (one-hot for greedy or top-k drafts): losslessness
-depends on it being the one the token was really drawn from.  At commit the
+depends on it being the one the token was really drawn from.  ``q_node`` is
+the drafter's *full* distribution at each position (chains) or at each tree
+node (row 0 the root; row j predicts node j's children), from which the
+candidates were proposed: what CoS mixes with the target (SPEC §3).  It equals
+``q`` for sampled chains; for greedy / top-k drafts it is
+:func:`node_distribution`.  A drafter that cannot supply it returns ``None``
+and sets ``supplies_node_dist = False``; rules that need it then raise.  At
+commit the
 drafter learns which tokens the target kept this step (``last`` followed by
 the accepted drafts, ``num_committed = accepted + 1`` of them), the target's
 hidden states at those positions (the ``target_hidden_layers`` it asked for:
@@ -35,9 +44,23 @@ import numpy as np
 
 from specjax.checks import ArgumentTypeError, check_int
 from specjax.decoding.tree import TreeDraft, static_tree
-from specjax.decoding.sampling import SamplingConfig, sample_logits
+from specjax.decoding.sampling import SamplingConfig, probs_from_logits, sample_logits
 from specjax.models import kv_cache as kvc
 from specjax.models.transformer import Model
+
+
+def node_distribution(logits: jax.Array, sampling: SamplingConfig) -> jax.Array:
+  """The drafter's full distribution at a node, ``[..., V]`` logits -> ``[..., V]``.
+
+  ``probs_from_logits(logits, sampling)`` (the distribution sampled drafts are
+  drawn from); **(choice)** for ``T = 0`` (greedy / top-k drafts, whose q is
+  one-hot) the model's softmax at temperature 1 without processors: the
+  distribution the candidates are ranked by (EAGLE-2 scores use the same
+  log-softmax).
+  """
+  if sampling.greedy:
+    return jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
+  return probs_from_logits(logits, sampling)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +73,8 @@ class Drafter:
   # A tree drafter sets ``tree = True`` and implements ``draft_tree``;
   # ``num_draft`` is then the tree depth (the longest acceptable path).
   tree = False
+  # Whether draft / draft_tree return the node distributions q_node (else None).
+  supplies_node_dist = False
 
   @property
   def vocab_size(self) -> int:
@@ -90,6 +115,8 @@ class LMDrafter(Drafter):
 
   model: Model = None
 
+  supplies_node_dist = True
+
   def __post_init__(self):
     if not isinstance(self.model, Model):
       raise ArgumentTypeError(f"LMDrafter needs model=Model(...), got {type(self.model).__name__}"
@@ -119,20 +146,27 @@ class LMDrafter(Drafter):
                            logits_index=jnp.ones((prev.shape[0], 1), jnp.int32))
     cache = kvc.commit(out.cache, jnp.full_like(pos0, 2))
     step_keys = jax.vmap(lambda kk: jax.random.split(kk, k))(keys)  # [B, K]
-    sample = jax.vmap(lambda kk, l: sample_logits(kk, l, self.sampling))
-    x0, q0 = sample(step_keys[:, 0], out.logits[:, 0])
+    greedy = self.sampling.greedy
+
+    def sample(kk, logits):  # -> x [B], q [B, V], q_node [B, V] (q itself unless greedy)
+      x, q = jax.vmap(lambda kb, lb: sample_logits(kb, lb, self.sampling))(kk, logits)
+      return x, q, (node_distribution(logits, self.sampling) if greedy else q)
+
+    x0, q0, n0 = sample(step_keys[:, 0], out.logits[:, 0])
 
     def step(carry, i):
       cache, tok = carry
       o = self.model.apply(params, tok[:, None], cache.lengths[:, None], cache)
       cache = kvc.commit(o.cache, jnp.ones_like(tok))
-      x, q = sample(step_keys[:, i], o.logits[:, 0])
-      return (cache, x), (x, q)
+      x, q, qn = sample(step_keys[:, i], o.logits[:, 0])
+      return (cache, x), (x, q, qn)
 
-    (cache, _), (xs, qs) = jax.lax.scan(step, (cache, x0), jnp.arange(1, k), unroll=True)
+    (cache, _), (xs, qs, ns) = jax.lax.scan(step, (cache, x0), jnp.arange(1, k), unroll=True)
     x = jnp.concatenate([x0[:, None], xs.T], axis=1)  # [B, K]
     q = jnp.concatenate([q0[:, None], jnp.swapaxes(qs, 0, 1)], axis=1)  # [B, K, V]
-    return x, q, cache
+    q_node = (jnp.concatenate([n0[:, None], jnp.swapaxes(ns, 0, 1)], axis=1) if greedy
+              else q)  # [B, K, V]
+    return x, q, q_node, cache
 
   def commit(self, state: kvc.KVCache, target_lengths, committed=None, num_committed=None,
              target_hidden=None):
@@ -163,7 +197,8 @@ class LMTreeDrafter(LMDrafter):
   ``paths`` lists choice paths (``decoding.tree.static_tree``): node
   ``[r_1, .., r_d]`` takes the rank-``r_d`` token of its parent's draft
   distribution.  Drafts are deterministic top-k candidates, so ``q`` is
-  one-hot (SPEC §1).  ``num_draft`` must equal the tree depth.
+  one-hot (SPEC §1); ``q_node`` is :func:`node_distribution` of every node's
+  logits (row 0 the root).  ``num_draft`` must equal the tree depth.
 
   Each step first reads the tokens the target committed last step (the
   accepted path, kept as ``pending``) and the new root, then drafts the tree
@@ -226,9 +261,10 @@ class LMTreeDrafter(LMDrafter):
       out = self.model.apply(params, tokens[:, :m], pos, cache, attn_mask=mask)
       node_logits = node_logits.at[:, 1:m + 1].set(out.logits)
     q = jax.nn.one_hot(tokens, v, dtype=jnp.float32)
+    q_node = node_distribution(node_logits, self.sampling)  # [B, N+1, V]
     tree = TreeDraft(tokens, jnp.broadcast_to(jnp.asarray(parents), (b, n)),
                      jnp.broadcast_to(jnp.asarray(depths), (b, n)))
-    return tree, q, PendingState(cache, state.pending, state.num_pending)
+    return tree, q, q_node, PendingState(cache, state.pending, state.num_pending)
 
   def commit(self, state: PendingState, target_lengths, committed=None, num_committed=None,
              target_hidden=None):

@@ -22,7 +22,10 @@ which leaves the head exactly L entries long, then drafts:
 * static tree: EAGLE-1 / Medusa choice paths (``tree.static_tree``).
 
 Tree drafts are deterministic top-k choices, so q = one-hot(token) (the
-multi-draft lossless rule then reduces to p(x) acceptance).  Tree nodes are
+multi-draft lossless rule then reduces to p(x) acceptance); ``q_node`` holds
+the head's full distribution (:func:`~specjax.decoding.drafters.node_distribution`)
+at the root and at every node that was expanded (rows of unexpanded nodes,
+which have no children, are 0).  Tree nodes are
 written into the head's cache region after the L committed entries; each sees
 the committed entries, its ancestors and itself (a full ``[B, T, S]`` mask, the
 same visibility rule as the target's ``attn_mask``).  ``commit`` simply resets
@@ -40,8 +43,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax.decoding.drafters import Drafter
 from specjax.checks import ArgumentTypeError, check_int
+from specjax.decoding.drafters import Drafter, node_distribution
 from specjax.decoding.sampling import SamplingConfig, sample_logits
 from specjax.decoding.tree import TreeDraft, static_tree
 from specjax.models import kv_cache as kvc
@@ -99,6 +102,8 @@ class EagleDrafter(Drafter):
   top_k: int = 10
   total_tokens: int = 60
   tree_paths: Optional[tuple] = None
+
+  supplies_node_dist = True
 
   def __post_init__(self):
     if not isinstance(self.head, EagleHead):
@@ -227,8 +232,13 @@ class EagleDrafter(Drafter):
     k = self.num_draft
     h, z, cache = self._consume_pending(params, state, last)
     step_keys = jax.vmap(lambda kk: jax.random.split(kk, k))(keys)  # [B, K]
-    sample = jax.vmap(lambda kk, l: sample_logits(kk, l, self.sampling))
-    x0, q0 = sample(step_keys[:, 0], z)
+    greedy = self.sampling.greedy
+
+    def sample(kk, logits):  # -> x [B], q [B, V], q_node [B, V] (q itself unless greedy)
+      x, q = jax.vmap(lambda kb, lb: sample_logits(kb, lb, self.sampling))(kk, logits)
+      return x, q, (node_distribution(logits, self.sampling) if greedy else q)
+
+    x0, q0, n0 = sample(step_keys[:, 0], z)
 
     def step(carry, i):
       cache, h, tok = carry
@@ -236,16 +246,17 @@ class EagleDrafter(Drafter):
                             cache.lengths[:, None], cache)
       cache = kvc.commit(out.cache, jnp.ones_like(tok))
       h = out.hidden[:, 0]
-      x, q = sample(step_keys[:, i], self._logits(params, h))
-      return (cache, h, x), (x, q)
+      x, q, qn = sample(step_keys[:, i], self._logits(params, h))
+      return (cache, h, x), (x, q, qn)
 
     if k > 1:
-      (cache, _, _), (xs, qs) = jax.lax.scan(step, (cache, h, x0), jnp.arange(1, k))
+      (cache, _, _), (xs, qs, ns) = jax.lax.scan(step, (cache, h, x0), jnp.arange(1, k))
       x = jnp.concatenate([x0[:, None], xs.T], axis=1)  # [B, K]
       q = jnp.concatenate([q0[:, None], jnp.swapaxes(qs, 0, 1)], axis=1)  # [B, K, V]
+      q_node = jnp.concatenate([n0[:, None], jnp.swapaxes(ns, 0, 1)], axis=1)
     else:
-      x, q = x0[:, None], q0[:, None]
-    return x, q, dataclasses.replace(state, cache=cache)
+      x, q, q_node = x0[:, None], q0[:, None], n0[:, None]
+    return x, q, (q_node if greedy else q), dataclasses.replace(state, cache=cache)
 
   def commit(self, state: EagleState, target_lengths, committed=None, num_committed=None,
              target_hidden=None) -> EagleState:
@@ -306,12 +317,16 @@ class EagleDrafter(Drafter):
     region = max((depth - 1) * k, 1)
     f_anc = jnp.zeros((b, k, region), bool)
     n_cand = k
+    exp_idx, exp_dist = [], []  # expanded candidates [B, k] and their distributions [B, k, V]
     for i in range(1, depth):
       off = (i - 1) * k
       own = jax.nn.one_hot(off + jnp.arange(k), region, dtype=bool)  # [k, region]
       anc = f_anc | own[None]
       hid, cache = self._tree_forward(params, cache, base, off, region, f_tok, f_feat, i, anc)
-      lp = jax.nn.log_softmax(self._logits(params, hid), axis=-1)  # [B, k, V]
+      logits = self._logits(params, hid)  # [B, k, V]
+      exp_idx.append(f_idx)
+      exp_dist.append(node_distribution(logits, self.sampling))
+      lp = jax.nn.log_softmax(logits, axis=-1)  # [B, k, V]
       c_lp, c_tok = jax.lax.top_k(lp, k)  # [B, k, k]
       cu = (f_score[:, :, None] + c_lp).reshape(b, k * k)
       c_tok = c_tok.reshape(b, k * k)
@@ -340,7 +355,17 @@ class EagleDrafter(Drafter):
     par = jnp.where(par_c < 0, 0, node_of).astype(jnp.int32)
     dep = depths[chosen].astype(jnp.int32)
     tree = TreeDraft(tok.astype(jnp.int32), par, dep)
-    return tree, self._one_hot(tok), dataclasses.replace(state, cache=cache)
+    # Node distributions: the root's, and each kept node's if it was expanded.
+    q_node = jnp.zeros((b, n + 1, z.shape[-1]), jnp.float32)
+    q_node = q_node.at[:, 0].set(node_distribution(z, self.sampling))
+    if exp_idx:
+      e_idx = jnp.concatenate(exp_idx, 1)  # [B, E]
+      e_dist = jnp.concatenate(exp_dist, 1)  # [B, E, V]
+      hit = chosen[:, :, None] == e_idx[:, None, :]  # [B, N, E]
+      src = jnp.argmax(hit, axis=2)  # [B, N]
+      got = jnp.take_along_axis(e_dist, src[:, :, None], 1)  # [B, N, V]
+      q_node = q_node.at[:, 1:].set(jnp.where(jnp.any(hit, 2)[:, :, None], got, 0.0))
+    return tree, self._one_hot(tok), q_node, dataclasses.replace(state, cache=cache)
 
   def _static_tree(self, params, state: EagleState, last):
     """A fixed tree of rank paths: node = the rank-r token of its parent's distribution."""
@@ -355,6 +380,8 @@ class EagleDrafter(Drafter):
     base = cache.lengths
     b = last.shape[0]
     top = jnp.zeros((b, n + 1, r), jnp.int32).at[:, 0].set(jax.lax.top_k(z, r)[1])
+    q_node = jnp.zeros((b, n + 1, z.shape[-1]), jnp.float32)
+    q_node = q_node.at[:, 0].set(node_distribution(z, self.sampling))
     feats = jnp.zeros((b, n + 1, h_root.shape[-1]), h_root.dtype).at[:, 0].set(h_root)
     tok = jnp.zeros((b, n), jnp.int32)
     max_depth = int(depths_np.max())
@@ -369,7 +396,9 @@ class EagleDrafter(Drafter):
       hid, cache = self._tree_forward(params, cache, base, int(ids[0]), n, node_tok,
                                       feats[:, par], d, anc)
       feats = feats.at[:, ids + 1].set(hid)
-      top = top.at[:, ids + 1].set(jax.lax.top_k(self._logits(params, hid), r)[1])
+      logits = self._logits(params, hid)  # [B, T, V]
+      top = top.at[:, ids + 1].set(jax.lax.top_k(logits, r)[1])
+      q_node = q_node.at[:, ids + 1].set(node_distribution(logits, self.sampling))
     tree = TreeDraft(tok, jnp.broadcast_to(jnp.asarray(parents_np), (b, n)),
                      jnp.broadcast_to(jnp.asarray(depths_np), (b, n)))
-    return tree, self._one_hot(tok), dataclasses.replace(state, cache=cache)
+    return tree, self._one_hot(tok), q_node, dataclasses.replace(state, cache=cache)

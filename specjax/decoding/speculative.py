@@ -196,7 +196,8 @@ def speculative_core(target: Model, drafter: Drafter, verifier: NodeRule, policy
     split = jax.vmap(lambda kk: jax.random.split(kk, 3))(keys)  # [B, 3]
     last = s["last"]
     if drafter.tree:
-      tree, q, d_state = drafter.draft_tree(draft_params, d_state, s["prev"], last, split[:, 0])
+      tree, q, q_node, d_state = drafter.draft_tree(draft_params, d_state, s["prev"], last,
+                                                    split[:, 0])
       n_nodes = tree.tokens.shape[1]
       x_full = jnp.concatenate([last[:, None], tree.tokens], 1)  # [B, N+1]
       parents = with_root(tree.parents)  # [B, N+1]
@@ -208,8 +209,12 @@ def speculative_core(target: Model, drafter: Drafter, verifier: NodeRule, policy
       p = probs_from_logits(z, sampling)
       q_full = jnp.concatenate([jnp.zeros_like(q[:, :1]), q], 1)
       u = jax.vmap(lambda kk: jax.random.uniform(kk, (n_nodes + 1,)))(split[:, 1])
-      res = jax.vmap(lambda *a: verify_tree(verifier, *a))(z, p, q_full, x_full, parents, u,
-                                                            split[:, 2])
+      if q_node is None:  # validate_pair: the verifier does not need it
+        res = jax.vmap(lambda *a: verify_tree(verifier, *a))(z, p, q_full, x_full, parents, u,
+                                                              split[:, 2])
+      else:
+        res = jax.vmap(lambda *a, qn: verify_tree(verifier, *a, q_node=qn))(
+            z, p, q_full, x_full, parents, u, split[:, 2], qn=q_node)
       nacc = jnp.minimum(res.num_accepted, k)
       path = res.path[:, :k]  # [B, k] tree indices of accepted nodes
       gathered = kvc.gather_path(o.cache, path, jnp.where(active, nacc, 0))
@@ -222,7 +227,8 @@ def speculative_core(target: Model, drafter: Drafter, verifier: NodeRule, policy
       gamma = jnp.full((b,), n_nodes, jnp.int32)
       processed = jnp.int32(n_nodes + 1)
     else:
-      x, q, d_state = drafter.draft(draft_params, d_state, s["prev"], last, split[:, 0])
+      x, q, q_node, d_state = drafter.draft(draft_params, d_state, s["prev"], last, split[:, 0])
+      q_node = q if q_node is None else q_node  # validate_pair: q is the node dist. then
       if policy is None:
         gamma = jnp.full((b,), k, jnp.int32)
       else:
@@ -231,8 +237,9 @@ def speculative_core(target: Model, drafter: Drafter, verifier: NodeRule, policy
                                                             last, x, gamma, policy)
       p = probs_from_logits(z, sampling)
       u = jax.vmap(lambda kk: jax.random.uniform(kk, (k,)))(split[:, 1])
-      res = jax.vmap(lambda zz, pp, qq, xx, uu, kk, g: verify_chain(
-          verifier, zz, pp, qq, xx, uu, kk, num_valid=g))(z, p, q, x, u, split[:, 2], gamma)
+      res = jax.vmap(lambda zz, pp, qq, xx, uu, kk, g, qn: verify_chain(
+          verifier, zz, pp, qq, xx, uu, kk, num_valid=g, q_node=qn))(
+              z, p, q, x, u, split[:, 2], gamma, q_node)
       nacc = res.num_accepted
       t_cache = kvc.commit(o_cache, jnp.where(active, nacc + 1, 0))
       node_ids = jnp.broadcast_to(jnp.arange(k + 1)[None, :], (b, k + 1))
@@ -295,6 +302,13 @@ def validate_pair(target: Model, drafter: Drafter, verifier: NodeRule,
   draft_model = getattr(drafter, "model", None)
   if isinstance(draft_model, Model):
     check_tokenizers(target, draft_model.config, allow_tokenizer_mismatch)
+  # A sampled chain's q is its node distribution; trees and greedy drafts need q_node.
+  if (verifier.needs_node_dist and not drafter.supplies_node_dist
+      and (drafter.tree or drafter.sampling.greedy)):
+    raise ValueError(f"verifier {type(verifier).__name__} ({verifier.name!r}) needs the "
+                     f"drafter's full distribution at each node (SPEC §3), but drafter "
+                     f"{type(drafter).__name__} does not supply it (supplies_node_dist=False) "
+                     f"and its drafts are deterministic (one-hot q)")
 
 
 def speculative_generate(target: Model, target_params, drafter: Drafter, draft_params,

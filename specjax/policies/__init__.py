@@ -13,14 +13,14 @@ from specjax.policies.calibration import (CalibrationTable, FittedTable, fit_tab
 from specjax.policies.latency import (LatencyProfile, load_profile, measure_profile,
                                       save_profile)
 from specjax.policies.sv import (SpeculativeVerification, choose_batch_max, choose_batch_total,
-                                 choose_row, companion_signals, expected_accepted, goodput,
-                                 hill_climb, load_sv_params, uninformative_table)
+                                 choose_row, climb_until_decrease, companion_signals,
+                                 expected_accepted, goodput, hill_climb, load_sv_params,
+                                 uninformative_table)
 
 __all__ = ["ConstantGamma", "FixedLength", "VerifyPolicy", "bucket_index", "default_buckets",
            "round_up_to_bucket", "validate_buckets", "CalibrationTable", "FittedTable",
            "fit_table", "fixed_edges", "information_report", "load_table", "quantile_edges",
            "save_table", "triple_id", "LatencyProfile", "load_profile", "measure_profile",
            "save_profile", "SpeculativeVerification", "choose_batch_max", "choose_batch_total",
-           "choose_row", "companion_signals", "expected_accepted", "goodput", "hill_climb",
-           "load_sv_params",
-           "uninformative_table"]
+           "choose_row", "climb_until_decrease", "companion_signals", "expected_accepted",
+           "goodput", "hill_climb", "load_sv_params", "uninformative_table"]

@@ -12,9 +12,13 @@ the companion's (after ``companion_sampling``):
 * ``E[N|gamma] = sum_{n=1..gamma} prod_{i<=n} P_hat_i``,
 * ``goodput(gamma) = (E[N|gamma] + 1) / latency(gamma)``.
 
-Row mode (the note §5): hill-climb gamma = 1, 2, ... while goodput strictly
-rises (so gamma = 0 when goodput(1) <= goodput(0)); ``latency(gamma)`` is the
-profile's latency for the running batch size with every row verifying gamma.
+Row mode (the note §5; SPEC §5): search gamma = 1, 2, ... and stop at the
+first decrease of goodput (``gamma_search="from1_decrease"``, the default:
+every active row verifies at least one draft, ties continue).  The earlier
+form, ``gamma_search="from0_nonincrease"``, climbs from gamma = 0 while goodput
+strictly rises (so gamma = 0 when goodput(1) <= goodput(0)), kept as an
+option.  ``latency(gamma)`` is the profile's latency for the running batch
+size with every row verifying gamma.
 
 Batch mode (the note §5.1), the batch goodput is
 ``sum_b (E[N_b|gamma_b] + 1) / latency(batch)`` over active rows, and the cost
@@ -81,6 +85,7 @@ from specjax.verifiers.base import safe_ratio
 
 MODES = ("row", "batch")
 BATCH_COSTS = ("max", "total")
+GAMMA_SEARCHES = ("from1_decrease", "from0_nonincrease")
 
 
 def _per_group(fn, group_size: int, *rows):
@@ -120,9 +125,28 @@ def hill_climb(values: jax.Array) -> jax.Array:
   return jnp.sum(jnp.cumprod(rises.astype(jnp.int32), axis=-1), axis=-1).astype(jnp.int32)
 
 
-def choose_row(p_hat: jax.Array, latency: jax.Array, active: jax.Array) -> jax.Array:
-  """Row mode: per-row hill-climb of ``goodput`` from gamma = 1. ``p_hat [B, K]`` -> ``[B]``."""
-  return jnp.where(active, hill_climb(goodput(p_hat, latency)), 0).astype(jnp.int32)
+def climb_until_decrease(values: jax.Array) -> jax.Array:
+  """Index reached by climbing ``values[..., 0], values[..., 1], ...`` until the first
+  decrease (ties continue): the number of leading non-decreases. int32 ``[...]``."""
+  steps = values[..., 1:] >= values[..., :-1]
+  return jnp.sum(jnp.cumprod(steps.astype(jnp.int32), axis=-1), axis=-1).astype(jnp.int32)
+
+
+def choose_row(p_hat: jax.Array, latency: jax.Array, active: jax.Array,
+               search: str = "from1_decrease") -> jax.Array:
+  """Row mode gamma per row. ``p_hat [B, K]``, ``latency [K+1]`` -> ``[B]`` (0 if inactive).
+
+  ``search="from1_decrease"`` (SPEC §5, default): gamma = 1, 2, ... until goodput
+  first decreases; ``"from0_nonincrease"``: from gamma = 0 while it strictly rises.
+  """
+  if search not in GAMMA_SEARCHES:
+    raise ValueError(f"search={search!r}; choose one of {GAMMA_SEARCHES}")
+  g = goodput(p_hat, latency)  # [B, K+1], gamma = 0..K
+  if search == "from1_decrease":
+    gamma = 1 + climb_until_decrease(g[..., 1:])
+  else:
+    gamma = hill_climb(g)
+  return jnp.where(active, gamma, 0).astype(jnp.int32)
 
 
 def choose_batch_max(p_hat: jax.Array, latency: jax.Array, active: jax.Array,
@@ -169,7 +193,9 @@ class SpeculativeVerification(VerifyPolicy):
   Attributes:
     num_draft: K.
     companion: the companion ``Model`` (same vocabulary as the drafter).
-    mode: "row" (per-row hill-climb) or "batch" (greedy across rows).
+    mode: "row" (per-row goodput search) or "batch" (greedy across rows).
+    gamma_search: row mode's search, "from1_decrease" (SPEC §5, default) or
+      "from0_nonincrease" (the earlier form; may verify 0 drafts).
     batch_cost: "max" (bucketed forward) or "total" (packed tokens); batch mode only.
     companion_sampling: processors turning companion logits into ``P_c``
       (default T = 1; with greedy drafts, q is one-hot and S = A = P_c(x)).
@@ -189,6 +215,7 @@ class SpeculativeVerification(VerifyPolicy):
   companion: Optional[Model] = None
   mode: str = "row"
   batch_cost: str = "max"
+  gamma_search: str = "from1_decrease"
   companion_sampling: SamplingConfig = SamplingConfig(temperature=1.0)
   verify_buckets: Optional[tuple] = None
   fill_bucket: bool = False
@@ -202,6 +229,8 @@ class SpeculativeVerification(VerifyPolicy):
       raise ValueError(f"mode={self.mode!r}; choose one of {MODES}")
     if self.batch_cost not in BATCH_COSTS:
       raise ValueError(f"batch_cost={self.batch_cost!r}; choose one of {BATCH_COSTS}")
+    if self.gamma_search not in GAMMA_SEARCHES:
+      raise ValueError(f"gamma_search={self.gamma_search!r}; choose one of {GAMMA_SEARCHES}")
     if not isinstance(self.companion_sampling, SamplingConfig):
       raise ValueError("companion_sampling must be a SamplingConfig")
     b = (default_buckets(self.num_draft) if self.verify_buckets is None
@@ -310,7 +339,7 @@ class SpeculativeVerification(VerifyPolicy):
     if b % g:
       raise ValueError(f"choose got {b} rows, not a multiple of group_size={g}")
     if self.mode == "row":
-      gamma = choose_row(p_hat, params["latency"], active)
+      gamma = choose_row(p_hat, params["latency"], active, self.gamma_search)
     elif self.batch_cost == "max":
       gamma = _per_group(lambda p, a: choose_batch_max(p, params["latency"], a, self.buckets),
                          g, p_hat, active)

@@ -57,7 +57,9 @@ def _step(target: Model, drafter: Drafter, policy: SpeculativeVerification, veri
   keys = row_key(key, row_ids, step)
   split = jax.vmap(lambda kk: jax.random.split(kk, 3))(keys)
   t_cache = s["t_cache"]
-  x, q, d_state = drafter.draft(draft_params, s["d_state"], s["prev"], s["last"], split[:, 0])
+  x, q, q_node, d_state = drafter.draft(draft_params, s["d_state"], s["prev"], s["last"],
+                                        split[:, 0])
+  q_node = q if q_node is None else q_node
   sig_s, sig_a, p_hat, c_state = policy.signals(policy_params, s["c_state"], s["prev"],
                                                 s["last"], x, q)
   t_in = jnp.concatenate([s["last"][:, None], x], axis=1)
@@ -65,8 +67,9 @@ def _step(target: Model, drafter: Drafter, policy: SpeculativeVerification, veri
   o = target.apply(target_params, t_in, pos, t_cache)
   p = probs_from_logits(o.logits, sampling)
   u = jax.vmap(lambda kk: jax.random.uniform(kk, (k,)))(split[:, 1])
-  res = jax.vmap(lambda zz, pp, qq, xx, uu, kk: verify_chain(verifier, zz, pp, qq, xx, uu, kk))(
-      o.logits, p, q, x, u, split[:, 2])
+  res = jax.vmap(lambda zz, pp, qq, xx, uu, kk, qn: verify_chain(verifier, zz, pp, qq, xx, uu,
+                                                                 kk, q_node=qn))(
+      o.logits, p, q, x, u, split[:, 2], q_node)
   nacc = res.num_accepted
   t_cache = kvc.commit(o.cache, jnp.where(active, nacc + 1, 0))
   committed = jnp.concatenate([s["last"][:, None], x], 1)  # [B, K+1]: last + accepted drafts

@@ -17,6 +17,22 @@ induced distribution in :mod:`specjax.analysis.induced` -- is built from these
 four functions.  The bonus token after a fully accepted chain (or at an
 accepted tree leaf) is ``correction(init(z, p))``: "no candidate left".
 
+Two optional hooks, both used identically by the drivers and the analysis:
+
+* ``init_node(z, p, q_node)`` (rules with ``needs_node_dist = True``, e.g.
+  CoS): the node state may depend on the drafter's *full* distribution
+  ``q_node [V]`` at the node (SPEC §3: CoS forms ``pi`` once per node), which
+  for deterministic candidates (one-hot ``q``) is not the ``q`` passed to
+  ``accept_prob``.  Nodes without candidates (the bonus) still use ``init``.
+* ``relaxed_fallback(state, x) -> [] priority`` (rules with
+  ``has_relaxed_fallback = True``, e.g. MARS): *strict before relaxed* on
+  trees (SPEC §3).  The children of a node are first tried in order with
+  ``strict_accept_prob`` (and ``on_reject`` between them); only if every child
+  is rejected, the child with the highest positive priority (first in order
+  on ties) is accepted as a relaxed acceptance; with none, ``correction``.
+  On a single child this must be the same law as ``accept_prob``:
+  ``accept_prob = strict + (1 - strict) 1[relaxed_fallback > 0]``.
+
 Writing a new rule (~20 lines)::
 
     import dataclasses, jax.numpy as jnp
@@ -94,6 +110,9 @@ class NodeRule:
   """
 
   name = "base"
+  # Static flags of the optional hooks (see the module docstring).
+  needs_node_dist = False
+  has_relaxed_fallback = False
 
   def __post_init__(self):
     self.validate()
@@ -113,6 +132,24 @@ class NodeRule:
 
   def correction(self, state: NodeStateT) -> jax.Array:
     return state.p_cur
+
+  # --- optional hooks -------------------------------------------------------------
+  def init_node(self, z: jax.Array, p: jax.Array, q_node: jax.Array) -> NodeStateT:
+    """State of a node whose candidates the drafter proposed from ``q_node [V]``.
+
+    Default: ``init(z, p)`` (``q_node`` unused).  Rules whose node state
+    depends on the drafter's full distribution set ``needs_node_dist = True``.
+    """
+    del q_node
+    return self.init(z, p)
+
+  def relaxed_fallback(self, state: NodeStateT, x: jax.Array) -> jax.Array:
+    """[] priority (> 0: acceptable) of child ``x`` after every child was strictly rejected.
+
+    Only called when ``has_relaxed_fallback``; the default never accepts.
+    """
+    del state, x
+    return jnp.zeros((), jnp.float32)
 
   # --- statistics -----------------------------------------------------------------
   def strict_accept_prob(self, state: NodeStateT, q: jax.Array, x: jax.Array) -> jax.Array:
@@ -148,16 +185,35 @@ class ChainResult(NamedTuple):
   emit_probs: jax.Array
 
 
+def _node_states(rule: NodeRule, z, p, q_node):
+  """``init_node`` for rules that need the drafter's node distribution, else ``init``.
+
+  z, p: [..., V]; q_node: [..., V] or None.  Leading axes are vmapped.
+  """
+  fn = rule.init if not rule.needs_node_dist else rule.init_node
+  args = (z, p) if not rule.needs_node_dist else (z, p, q_node)
+  for _ in range(z.ndim - 1):
+    fn = jax.vmap(fn)
+  return fn(*args)
+
+
+def _missing_node_dist(rule: NodeRule) -> ValueError:
+  return ValueError(f"verifier {type(rule).__name__} ({rule.name!r}) forms its target from "
+                    "the drafter's full distribution at each node (SPEC §3), but no q_node "
+                    "was given")
+
+
 def verify_chain(rule: NodeRule, z: jax.Array, p: jax.Array, q: jax.Array, x: jax.Array,
-                 u: jax.Array, key: jax.Array, num_valid: jax.Array | int | None = None
-                 ) -> ChainResult:
+                 u: jax.Array, key: jax.Array, num_valid: jax.Array | int | None = None,
+                 q_node: jax.Array | None = None) -> ChainResult:
   """Generic chain driver (SPEC §2) for one row.
 
   Node i (0..K-1) has the single child x[i]; it is accepted iff
   ``u[i] < accept_prob``.  At the first rejection n the token is drawn from
   ``correction(on_reject(init(z[n], p[n]), q[n], x[n]))``; if all
   ``num_valid`` drafts are accepted the bonus is drawn from
-  ``correction(init(z[num_valid], p[num_valid]))``.
+  ``correction(init(z[num_valid], p[num_valid]))``.  (With a single child the
+  strict-then-fallback form of ``relaxed_fallback`` rules is ``accept_prob``.)
 
   Args:
     rule: the node rule.
@@ -168,9 +224,12 @@ def verify_chain(rule: NodeRule, z: jax.Array, p: jax.Array, q: jax.Array, x: ja
     u: [K] uniforms in [0, 1).
     key: PRNG key for the emitted token.
     num_valid: drafts actually offered (<= K, may be traced); default K.
+    q_node: [K, V] the drafter's full distribution at each draft position
+      (``init_node``; only read by rules with ``needs_node_dist``); default
+      ``q`` -- right for sampled drafts, not for greedy (one-hot) ones.
   """
   k = x.shape[0]
-  states = jax.vmap(rule.init)(z[:k], p[:k])
+  states = _node_states(rule, z[:k], p[:k], q if q_node is None else q_node)
   a = jax.vmap(rule.accept_prob)(states, q, x)
   a_strict = jax.vmap(rule.strict_accept_prob)(states, q, x)
   valid = jnp.arange(k) < (k if num_valid is None else num_valid)
@@ -209,7 +268,8 @@ class TreeResult(NamedTuple):
 
 def verify_tree(rule: NodeRule, z: jax.Array, p: jax.Array, q: jax.Array, x: jax.Array,
                 parent: jax.Array, u: jax.Array, key: jax.Array,
-                valid: jax.Array | None = None) -> TreeResult:
+                valid: jax.Array | None = None, q_node: jax.Array | None = None
+                ) -> TreeResult:
   """Generic tree driver (SPEC §2) for one row.
 
   Node 0 is the root (the last committed token); nodes 1..N are draft nodes
@@ -217,6 +277,13 @@ def verify_tree(rule: NodeRule, z: jax.Array, p: jax.Array, q: jax.Array, x: jax
   node are tried in increasing index order; the first accepted child becomes
   the current node, a rejected child's subtree is pruned.  When a node has no
   untried child left, the token is drawn from ``correction`` of its state.
+
+  Rules with ``has_relaxed_fallback`` (MARS) are *strict before relaxed*
+  (SPEC §3): the children are tried with ``strict_accept_prob`` and, once all
+  are rejected, the child with the highest positive ``relaxed_fallback``
+  priority is accepted (a relaxed acceptance) before falling back to
+  ``correction``.  Rules with ``needs_node_dist`` (CoS) build the state of a
+  node that has children with ``init_node(z[j], p[j], q_node[j])``.
 
   Args:
     z: [N+1, V] raw target logits at every node (z[j] predicts j's children).
@@ -227,41 +294,69 @@ def verify_tree(rule: NodeRule, z: jax.Array, p: jax.Array, q: jax.Array, x: jax
     u: [N+1] uniforms (u[j] decides node j).
     key: PRNG key for the emitted token.
     valid: optional [N+1] bool; invalid nodes are never tried.
+    q_node: optional [N+1, V]; row j is the drafter's full distribution at
+      node j, from which j's children were proposed (required by rules with
+      ``needs_node_dist``; rows of nodes without children are not read).
   """
   n1 = x.shape[0]
   idx = jnp.arange(n1)
   if valid is None:
     valid = jnp.ones((n1,), bool)
   valid = valid & (idx > 0)
+  if rule.needs_node_dist and q_node is None:
+    raise _missing_node_dist(rule)
+  fallback = rule.has_relaxed_fallback
+  stage_prob = rule.strict_accept_prob if fallback else rule.accept_prob
+  # [N+1] valid children per node (parent[0] is ignored: node 0 is never valid).
+  n_kids = jnp.zeros((n1,), jnp.int32).at[parent].add(valid.astype(jnp.int32))
+
+  def node_state(j):
+    state = rule.init(z[j], p[j])
+    if rule.needs_node_dist:
+      with_q = rule.init_node(z[j], p[j], q_node[j])
+      state = jax.tree.map(lambda a, b: jnp.where(n_kids[j] > 0, a, b), with_q, state)
+    return state
 
   def body(i, carry):
     cur, state, last_tried, done, path, depth, nrel = carry
-    is_child = (parent == cur) & (idx > last_tried) & valid
+    kids = (parent == cur) & valid
+    is_child = kids & (idx > last_tried)
     has_child = jnp.any(is_child)
     j = jnp.argmax(is_child)  # first untried child
-    a = rule.accept_prob(state, q[j], x[j])
+    a = stage_prob(state, q[j], x[j])
     a_strict = rule.strict_accept_prob(state, q[j], x[j])
     acc = u[j] < a
     step = has_child & ~done
     take = step & acc
     rej = step & ~acc
-    new_state_acc = rule.init(z[j], p[j])
+    relaxed = take & (u[j] >= a_strict)
+    if fallback:  # every child rejected: the best relaxable one, if any
+      prio = jax.vmap(lambda t: rule.relaxed_fallback(state, t))(x)  # [N+1]
+      prio = jnp.where(kids, prio, 0.0)
+      jf = jnp.argmax(prio)  # first maximum
+      fb = ~has_child & ~done & (prio[jf] > 0)
+      j = jnp.where(fb, jf, j)
+      take = take | fb
+      relaxed = relaxed | fb
+    new_state_acc = node_state(j)
     new_state_rej = rule.on_reject(state, q[j], x[j])
     state = jax.tree.map(lambda sa, sr, s: jnp.where(take, sa, jnp.where(rej, sr, s)),
                          new_state_acc, new_state_rej, state)
     path = jnp.where(take, path.at[depth].set(j), path)
-    nrel = nrel + (take & (u[j] >= a_strict)).astype(jnp.int32)
+    nrel = nrel + relaxed.astype(jnp.int32)
     depth = depth + take.astype(jnp.int32)
     cur = jnp.where(take, j, cur)
     last_tried = jnp.where(take, 0, jnp.where(rej, j, last_tried))
-    done = done | ~has_child
+    done = done | (~has_child & ~take)
     return cur, state, last_tried, done, path, depth, nrel
 
-  state0 = rule.init(z[0], p[0])
+  state0 = node_state(0)
   carry = (jnp.int32(0), state0, jnp.int32(0), jnp.bool_(False),
            jnp.zeros((max(n1 - 1, 1),), jnp.int32), jnp.int32(0), jnp.int32(0))
-  # Each iteration tries one node or finishes; N nodes + 1 final check suffice.
-  _, state, _, _, path, depth, nrel = jax.lax.fori_loop(0, n1, body, carry)
+  # Each iteration tries one node, takes a fallback child or finishes: N tries,
+  # at most N fallback descents and 1 final check.
+  n_iter = 2 * n1 if fallback else n1
+  _, state, _, _, path, depth, nrel = jax.lax.fori_loop(0, n_iter, body, carry)
   emit = rule.correction(state)
   token = sample_from_probs(key, emit)
   return TreeResult(path, depth, token, nrel, emit)

@@ -14,13 +14,19 @@ draft model q, or loosen the lossless ratio test:
   (the paper's decomposition into under-estimated / moderate / severe-overshoot
   regions).  ``l = 1`` is lossless.
 
-The state is the default :class:`~specjax.verifiers.base.NodeState`: ``p_cur``
-is the residual of the *target model*; each candidate builds
-``pi_cur = combine(p_cur, q)`` with its own q.  For a chain (one candidate per
-node) this is exactly lossless verification of ``pi``.  For a tree, every
-later sibling re-combines the residual ``norm(max(0, pi_cur - q))`` with that
-sibling's q **(choice)**; for CoS the residual of ``pi_cur`` against q equals
-the residual of ``p_cur`` (``pi - q = lam (p - q)``).
+CoS (both variants) forms ``pi`` ONCE per node from the drafter's *full*
+distribution ``q_node`` at that node (SPEC §3), through the ``init_node``
+hook of :mod:`specjax.verifiers.base` (``needs_node_dist = True``), and then
+verifies the node's candidates losslessly against ``pi``: ``a = min(1,
+pi_cur(x) / q(x))``, ``pi_cur <- norm(max(0, pi_cur - q))``, correction
+``pi_cur``, with ``q`` the distribution each candidate was drawn from.  So a
+node emits exactly ``pi`` for sampled drafts (``q = q_node``) and for
+deterministic candidates alike (EAGLE top-k trees, greedy drafts: ``q =
+onehot(x)``), never ``lam p + (1 - lam) onehot(x)`` (which is not CoS).  A
+position without draft candidates (the bonus token, ``init(z, p)``) has no
+drafter distribution: there ``pi = p``.  The state also carries the target's
+own residual ``p_cur`` so that ``strict_accept_prob`` is the lossless
+``min(1, p_cur(x) / q(x))`` (relaxed-acceptance statistics).
 """
 
 from __future__ import annotations
@@ -34,24 +40,54 @@ from specjax.verifiers.base import NodeRule, check_range, residual, safe_ratio
 from specjax.verifiers.registry import register
 
 
+@jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
-class _CombinedTarget(NodeRule):
-  """Lossless verification of ``pi_cur = self.combine(p_cur, q)``.
+class CombinedState:
+  """Node state of the CoS rules.
 
-  ``a = min(1, pi_cur(x) / q(x))``; ``on_reject: p_cur <- norm(max(0, pi_cur - q))``;
-  ``correction = p_cur``.
+  Attributes:
+    z: [V] raw target logits.
+    p: [V] target distribution (never modified).
+    p_cur: [V] the target's lossless residual (for ``strict_accept_prob``).
+    pi_cur: [V] residual of the combined target ``pi`` (formed once, at ``init_node``).
   """
 
-  def combine(self, p_cur: jax.Array, q: jax.Array) -> jax.Array:
+  z: jax.Array
+  p: jax.Array
+  p_cur: jax.Array
+  pi_cur: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class _CombinedTarget(NodeRule):
+  """Lossless verification of ``pi = self.combine(p, q_node)``, formed once per node.
+
+  ``a = min(1, pi_cur(x) / q(x))``; ``on_reject: pi_cur <- norm(max(0, pi_cur - q))``;
+  ``correction = pi_cur``.
+  """
+
+  needs_node_dist = True
+
+  def combine(self, p: jax.Array, q_node: jax.Array) -> jax.Array:
     """``[V], [V] -> [V]`` the distribution verified against."""
     raise NotImplementedError
 
+  def init(self, z, p):
+    """A position without a drafter distribution (the bonus token): ``pi = p``."""
+    return CombinedState(z=z, p=p, p_cur=p, pi_cur=p)
+
+  def init_node(self, z, p, q_node):
+    return CombinedState(z=z, p=p, p_cur=p, pi_cur=self.combine(p, q_node))
+
   def accept_prob(self, state, q, x):
-    pi = self.combine(state.p_cur, q)
-    return safe_ratio(pi[x], q[x])
+    return safe_ratio(state.pi_cur[x], q[x])
 
   def on_reject(self, state, q, x):
-    return dataclasses.replace(state, p_cur=residual(self.combine(state.p_cur, q), q))
+    return dataclasses.replace(state, p_cur=residual(state.p_cur, q),
+                               pi_cur=residual(state.pi_cur, q))
+
+  def correction(self, state):
+    return state.pi_cur
 
   def strict_accept_prob(self, state, q, x):
     """The lossless rule's ``min(1, p_cur(x) / q(x))``."""
@@ -61,11 +97,13 @@ class _CombinedTarget(NodeRule):
 @register("cos")
 @dataclasses.dataclass(frozen=True)
 class CoS(_CombinedTarget):
-  """CoS weighted ensemble: lossless verification of ``pi = lam p + (1 - lam) q``.
+  """CoS weighted ensemble: lossless verification of ``pi = lam p + (1 - lam) q_node``.
 
-  ``a = min(1, pi(x) / q(x)) = min(1, lam p(x)/q(x) + 1 - lam)``; residual
-  ``norm(max(0, pi - q)) = norm(max(0, p - q))``; induced distribution ``pi``
-  (Revisiting Lossy Verification, weighted ensemble ``p_WE``).
+  ``q_node`` is the drafter's full distribution at the node (SPEC §3).  For a
+  sampled draft (``q = q_node``): ``a = min(1, lam p(x)/q(x) + 1 - lam)``,
+  residual ``norm(max(0, p - q))``; induced distribution ``pi`` for sampled
+  and deterministic candidates alike (Revisiting Lossy Verification, weighted
+  ensemble ``p_WE``).
 
   Attributes:
     lam: weight of the target model, in [0, 1]; 1 is lossless, 0 accepts every draft.
@@ -77,8 +115,8 @@ class CoS(_CombinedTarget):
   def validate(self):
     check_range("lam", self.lam, low=0.0, high=1.0)
 
-  def combine(self, p_cur, q):
-    return self.lam * p_cur + (1.0 - self.lam) * q
+  def combine(self, p, q_node):
+    return self.lam * p + (1.0 - self.lam) * q_node
 
   @property
   def is_lossless(self) -> bool:
@@ -88,7 +126,7 @@ class CoS(_CombinedTarget):
 @register("cos_contrastive")
 @dataclasses.dataclass(frozen=True)
 class CoSContrastive(_CombinedTarget):
-  """CoS contrastive variant: lossless verification of ``pi ∝ p / q**mu``.
+  """CoS contrastive variant: lossless verification of ``pi ∝ p / q_node**mu``.
 
   (Revisiting Lossy Verification, contrastive decoding ``p_CD ∝ p / q^lambda``.)
   Induced one-node distribution: ``pi``.
@@ -111,10 +149,10 @@ class CoSContrastive(_CombinedTarget):
     check_range("mu", self.mu, low=0.0, high_open=True)
     check_range("q_floor", self.q_floor, low=0.0, high=1.0, low_open=True)
 
-  def combine(self, p_cur, q):
-    pos = p_cur > 0
-    logw = jnp.where(pos, jnp.log(jnp.where(pos, p_cur, 1.0)), -jnp.inf)
-    logw = logw - self.mu * jnp.log(jnp.maximum(q, self.q_floor))
+  def combine(self, p, q_node):
+    pos = p > 0
+    logw = jnp.where(pos, jnp.log(jnp.where(pos, p, 1.0)), -jnp.inf)
+    logw = logw - self.mu * jnp.log(jnp.maximum(q_node, self.q_floor))
     w = jnp.exp(logw - jnp.max(logw))
     return w / jnp.sum(w)
 

@@ -19,11 +19,38 @@ Greedy form (paper Algorithm 1, used when ``p`` is one-hot, i.e. T = 0):
 accept iff ``x = top1``, or ``x = top2`` and relaxation is active; on
 rejection emit ``top1`` (the driver truncates the rest of the draft).
 
-Sampled form (T > 0, as in the released code): if relaxation is active,
-accept iff ``x in {top1, top2}`` (deterministically), otherwise reject and
-emit from the unmodified target (the base rule's correction of the untouched
-node state: ``p`` for the default lossless base); if relaxation is not active,
-the base rule decides (``a``, ``on_reject`` and ``correction`` all the base's).
+Sampled form (T > 0, ``sampled_mode="relax"``, the default; SPEC §3): MARS
+only ever *relaxes* the base rule.  ``a = 1`` if relaxation is active and
+``x in {top1, top2}``, otherwise the base rule's ``a`` (lossless
+``min(1, p_cur(x)/q(x))`` by default); ``on_reject`` and ``correction`` are
+always the base rule's.  So every draft the base rule accepts is accepted.
+
+Closed form (one node, sampled draft ``x ~ q``, lossless base, relaxation
+active, ``T = {top1, top2}``, ``(.)^+ = max(0, .)``,
+``r = norm((p - q)^+)``)::
+
+    P(y) = p(y) + 1[y in T] (q(y) - p(y))^+  -  (sum_{t in T} (q(t) - p(t))^+) r(y)
+
+Derivation: the lossless law is ``min(p, q) + D r`` with
+``D = sum (q - p)^+ = sum (p - q)^+``, i.e. ``p``.  Relaxation moves, for each
+``t in T``, the mass ``q(t) - min(p(t), q(t)) = (q(t) - p(t))^+`` that lossless
+would have rejected (and redistributed by ``r``, whose residual does not
+depend on the rejected ``x``) onto ``t`` itself.  Inactive nodes give ``p``.
+Sums to 1; ``P >= p`` on T, and ``P = p`` when ``q <= p`` on T.
+
+``sampled_mode="strict_ablation"`` keeps the earlier, *wrong* reading
+**(ablation only, never the default)**: while relaxation is active, accept iff
+``x in {top1, top2}`` (drafts outside the top-2 are rejected with probability
+1, which is stricter than lossless) and emit from the unmodified base state.
+
+Trees (SPEC §3): strict before relaxed, via the ``relaxed_fallback`` hook of
+:mod:`specjax.verifiers.base`.  The children are first tried with
+``strict_accept_prob`` -- the base rule (greedy: ``x = top1``; ablation at an
+active node: ``x = top1``, state untouched) with its residual updates; only if
+all are rejected and relaxation is active, the ``top1`` child (else the
+``top2`` child) is accepted by relaxation.  At T = 0 this takes the argmax
+child if one was drafted, else the top-2 child.  On a single child this is
+exactly ``accept_prob`` above, so chains and the analysis agree.
 
 **(choice) greedy vs sampled detection**: from the state, ``greedy = (p has
 exactly one non-zero entry)``, evaluated per node with ``jnp.where`` (no
@@ -40,9 +67,10 @@ per node, where ``threshold`` is ``theta`` (ratio) or ``delta`` (difference).
 Built in: ``"entropy"`` (see :func:`entropy_threshold`).
 
 Relaxed-acceptance statistics: ``strict_accept_prob`` is the strict rule's
-probability -- ``1[x = top1]`` in greedy form, the base rule's
-``strict_accept_prob`` otherwise (lossless ``min(1, p_cur(x)/q(x))`` by
-default) -- so the drivers count ``strict <= u < a`` as relaxed.
+probability -- ``1[x = top1]`` in greedy form (and for the ablation at active
+nodes), the base rule's ``accept_prob`` otherwise (lossless
+``min(1, p_cur(x)/q(x))`` by default) -- so the drivers count
+``strict <= u < a`` as relaxed: accepted only because of MARS (SPEC §3).
 """
 
 from __future__ import annotations
@@ -58,6 +86,7 @@ from specjax.verifiers.base import NodeRule, check_range
 from specjax.verifiers.registry import register
 
 _MARGINS = ("ratio", "difference")
+SAMPLED_MODES = ("relax", "strict_ablation")
 
 ThresholdHook = Callable[[float, str, jax.Array, jax.Array], jax.Array]
 _THRESHOLD_HOOKS: dict[str, ThresholdHook] = {}
@@ -153,8 +182,9 @@ class Mars(NodeRule):
   Relaxation active iff ``z2 / z1 > theta`` (and ``z1 > 0`` if ``guard``), or
   ``z1 - z2 < delta`` for ``margin="difference"``.  Greedy (p one-hot):
   ``a = 1[x = top1] + 1[x = top2 and active]``, correction ``onehot(top1)``.
-  Sampled: active -> ``a = 1[x in {top1, top2}]``, state untouched, correction
-  the base's (p for lossless); inactive -> the base rule.
+  Sampled (relax-only, SPEC §3): ``a = 1`` if active and ``x in {top1, top2}``,
+  else the base rule's ``a``; ``on_reject`` / ``correction`` the base's.
+  Trees: strict before relaxed (``relaxed_fallback``, module docstring).
 
   Attributes:
     theta: ratio threshold, in (0, inf); default 0.9 (paper).  With the guard
@@ -163,9 +193,12 @@ class Mars(NodeRule):
     margin: "ratio" (the paper) or "difference".
     delta: logit-difference threshold for ``margin="difference"``, in [0, inf).
     adaptive: name of a registered threshold hook, or None (fixed threshold).
-    base: the rule used when relaxation is inactive in sampled mode: a
-      registered name (default "lossless", built with default hyperparameters)
-      or a NodeRule instance (frozen, hence hashable).
+    base: the rule MARS relaxes in sampled mode: a registered name (default
+      "lossless", built with default hyperparameters) or a NodeRule instance
+      (frozen, hence hashable).
+    sampled_mode: "relax" (default, SPEC §3) or "strict_ablation" (the earlier
+      form that rejects non-top-2 drafts outright while relaxation is active;
+      an ablation, never the default).
   """
 
   name = "mars"
@@ -175,12 +208,18 @@ class Mars(NodeRule):
   delta: float = 1.0
   adaptive: str | None = None
   base: Any = "lossless"
+  sampled_mode: str = "relax"
+
+  has_relaxed_fallback = True
 
   def validate(self):
     check_range("theta", self.theta, low=0.0, low_open=True, high_open=True)
     check_range("delta", self.delta, low=0.0, high_open=True)
     if self.margin not in _MARGINS:
       raise ValueError(f"margin={self.margin!r} is not allowed; allowed values: {_MARGINS}")
+    if self.sampled_mode not in SAMPLED_MODES:
+      raise ValueError(f"sampled_mode={self.sampled_mode!r} is not allowed; allowed values: "
+                       f"{SAMPLED_MODES}")
     if not isinstance(self.guard, (bool, jnp.bool_)):
       raise ValueError(f"guard={self.guard!r} must be a bool")
     if self.adaptive is not None and self.adaptive not in _THRESHOLD_HOOKS:
@@ -204,6 +243,10 @@ class Mars(NodeRule):
   def base_rule(self) -> NodeRule:
     """The instantiated base rule."""
     return self._base_rule
+
+  @property
+  def needs_node_dist(self) -> bool:
+    return self.base_rule.needs_node_dist
 
   # --- the four node functions ------------------------------------------------------
   def init(self, z, p):
@@ -239,15 +282,25 @@ class Mars(NodeRule):
     return MarsState(base=self.base_rule.init(z, p), top1=top1, top2=top2,
                      margin=stat.astype(jnp.float32), active=active, greedy=greedy)
 
+  def init_node(self, z, p, q_node):
+    """``init`` with the base rule's ``init_node`` (for bases such as CoS)."""
+    state = self.init(z, p)
+    return dataclasses.replace(state, base=self.base_rule.init_node(z, p, q_node))
+
+  def _ablation_active(self, state):
+    """[] bool: the strict ablation's outright top-2 test applies at this node."""
+    if self.sampled_mode == "strict_ablation":
+      return state.active & ~state.greedy
+    return jnp.zeros((), bool)
+
   def accept_prob(self, state, q, x):
     dtype = state.base.p.dtype
-    relaxed_ok = ((x == state.top1) | (x == state.top2)).astype(dtype)
-    strict = jnp.where(state.greedy, (x == state.top1).astype(dtype),
-                       self.base_rule.accept_prob(state.base, q, x))
-    return jnp.where(state.active, relaxed_ok, strict)
+    in_top2 = (x == state.top1) | (x == state.top2)
+    strict = self.strict_accept_prob(state, q, x)
+    return jnp.where(state.active & in_top2, jnp.ones((), dtype), strict)
 
   def on_reject(self, state, q, x):
-    keep = state.active | state.greedy
+    keep = state.greedy | self._ablation_active(state)
     rejected = self.base_rule.on_reject(state.base, q, x)
     return dataclasses.replace(state, base=_where_tree(keep, state.base, rejected))
 
@@ -256,11 +309,19 @@ class Mars(NodeRule):
     onehot = jax.nn.one_hot(state.top1, p.shape[-1], dtype=p.dtype)
     return jnp.where(state.greedy, onehot, self.base_rule.correction(state.base))
 
+  def relaxed_fallback(self, state, x):
+    """Tree fallback priority: 2 for ``top1``, 1 for ``top2`` while relaxation is active."""
+    prio = jnp.where(x == state.top1, 2.0, jnp.where(x == state.top2, 1.0, 0.0))
+    return jnp.where(state.active, prio, 0.0).astype(jnp.float32)
+
   # --- statistics -------------------------------------------------------------------
   def strict_accept_prob(self, state, q, x):
+    """The rule MARS relaxes: ``1[x = top1]`` in greedy form (and for the strict
+    ablation at active nodes), the base rule's ``accept_prob`` otherwise."""
     dtype = state.base.p.dtype
-    return jnp.where(state.greedy, (x == state.top1).astype(dtype),
-                     self.base_rule.strict_accept_prob(state.base, q, x))
+    argmax_match = state.greedy | self._ablation_active(state)
+    return jnp.where(argmax_match, (x == state.top1).astype(dtype),
+                     self.base_rule.accept_prob(state.base, q, x))
 
   @property
   def never_relaxes(self) -> bool:
