@@ -57,6 +57,18 @@ def write_layer(buf: jax.Array, new: jax.Array, offsets: jax.Array) -> jax.Array
   return jax.vmap(one)(buf, new, offsets)
 
 
+def write_tokens(buf: jax.Array, layer, new: jax.Array, offsets: jax.Array) -> jax.Array:
+  """Scatter ``new [B, T, KVH, D]`` into layer ``layer`` of ``buf [L, B, S, KVH, D]`` at
+  per-row ``offsets [B]`` (slots ``offsets[b] + t``). Only the T new entries are
+  written, so inside a loop that carries ``buf`` the update is in place.
+  Slots past S are dropped (the caller keeps ``offsets + T <= S`` for rows whose
+  result matters)."""
+  b, t = new.shape[:2]
+  rows = jnp.arange(b)[:, None]  # [B, 1]
+  slots = offsets[:, None] + jnp.arange(t)[None, :]  # [B, T]
+  return buf.at[layer, rows, slots].set(new.astype(buf.dtype), mode="drop")
+
+
 def write(cache: KVCache, layer_k: jax.Array, layer_v: jax.Array) -> KVCache:
   """Write new keys/values for all layers ``[L, B, T, KVH, D]`` at each row's cursor
   (uncommitted: lengths are unchanged)."""

@@ -95,7 +95,10 @@ class Attention(nn.Module):
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, x, cos, sin, k_buf, v_buf, lengths, mask):
+  def __call__(self, x, cos, sin, k_all, v_all, layer, lengths, mask):
+    """k_all, v_all: the whole cache ``[L, B, S, KVH, D]`` (scan carry): the T new
+    keys/values are scattered into layer ``layer`` in place, and attention reads
+    that layer's slice."""
     c = self.config
     dt, pdt = c.compute_dtype, c.params_dtype
     b, t, _ = x.shape
@@ -111,8 +114,9 @@ class Attention(nn.Module):
       k = RMSNorm(c.rms_norm_eps, dt, pdt, name="k_norm")(k)
     q = apply_rope(q, cos, sin)
     k = apply_rope(k, cos, sin)
-    k_buf = kvc.write_layer(k_buf, k, lengths)  # [B, S, KVH, D]
-    v_buf = kvc.write_layer(v_buf, v, lengths)
+    k_all = kvc.write_tokens(k_all, layer, k, lengths)  # [L, B, S, KVH, D]
+    v_all = kvc.write_tokens(v_all, layer, v, lengths)
+    k_buf, v_buf = k_all[layer], v_all[layer]  # [B, S, KVH, D]
     groups = c.num_attention_heads // c.num_key_value_heads
     qg = q.reshape(b, t, c.num_key_value_heads, groups, c.head_dim)
     scores = jnp.einsum("btkgd,bskd->bkgts", qg, k_buf.astype(dt),
@@ -121,7 +125,7 @@ class Attention(nn.Module):
     w = jax.nn.softmax(scores, axis=-1).astype(dt)
     out = jnp.einsum("bkgts,bskd->btkgd", w, v_buf.astype(dt))
     out = out.reshape(b, t, c.num_attention_heads * c.head_dim)
-    return dense(c.hidden_size, c.o_bias, "o_proj")(out), k_buf, v_buf
+    return dense(c.hidden_size, c.o_bias, "o_proj")(out), k_all, v_all
 
 
 class MLP(nn.Module):
@@ -142,16 +146,16 @@ class DecoderLayer(nn.Module):
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, x, layer_cache, cos, sin, lengths, mask):
+  def __call__(self, carry, layer, cos, sin, lengths, mask):
     c = self.config
-    k_buf, v_buf = layer_cache
+    x, k_all, v_all = carry
     norm = lambda name: RMSNorm(c.rms_norm_eps, c.compute_dtype, c.params_dtype, name=name)
-    h, k_buf, v_buf = Attention(c, name="self_attn")(norm("input_layernorm")(x), cos, sin,
-                                                     k_buf, v_buf, lengths, mask)
+    h, k_all, v_all = Attention(c, name="self_attn")(norm("input_layernorm")(x), cos, sin,
+                                                     k_all, v_all, layer, lengths, mask)
     layer_input = x
     x = x + h
     x = x + MLP(c, name="mlp")(norm("post_attention_layernorm")(x))
-    return x, ((k_buf, v_buf), layer_input)
+    return (x, k_all, v_all), layer_input
 
 
 class Transformer(nn.Module):
@@ -170,8 +174,11 @@ class Transformer(nn.Module):
     layers = nn.scan(DecoderLayer, variable_axes={"params": 0}, split_rngs={"params": True},
                      in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
                      length=c.num_hidden_layers)
-    x, ((k_new, v_new), layer_inputs) = layers(c, name="layers")(x, (cache.k, cache.v), cos, sin,
-                                                  cache.lengths, mask)
+    # the cache is a scan *carry* updated in place (only the T new tokens are
+    # written per layer), not a scanned input/output, which would allocate and
+    # copy the whole [L, B, S, KVH, D] cache on every forward
+    (x, k_new, v_new), layer_inputs = layers(c, name="layers")(
+        (x, cache.k, cache.v), jnp.arange(c.num_hidden_layers), cos, sin, cache.lengths, mask)
     x = RMSNorm(c.rms_norm_eps, dt, pdt, name="norm")(x)
     hidden = None
     if c.hidden_layers:
