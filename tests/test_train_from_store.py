@@ -241,3 +241,55 @@ def test_head_of_another_target_is_refused(tmp_path):
   with pytest.raises(ValueError, match="records no target_sha256"):
     eagle.load_eagle(str(tmp_path / "old"), TC, expect_target_sha256=SHA)
   eagle.load_eagle(str(tmp_path / "old"), TC)  # unchecked load still works
+
+
+def _word_tokenizer():
+  from tokenizers import Tokenizer, models, pre_tokenizers
+  tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(V)}, unk_token="w0"))
+  tok.pre_tokenizer = pre_tokenizers.Whitespace()
+  return tok
+
+
+@pytest.mark.slow
+def test_train_from_store_binary_eagle3_and_draft(tmp_path):
+  """experiments/train_from_store.py on a tiny HF target and its store: 2 steps each
+  of EAGLE-3 and the draft LM, exports that load, a rerun that resumes."""
+  from experiments import train_from_store as binary
+  from experiments.configs import from_store
+  from specjax.models import hf, registry
+  tdir = str(tmp_path / "target")
+  target = Model(TC.replace(hidden_layers=LAYERS))
+  tp = scaled_params(target, 0, 3.0)
+  hf.save_pretrained(tdir, TC, tp, tokenizer=_word_tokenizer())
+  sha = registry.file_sha256(os.path.join(tdir, "model.safetensors"))
+  store = str(tmp_path / "store")
+  features.build_feature_store(
+      store, target, tp, _sequences(), target_sha256=sha, progress=False,
+      config=features.FeatureStoreConfig(hidden_layers=LAYERS, top_k=8, seqs_per_shard=6,
+                                         bucket=64, max_len=64))
+  for kind in ("eagle3", "draft"):
+    c = from_store.get_config(kind)
+    c.target, c.store, c.workdir = tdir, store, str(tmp_path / kind)
+    c.data.window, c.data.batch_size, c.data.eval_permille = T, 2, 300
+    c.head.draft_vocab_size, c.head.coverage_sizes = 16, (4, 8)
+    c.draft.num_layers = 1
+    c.train.num_steps, c.train.ttt_steps, c.train.eval_batches = 2, 2, 1
+    c.train.checkpoint_every, c.train.progress = 1, False
+    out = binary.run(c)
+    assert out["steps"] == 2 and out["target_sha256"] == sha and out["data"]["store"] == store
+    rec = json.load(open(tmp_path / kind / "training.json"))
+    assert rec["export_dir"] == out["export_dir"] and len(rec["loss_history"]) == 2
+    if kind == "eagle3":
+      assert set(rec["draft_vocab_coverage"]) == {"4", "8", "16"}
+      head, _, d2t = eagle.load_eagle(out["export_dir"], TC, expect_target_sha256=sha)
+      assert head.config.draft_vocab_size == 16 and d2t.shape == (16,)
+    else:
+      m, p = hf.load_pretrained(out["export_dir"])
+      assert m.config.num_hidden_layers == 1 and m.config.tie_word_embeddings
+      assert json.load(open(os.path.join(out["export_dir"], "config.json")))[
+          "specjax_target_sha256"] == sha
+      assert os.path.isfile(os.path.join(out["export_dir"], "tokenizer.json"))
+    assert binary.run(c)["resumed_from"] == 2
+  c.store = str(tmp_path / "nowhere")
+  with pytest.raises(FileNotFoundError, match="no feature store"):
+    binary.run(c)
