@@ -211,17 +211,22 @@ def eagle3_loss_on_features(head: EagleHead, target: Model, params, target_param
   if draft_ids is not None:
     index = target_dist.draft_index(draft_ids, head.config.vocab_size)
   w_all = jnp.concatenate([jnp.asarray(mask, jnp.float32), jnp.zeros((b, steps))], 1)
-  cache = head.init_cache(b, steps * n)
+  cache = head.init_cache(b, n)  # grows by n slots per step: step j sees (j + 1) * n slots
   pad_tok = jnp.concatenate([tokens, jnp.zeros((b, steps), tokens.dtype)], 1)
   h = g
   total, metrics = 0.0, {}
   for j in range(steps):
+    if j:
+      grow = lambda x: jnp.concatenate([x, jnp.zeros(x.shape[:2] + (n,) + x.shape[3:], x.dtype)],
+                                       2)
+      cache = dataclasses.replace(cache, k=grow(cache.k), v=grow(cache.v))
+    slots = (j + 1) * n
     toks = pad_tok[:, 1 + j:1 + j + n]  # entry i reads x_{i+1+j}
     pos = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32) + j, (b, n))
-    vis = jnp.broadcast_to(ttt_mask(n, j, steps * n)[None], (b, n, steps * n))
+    vis = jnp.broadcast_to(ttt_mask(n, j, slots)[None], (b, n, slots))
     cur = dataclasses.replace(cache, lengths=jnp.full((b,), j * n, jnp.int32))
     out = head.apply(params, target.embed(target_params, toks), h, pos, cur, mask=vis)
-    cache = dataclasses.replace(out.cache, lengths=cache.lengths)
+    cache = out.cache
     h = out.hidden
     z = head.draft_logits(params, h)  # [B, n, Vd]
     p = target_dist.window(dist, 1 + j, n)  # p_{i+1+j}
