@@ -124,9 +124,11 @@ def draft_setup(c, lm, store, workdir):
   model = lm_train.training_model(dcfg, c.draft.precision)
   train, heldout = batchers(c, store, (), workdir)
   target_params = lm.params
-  init = lambda key: distill.init_from_target(dcfg, lm.model, target_params, layers)
+  init = lambda key: distill.init_from_target(dcfg, lm.model, target_params, layers,
+                                              None if c.draft.copy_layers else key)
   record = {"kind": "draft", "draft_config": hf.config_to_hf(dcfg),
-            "draft_params": dcfg.num_params(), "init_layers": list(layers)}
+            "draft_params": dcfg.num_params(),
+            "init_layers": list(layers) if c.draft.copy_layers else "random"}
   export_dir = c.export.dir or os.path.join(workdir, "hf")
 
   def export(params):

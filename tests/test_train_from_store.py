@@ -148,6 +148,11 @@ def test_distill_loss_equals_dense_cross_entropy(tiny):
   assert distill.spread_layers(4, 2) == (0, 3)
   np.testing.assert_array_equal(dparams["layers"]["mlp"]["up_proj"]["kernel"][1],
                                 tp["layers"]["mlp"]["up_proj"]["kernel"][3])
+  rand = distill.init_from_target(dcfg, target, tp, key=jax.random.key(5))
+  np.testing.assert_array_equal(rand["embed_tokens"]["embedding"],
+                                tp["embed_tokens"]["embedding"])
+  assert not np.array_equal(rand["layers"]["mlp"]["up_proj"]["kernel"],
+                            dparams["layers"]["mlp"]["up_proj"]["kernel"])
   dm = Model(dcfg)
   got = float(distill.DistillLoss(dm)(dparams, {}, batch)[0])
   tok = jnp.asarray(batch["tokens"])

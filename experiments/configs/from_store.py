@@ -47,6 +47,7 @@ def get_config(kind="eagle3"):
 
   c.draft = ml_collections.ConfigDict()
   c.draft.num_layers = 2
+  c.draft.copy_layers = True  # False: random decoder layers (embedding and norm still copied)
   c.draft.init_layers = ()  # () = spread evenly over the target (first and last included)
   c.draft.precision = "float32"
 
