@@ -640,14 +640,17 @@ def read_safetensors(path: str) -> dict:
 
 
 def load_eagle(path: str, target_config: Optional[ModelConfig] = None, dtype: str = "float32",
-               **overrides):
+               expect_target_sha256: Optional[str] = None, **overrides):
   """Load a head saved by :func:`save_eagle` or published by the EAGLE authors
   (``model.safetensors`` only: a ``pytorch_model.bin`` is refused with a
   conversion hint, since loading it would unpickle).
 
   Returns ``(EagleHead, params, d2t)``; ``d2t`` is None for a full vocabulary.
-  Raises ``ValueError`` naming a missing or mis-shaped tensor, or a head that
-  does not fit ``target_config``.
+  Raises ``ValueError`` naming a missing or mis-shaped tensor, a head that
+  does not fit ``target_config``, or -- when ``expect_target_sha256`` is given --
+  a head whose ``config.json`` does not record that target file hash as
+  ``target_sha256`` (heads trained by specjax record it; a head trained for
+  another target drafts valid but useless tokens, so it is refused loudly).
   """
   import json
   import os
@@ -656,6 +659,7 @@ def load_eagle(path: str, target_config: Optional[ModelConfig] = None, dtype: st
     raise FileNotFoundError(f"missing file: {cfg_path}")
   with open(cfg_path) as f:
     d = json.load(f)
+  check_target_sha256(d, expect_target_sha256, path)
   st = os.path.join(path, WEIGHTS_FILE)
   if not os.path.isfile(st):
     from specjax.models.hf import refuse_pickle
@@ -684,6 +688,22 @@ def load_eagle(path: str, target_config: Optional[ModelConfig] = None, dtype: st
       raise ValueError(f"EAGLE tensor 't2d' has shape {np.shape(tensors['t2d'])}, expected "
                        f"({cfg.vocab_size},)")
   return EagleHead(cfg), params, d2t
+
+
+def check_target_sha256(config_json: dict, expect: Optional[str], path: str = "") -> None:
+  """ValueError unless ``config_json['target_sha256'] == expect`` (no check when
+  ``expect`` is None)."""
+  if expect is None:
+    return
+  got = config_json.get("target_sha256")
+  if got is None:
+    raise ValueError(f"head {path} records no target_sha256, so it cannot be checked against "
+                     f"target {expect[:12]}...; load it with expect_target_sha256=None to skip "
+                     "the check")
+  if got != expect:
+    raise ValueError(f"head {path} was trained for target sha256 {got[:12]}..., not this target "
+                     f"{expect[:12]}...; train a head for this target (experiments/"
+                     "train_from_store.py on its feature store)")
 
 
 def check_compatible(cfg: EagleConfig, target_config: ModelConfig) -> None:

@@ -1,6 +1,13 @@
-"""optax training of LMs (and, later, EAGLE heads) with orbax checkpoints.
+"""optax training of LMs, EAGLE heads and draft LMs with orbax checkpoints.
 
 Reusable pieces: :mod:`optim` (AdamW + warmup/cosine), :mod:`state`
 (TrainState pytree), :mod:`checkpoint` (orbax manager holding the train
-state + JSON data state + metrics); :mod:`lm` is the LM trainer built on them.
+state + JSON data state + metrics); :mod:`lm` is the LM trainer and
+:mod:`eagle` the EAGLE trainer that runs the target in the step.
+
+From a feature store (:mod:`features`, built once per target): :mod:`store_batching`
+(windows, target mask, held-out split), :mod:`target_dist` (dense / top-k target
+distribution), :mod:`store_losses` (EAGLE-1/3 losses on stored features),
+:mod:`distill` (the draft LM), :mod:`draft_vocab` (EAGLE-3 draft vocabulary and its
+coverage) and :mod:`store_trainer` (one loop for all three, training.json).
 """

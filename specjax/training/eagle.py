@@ -1,7 +1,11 @@
 """Training EAGLE heads on a frozen target's features.
 
-Every batch of token windows runs through the frozen target inside the jitted
-train step (features are never stored), then:
+Each loss is defined once on the target's outputs (``*_loss_on_features``:
+features, next-token distribution as a :class:`~specjax.training.target_dist.TargetDist`,
+per-position weights). :class:`EagleTrainer` runs the frozen target inside the
+jitted train step and calls them with the dense distribution and unit weights;
+:mod:`specjax.training.store_losses` calls them with features and top-k read from
+a feature store and the assistant-token mask. Then:
 
 * EAGLE-1 (Li et al. 2024, Sec. 4): entry t reads (embed(x_{t+1}), f_t) and
   predicts f_{t+1}.  Loss = ``reg_weight`` * smooth-L1(out_t, f_{t+1}) +
@@ -41,6 +45,7 @@ from specjax.models.eagle import EagleHead
 from specjax.models.transformer import Model
 from specjax.training import optim as optim_lib
 from specjax.training import state as state_lib
+from specjax.training import target_dist
 from specjax.training.checkpoint import Checkpointer
 
 
@@ -103,10 +108,39 @@ def _smooth_l1(x, y):
   return jnp.where(d < 1.0, 0.5 * d * d, d - 0.5)
 
 
+def _wmean(x, w):
+  """Mean of ``x`` weighted by ``w`` (same shape; 0 when all weights are 0)."""
+  return jnp.sum(x * w) / jnp.maximum(jnp.sum(w), 1.0)
+
+
 def eagle1_loss(head: EagleHead, target: Model, params, target_params, tokens, cfg,
                 noise_key=None):
-  """EAGLE-1 loss on ``tokens [B, T]``. Returns (loss, metrics)."""
+  """EAGLE-1 loss on ``tokens [B, T]``, target run in the step. Returns (loss, metrics)."""
   hid, logits = target_features(target, target_params, tokens)
+  return eagle1_loss_on_features(head, target, params, target_params, tokens, hid,
+                                 target_dist.dense(logits), jnp.ones(tokens.shape, jnp.float32),
+                                 cfg, noise_key)
+
+
+def eagle1_loss_on_features(head: EagleHead, target: Model, params, target_params, tokens, hid,
+                            dist: target_dist.TargetDist, mask, cfg, noise_key=None):
+  """EAGLE-1 loss (Li et al. 2024, Sec. 4.1-4.2) given the target's outputs.
+
+  Entry t reads ``(embed(x_{t+1}), f_t)`` and its output is trained towards
+  ``f_{t+1}`` (smooth-L1 regression) and, through the target's LM head, towards
+  the target's distribution ``p_{t+1}`` (cross-entropy):
+  ``L = reg_weight * L_reg + ce_weight * L_cls`` (the paper's 1.0 / 0.1).
+
+  Args:
+    tokens: [B, T] int32.
+    hid: [n_sel, B, T, H] target features; ``hid[-1]`` is the final normed feature f.
+    dist: the target's next-token distribution at every position ``[B, T, k]``.
+    mask: [B, T] float weight of position s as a target (entry t = s - 1 is
+      weighted by ``mask[t + 1]``): 1 everywhere on the on-the-fly path, the
+      assistant-token mask on the feature-store path.
+    target_params: needs only the target's embedding (and LM head if untied).
+  Returns (loss, metrics).
+  """
   f = hid[-1]  # [B, T, H] final normed feature
   b, t = tokens.shape
   feats = f[:, :-1]
@@ -116,12 +150,13 @@ def eagle1_loss(head: EagleHead, target: Model, params, target_params, tokens, c
   emb = target.embed(target_params, tokens[:, 1:])
   pos = jnp.broadcast_to(jnp.arange(t - 1, dtype=jnp.int32), (b, t - 1))
   out = head.apply(params, emb, feats, pos, head.init_cache(b, t - 1)).hidden
-  reg = jnp.mean(jnp.mean(_smooth_l1(out.astype(jnp.float32), f[:, 1:].astype(jnp.float32)), -1))
+  w = jnp.asarray(mask, jnp.float32)[:, 1:]  # [B, T-1]
+  reg_i = jnp.mean(_smooth_l1(out.astype(jnp.float32), f[:, 1:].astype(jnp.float32)), -1)
+  reg = _wmean(reg_i, w)
   z = head.draft_logits(params, out, _lm_head_kernel(target, target_params))
-  p = jax.nn.softmax(logits[:, 1:], axis=-1)
-  logq = jax.nn.log_softmax(z, axis=-1)
-  ce = -jnp.mean(jnp.sum(p * logq, -1))
-  acc = jnp.mean(jnp.argmax(z, -1) == jnp.argmax(logits[:, 1:], -1))
+  p = target_dist.window(dist, 1, t - 1)
+  ce = _wmean(target_dist.cross_entropy(p, jax.nn.log_softmax(z, axis=-1)), w)
+  acc = _wmean((jnp.argmax(z, -1) == target_dist.top1(p)).astype(jnp.float32), w)
   loss = cfg.reg_weight * reg + cfg.ce_weight * ce
   return loss, {"loss": loss, "reg": reg, "ce": ce, "acc0": acc}
 
@@ -142,41 +177,66 @@ def ttt_mask(t: int, step: int, slots: int):
 
 def eagle3_loss(head: EagleHead, target: Model, params, target_params, tokens, cfg,
                 draft_ids=None, noise_key=None):
-  """EAGLE-3 training-time-test loss on ``tokens [B, T]``. Returns (loss, metrics).
+  """EAGLE-3 training-time-test loss on ``tokens [B, T]``, target run in the step.
 
   draft_ids: [V_draft] int32 target ids of the draft vocabulary (None = all).
   """
   hid, logits = target_features(target, target_params, tokens)
+  return eagle3_loss_on_features(head, target, params, target_params, tokens, hid,
+                                 target_dist.dense(logits), jnp.ones(tokens.shape, jnp.float32),
+                                 cfg, draft_ids, noise_key)
+
+
+def eagle3_loss_on_features(head: EagleHead, target: Model, params, target_params, tokens, hid,
+                            dist: target_dist.TargetDist, mask, cfg, draft_ids=None,
+                            noise_key=None):
+  """EAGLE-3 training-time-test loss (Li et al. 2025, Sec. 3.2-3.3) given the
+  target's outputs. ``L = sum_j decay**j * CE_j`` over ``cfg.ttt_steps`` unrolled
+  draft steps; step j's entry i is trained towards ``p_{i+1+j}`` restricted to
+  the draft vocabulary, weighted by ``mask[i+1+j]`` and masked where the
+  target's argmax lies outside the draft vocabulary.
+
+  Args:
+    tokens: [B, T] int32; hid: [n_sel, B, T, Ht] the fused low/mid/high features.
+    dist: target next-token distribution ``[B, T, k]`` (dense or stored top-k).
+    mask: [B, T] float weight of position s as a target (see eagle1_loss_on_features).
+    draft_ids: [V_draft] int32 sorted target ids of the draft vocabulary (None = all).
+  Returns (loss, metrics with ce{j} / acc{j} per step).
+  """
   b, t = tokens.shape
   n = t - 1  # entries per step
   steps = min(cfg.ttt_steps, n)
   g = head.project(params, hid[:, :, :-1])  # [B, n, H]
+  index = None
   if draft_ids is not None:
-    in_draft = jnp.zeros((logits.shape[-1],), bool).at[draft_ids].set(True)
-  cache = head.init_cache(b, steps * n)
+    index = target_dist.draft_index(draft_ids, head.config.vocab_size)
+  w_all = jnp.concatenate([jnp.asarray(mask, jnp.float32), jnp.zeros((b, steps))], 1)
+  cache = head.init_cache(b, n)  # grows by n slots per step: step j sees (j + 1) * n slots
   pad_tok = jnp.concatenate([tokens, jnp.zeros((b, steps), tokens.dtype)], 1)
   h = g
   total, metrics = 0.0, {}
   for j in range(steps):
+    if j:
+      grow = lambda x: jnp.concatenate([x, jnp.zeros(x.shape[:2] + (n,) + x.shape[3:], x.dtype)],
+                                       2)
+      cache = dataclasses.replace(cache, k=grow(cache.k), v=grow(cache.v))
+    slots = (j + 1) * n
     toks = pad_tok[:, 1 + j:1 + j + n]  # entry i reads x_{i+1+j}
     pos = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32) + j, (b, n))
-    mask = jnp.broadcast_to(ttt_mask(n, j, steps * n)[None], (b, n, steps * n))
+    vis = jnp.broadcast_to(ttt_mask(n, j, slots)[None], (b, n, slots))
     cur = dataclasses.replace(cache, lengths=jnp.full((b,), j * n, jnp.int32))
-    out = head.apply(params, target.embed(target_params, toks), h, pos, cur, mask=mask)
-    cache = dataclasses.replace(out.cache, lengths=cache.lengths)
+    out = head.apply(params, target.embed(target_params, toks), h, pos, cur, mask=vis)
+    cache = out.cache
     h = out.hidden
     z = head.draft_logits(params, h)  # [B, n, Vd]
-    tz = jnp.concatenate([logits[:, 1 + j:], jnp.zeros((b, j, logits.shape[-1]))], 1)[:, :n]
+    p = target_dist.window(dist, 1 + j, n)  # p_{i+1+j}
     valid = (jnp.arange(n) + 1 + j <= t - 1)[None, :]  # target position exists
-    if draft_ids is not None:
-      valid = valid & in_draft[jnp.argmax(tz, -1)]
-      tz = tz[..., draft_ids]
-    p = jax.nn.softmax(tz, axis=-1)
-    ce_i = -jnp.sum(p * jax.nn.log_softmax(z, -1), -1)
-    w = valid.astype(jnp.float32)
-    denom = jnp.maximum(jnp.sum(w), 1.0)
-    ce = jnp.sum(ce_i * w) / denom
-    acc = jnp.sum((jnp.argmax(z, -1) == jnp.argmax(tz, -1)) * w) / denom
+    if index is not None:
+      p, in_draft = target_dist.to_draft_vocab(p, draft_ids, index)
+      valid = valid & in_draft
+    w = valid.astype(jnp.float32) * w_all[:, 1 + j:1 + j + n]
+    ce = _wmean(target_dist.cross_entropy(p, jax.nn.log_softmax(z, -1)), w)
+    acc = _wmean((jnp.argmax(z, -1) == target_dist.top1(p)).astype(jnp.float32), w)
     total = total + cfg.decay ** j * ce
     metrics[f"ce{j}"] = ce
     metrics[f"acc{j}"] = acc

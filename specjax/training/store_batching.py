@@ -1,0 +1,201 @@
+"""Deterministic, resumable batches of fixed-length windows cut from a feature store.
+
+Every stored sequence of length L is tiled into windows starting at
+``0, T, 2T, ...`` (``T = window``); a window never crosses a sequence boundary
+and a short last window is right-padded. Position s of a window is a *target*
+position (``mask[s] = 1``) iff the token it predicts, ``x_{s+1}``, exists in the
+sequence and is an assistant token (the store's ``loss_mask``): the next-token
+distribution stored at s, and the feature at s + 1, are then trained on. Windows
+without a target position are dropped.
+
+Held-out split: a sequence is held out iff ``sha256(its id) mod 1000 <
+eval_permille`` (the store's conversation id; the global sequence index when the
+store has none) -- disjoint from training, stable as the store grows.
+
+Batch ``s`` of the training windows is a pure function of ``(windows, seed,
+step)``, exactly as :mod:`specjax.data.batching`: epoch ``e`` visits the windows
+in the order of ``default_rng([seed, e]).permutation``; the data state is
+:class:`~specjax.data.batching.DataState` ``(seed, step)``. The windows are
+fixed by the first ``num_shards`` shards, which a run records and reuses on
+resume, so a store still being extended does not change a resumed run's data.
+
+Reads are memory-mapped: a batch touches only its windows' rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import Optional
+
+import numpy as np
+
+from specjax.data.batching import DataState
+from specjax.training.features import FeatureStore
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreBatchConfig:
+  """Attributes:
+    window: tokens per window T (>= 2).
+    batch_size: windows per batch B.
+    feature_layers: target layers whose features a batch carries, in this order
+      (each must be one of the store's ``hidden_layers``); () = no features (draft LM).
+    top_k: stored candidates a batch carries (0 = all the store has).
+    eval_permille: held-out share of sequences, per mille of hashed ids.
+    num_shards: shards the windows are cut from (0 = all the store has now).
+  """
+
+  window: int = 512
+  batch_size: int = 8
+  feature_layers: tuple = ()
+  top_k: int = 0
+  eval_permille: int = 20
+  num_shards: int = 0
+
+  def __post_init__(self):
+    if not (isinstance(self.window, int) and self.window >= 2):
+      raise ValueError(f"window={self.window!r} must be an integer >= 2")
+    if not (isinstance(self.batch_size, int) and self.batch_size >= 1):
+      raise ValueError(f"batch_size={self.batch_size!r} must be an integer >= 1")
+    if not 0 <= self.eval_permille < 1000:
+      raise ValueError(f"eval_permille={self.eval_permille!r} must lie in [0, 1000)")
+    if self.top_k < 0 or self.num_shards < 0:
+      raise ValueError(f"top_k={self.top_k!r} and num_shards={self.num_shards!r} must be >= 0")
+
+
+def is_heldout(seq_id: str, eval_permille: int) -> bool:
+  """Deterministic held-out membership of a sequence id (sha256 mod 1000)."""
+  h = int.from_bytes(hashlib.sha256(seq_id.encode()).digest()[:8], "little")
+  return h % 1000 < eval_permille
+
+
+def _read_ids(store: FeatureStore, shard: int) -> list:
+  import json
+  import os
+  path = os.path.join(store.dir, store.manifest["shards"][shard]["name"], "ids.json")
+  with open(path) as f:
+    return json.load(f)
+
+
+def cut_windows(store: FeatureStore, window: int, num_shards: int, eval_permille: int):
+  """``(train, heldout)`` window tables: int64 ``[W, 4]`` rows ``(shard, start,
+  length, seq_end)`` (offsets within the shard), in stream order."""
+  rows = {False: [], True: []}
+  for i in range(num_shards):
+    sh = store.shard(i)
+    off = np.asarray(sh["offsets"])
+    lm = np.asarray(sh["loss_mask"])
+    ids = _read_ids(store, i)
+    first = store.manifest["shards"][i]["first_sequence"]
+    for j in range(len(off) - 1):
+      a, b = int(off[j]), int(off[j + 1])
+      sid = ids[j] if j < len(ids) and ids[j] else f"#{first + j}"
+      held = is_heldout(sid, eval_permille)
+      for s in range(a, b - 1, window):
+        n = min(window, b - s)
+        if lm[s + 1:min(s + n + 1, b)].any():  # the window has a target position
+          rows[held].append((i, s, n, b))
+  as_arr = lambda r: np.asarray(r, np.int64).reshape(-1, 4)
+  return as_arr(rows[False]), as_arr(rows[True])
+
+
+class StoreBatcher:
+  """Random-access batches over a :class:`FeatureStore` (module docstring).
+
+  A batch is a dict of numpy arrays::
+
+    tokens     int32    [B, T]          window tokens (0 past the sequence end)
+    mask       float32  [B, T]          1 where position s is a target position
+    features   bfloat16 [F, B, T, H]    target features at ``feature_layers`` (if any)
+    topk_ids   int32    [B, T, k]       stored next-token candidates at s
+    topk_logp  float16  [B, T, k]       their log-probabilities
+  """
+
+  def __init__(self, store: FeatureStore, config: StoreBatchConfig, split: str = "train"):
+    if split not in ("train", "heldout"):
+      raise ValueError(f"split={split!r}; choose 'train' or 'heldout'")
+    have = len(store.manifest["shards"])
+    n = config.num_shards or have
+    if n > have:
+      raise ValueError(f"num_shards={n} but the store {store.dir} has {have} shards")
+    layers = tuple(store.config.hidden_layers)
+    missing = [l for l in config.feature_layers if l not in layers]
+    if missing:
+      raise ValueError(f"feature_layers={tuple(config.feature_layers)}: {missing} not stored; "
+                       f"the store at {store.dir} holds hidden_layers={layers}")
+    k = config.top_k or store.config.top_k
+    if k > store.config.top_k:
+      raise ValueError(f"top_k={k} > the store's top_k={store.config.top_k}")
+    self.store, self.config, self.split = store, config, split
+    self.num_shards, self.top_k = n, k
+    self.feature_index = [layers.index(l) for l in config.feature_layers]
+    train, held = cut_windows(store, config.window, n, config.eval_permille)
+    self.windows = train if split == "train" else held
+    self.num_windows = len(self.windows)
+    if self.num_windows < 1:
+      raise ValueError(f"the {split} split of {store.dir} ({n} shards, eval_permille="
+                       f"{config.eval_permille}) has no window with a target position")
+    self.batch_size, self.seq_len = config.batch_size, config.window
+    self._perms: dict = {}
+
+  def _perm(self, seed: int, epoch: int) -> np.ndarray:
+    if (seed, epoch) not in self._perms:
+      if len(self._perms) > 4:
+        self._perms.clear()
+      self._perms[(seed, epoch)] = np.random.default_rng([seed, epoch]).permutation(
+          self.num_windows)
+    return self._perms[(seed, epoch)]
+
+  def gather(self, rows) -> dict:
+    """The batch made of window-table ``rows`` (indices into ``self.windows``)."""
+    b, t, k = len(rows), self.config.window, self.top_k
+    out = {"tokens": np.zeros((b, t), np.int32), "mask": np.zeros((b, t), np.float32),
+           "topk_ids": np.zeros((b, t, k), np.int32),
+           "topk_logp": np.zeros((b, t, k), np.float16)}
+    feats = None
+    if self.feature_index:
+      import ml_dtypes
+      h = self.store.shard(0)["features"].shape[-1]
+      feats = np.zeros((len(self.feature_index), b, t, h), ml_dtypes.bfloat16)
+    for r, w in enumerate(rows):
+      shard, s, n, end = (int(x) for x in self.windows[int(w)])
+      sh = self.store.shard(shard)
+      out["tokens"][r, :n] = sh["tokens"][s:s + n]
+      m = np.asarray(sh["loss_mask"][s + 1:min(s + n + 1, end)], np.float32)
+      out["mask"][r, :len(m)] = m
+      out["topk_ids"][r, :n] = sh["topk_ids"][s:s + n, :k]
+      out["topk_logp"][r, :n] = sh["topk_logp"][s:s + n, :k]
+      if feats is not None:
+        feats[:, r, :n] = np.swapaxes(sh["features"][s:s + n][:, self.feature_index], 0, 1)
+    if feats is not None:
+      out["features"] = feats
+    return out
+
+  def batch(self, state: DataState) -> dict:
+    """The batch at ``state.step`` (does not advance the state)."""
+    idx = state.step * self.batch_size + np.arange(self.batch_size)
+    epochs, pos = idx // self.num_windows, idx % self.num_windows
+    return self.gather([self._perm(state.seed, int(e))[p] for e, p in zip(epochs, pos)])
+
+  def epoch_of(self, state: DataState) -> float:
+    return state.step * self.batch_size / self.num_windows
+
+  def eval_batches(self, max_batches: Optional[int] = None) -> list:
+    """Windows in stream order grouped into full batches (a last partial one dropped)."""
+    b = self.batch_size
+    n = max(self.num_windows // b, 1)  # fewer windows than B: one batch, windows repeated
+    if max_batches:
+      n = min(n, max_batches)
+    return [self.gather([(i * b + j) % self.num_windows for j in range(b)]) for i in range(n)]
+
+  def describe(self) -> dict:
+    """What a run records about its data (training.json)."""
+    lens = self.windows[:, 2]
+    return {"store": self.store.dir, "target_sha256": self.store.manifest["target_sha256"],
+            "target_name": self.store.manifest.get("target_name", ""), "split": self.split,
+            "num_shards": self.num_shards, "window": self.config.window,
+            "batch_size": self.batch_size, "top_k": self.top_k,
+            "feature_layers": list(self.config.feature_layers),
+            "eval_permille": self.config.eval_permille, "num_windows": self.num_windows,
+            "window_tokens": int(lens.sum())}
