@@ -3,9 +3,10 @@ r"""Forward cost curve of a target: t(T) / t(1) for T new tokens per row.
 Speculative decoding pays where verifying T = K + 1 tokens costs little more
 than decoding one: this table says, for each batch size, how many tokens one
 forward can score before the cost grows. Each cell is the median of
-``--repeats`` jitted forwards (``benchmarks.common.forward_latency``: logits and
-the written KV cache, ``--context`` committed tokens in a cache of
-``--context + 64`` slots), compile excluded; the machine's 1-minute load
+``--repeats`` timings of a jitted loop of 4 forwards carrying the KV cache, per
+forward (``benchmarks.common.forward_latency``: cache writes in place, logits
+fed back; ``--context`` committed tokens in a cache of ``--context + 64``
+slots), compile excluded; the machine's 1-minute load
 average is printed with the table.
 
   python -m benchmarks.forward_cost                                # SmolLM2-135M
