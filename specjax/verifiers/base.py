@@ -237,13 +237,17 @@ def verify_chain(rule: NodeRule, z: jax.Array, p: jax.Array, q: jax.Array, x: ja
   accepted = jnp.cumprod(ok.astype(jnp.int32)).astype(bool)
   n = jnp.sum(accepted).astype(jnp.int32)
   relaxed = accepted & (u >= a_strict)
-  # Distribution after a rejection at each node, and the bonus distribution.
-  rejected_states = jax.vmap(rule.on_reject)(states, q, x)
-  reject_dists = jax.vmap(rule.correction)(rejected_states)  # [K, V]
-  bonus_dists = jax.vmap(lambda zz, pp: rule.correction(rule.init(zz, pp)))(z, p)  # [K+1, V]
+  # Only the node where the chain stops needs a full-vocabulary distribution:
+  # the correction after rejecting x[n] there, or the bonus at node n (all
+  # offered drafts accepted). Two [V] computations, not 2K + 1.
   n_valid = k if num_valid is None else num_valid
   all_accepted = n >= n_valid
-  emit = jnp.where(all_accepted, bonus_dists[jnp.minimum(n, k)], reject_dists[jnp.minimum(n, k - 1)])
+  i_rej = jnp.minimum(n, k - 1)
+  state_n = jax.tree.map(lambda leaf: leaf[i_rej], states)
+  reject_dist = rule.correction(rule.on_reject(state_n, q[i_rej], x[i_rej]))  # [V]
+  i_bonus = jnp.minimum(n, k)
+  bonus_dist = rule.correction(rule.init(z[i_bonus], p[i_bonus]))  # [V]
+  emit = jnp.where(all_accepted, bonus_dist, reject_dist)
   token = sample_from_probs(key, emit)
   return ChainResult(n, token, accepted, relaxed, emit)
 
