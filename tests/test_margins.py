@@ -126,6 +126,9 @@ def test_margin_summary_exact_numbers():
 
 
 def test_figures_render(tmp_path):
+  """The figures draw the summary's numbers: every histogram panel's bar heights
+  sum to the number of positions, the theta curves' first line is the
+  frac_relaxed curve, and the scatter holds max_points points."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
@@ -133,9 +136,17 @@ def test_figures_render(tmp_path):
   z = 5 + 2 * rng.randn(200, 32).astype(np.float32)
   draft = rng.randint(0, 32, 200)
   s = mg.margin_summary(z, draft_token=draft)
-  for name, fig in (("h", mg.plot_histograms(s)), ("h2", mg.plot_histograms(z)),
-                    ("s", mg.plot_ratio_scatter(z, draft_token=draft, max_points=50)),
-                    ("t", mg.plot_theta_curves(s))):
-    fig.savefig(tmp_path / f"{name}.png")
+  for fig in (mg.plot_histograms(s), mg.plot_histograms(z)):
+    for ax in fig.axes:
+      assert sum(p.get_height() for p in ax.patches) == pytest.approx(200)
     plt.close(fig)
-    assert (tmp_path / f"{name}.png").stat().st_size > 1000
+  fig = mg.plot_theta_curves(s)
+  line = fig.axes[0].get_lines()[0]
+  np.testing.assert_allclose(line.get_xdata(), s["curves"]["thetas"])
+  np.testing.assert_allclose(line.get_ydata(), s["curves"]["frac_relaxed"])
+  plt.close(fig)
+  fig = mg.plot_ratio_scatter(z, draft_token=draft, max_points=50)
+  n_points = sum(len(c.get_offsets()) for ax in fig.axes for c in ax.collections)
+  assert 0 < n_points <= 50
+  fig.savefig(tmp_path / "s.png")
+  plt.close(fig)
