@@ -39,7 +39,11 @@ by the correction, and the accepted part that only the relaxation allowed
 (``strict_accept_prob <= u < accept_prob``, the statistic MARS reports).
 
 All functions take leading batch axes (contexts) and are jitted with the rule
-static (rules are frozen, hashable dataclasses).
+as a traced pytree argument (:mod:`specjax.hyperparams`): a sweep over a
+rule's float hyperparameters (MARS theta, CoS lam, ...) compiles once; its
+static part (kind, gate, margin, ...) selects the program.  A rule whose
+floats are stacked arrays (``jax.tree.map(lambda *a: jnp.stack(a), *rules)``)
+can be ``jax.vmap``-ed over directly.
 
 Two tokens (:func:`induced_two_tokens`): for small vocabularies, the joint
 distribution of the first two emitted tokens, starting at a round boundary,
@@ -215,8 +219,8 @@ def _map_contexts(fn, args, context_batch):
   return jax.tree.map(lambda o: o.reshape(lead + o.shape[1:]), out)
 
 
-@functools.partial(jax.jit, static_argnames=("rule", "draft", "top_k", "chunk_size",
-                                             "max_support", "context_batch"))
+@functools.partial(jax.jit, static_argnames=("draft", "top_k", "chunk_size", "max_support",
+                                             "context_batch"))
 def _induced_parts_jit(rule, z, p, q, candidates, *, draft, top_k, chunk_size, max_support,
                        context_batch):
   if candidates is None:

@@ -284,9 +284,10 @@ class MarsSweep(NamedTuple):
   reject_given_active: jax.Array
 
 
-@functools.partial(jax.jit, static_argnames=("rule",))
+@jax.jit
 def _strict_accept_sampled(rule, z, p, q):
-  """[B] ``E_{x~q}[strict_accept_prob(init(z, p), q, x)]`` -- O(V) per context."""
+  """[B] ``E_{x~q}[strict_accept_prob(init(z, p), q, x)]`` -- O(V) per context
+  (``rule`` traced: one compilation per rule kind)."""
 
   def one(zz, pp, qq):
     s = rule.init(zz, pp)

@@ -68,10 +68,11 @@ def prefill(model: Model, params, tokens, lengths, cache_length: int):
   return kvc.commit(out.cache, lengths), out.logits[:, 0], out.hidden_states
 
 
-@functools.partial(jax.jit, static_argnames=("model", "max_new_tokens", "sampling", "eos",
-                                             "cache_length"))
-def _generate(model: Model, params, tokens, lengths, key, row_ids, *, max_new_tokens: int,
-              sampling: SamplingConfig, eos: tuple, cache_length: int) -> GenerationResult:
+@functools.partial(jax.jit, static_argnames=("model", "max_new_tokens", "eos", "cache_length"))
+def _generate(model: Model, params, sampling: SamplingConfig, tokens, lengths, key, row_ids, *,
+              max_new_tokens: int, eos: tuple, cache_length: int) -> GenerationResult:
+  """Jitted body of :func:`generate`.  ``sampling`` is a traced pytree argument:
+  one compilation serves every temperature > 0 (see ``SamplingConfig``)."""
   b = tokens.shape[0]
   cache, logits, _ = prefill(model, params, tokens, lengths, cache_length)
   first, _ = jax.vmap(lambda k, l: sample_logits(k, l, sampling))(row_key(key, row_ids, 0), logits)
@@ -146,12 +147,11 @@ def generate(model: Model, params, prompts, *, max_new_tokens: int,
   cache_length, bucket = resolve_cache_length(lengths, tokens.shape[1], max_new_tokens,
                                               cache_length)
   tokens = tokens[:, :bucket]
-  statics = dict(max_new_tokens=int(max_new_tokens), sampling=sampling, eos=eos,
-                 cache_length=cache_length)
+  statics = dict(max_new_tokens=int(max_new_tokens), eos=eos, cache_length=cache_length)
   if mesh is not None:
     from specjax.decoding import parallel
-    return parallel.run_sharded(_generate.__wrapped__, (model,), statics, (params,), tokens,
-                                lengths, key, row_offset, mesh)
+    return parallel.run_sharded(_generate.__wrapped__, (model,), statics, (params, sampling),
+                                tokens, lengths, key, row_offset, mesh)
   row_ids = jnp.arange(tokens.shape[0], dtype=jnp.int32) + row_offset
-  return _generate(model, params, jnp.asarray(tokens), jnp.asarray(lengths), key, row_ids,
-                   **statics)
+  return _generate(model, params, sampling, jnp.asarray(tokens), jnp.asarray(lengths), key,
+                   row_ids, **statics)

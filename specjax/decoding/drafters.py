@@ -1,8 +1,9 @@
 """Drafters: propose K tokens (or a tree of N nodes) per row together with the
 exact distribution q each was drawn from (DESIGN.md "Drafter").
 
-A drafter is a frozen dataclass (static under jit); its params and state are
-pytrees passed in and out.  The protocol::
+A drafter is a frozen dataclass and a pytree whose only leaves are its
+sampling config's continuous values (traced under jit; everything else is
+static); its params and state are pytrees passed in and out.  The protocol::
 
     state = drafter.prefill(params, tokens[B,P], lengths[B], cache_length,
                             target_hidden)            # [n_sel, B, P, H] or None
@@ -45,6 +46,7 @@ import numpy as np
 from specjax.checks import ArgumentTypeError, check_int
 from specjax.decoding.tree import TreeDraft, static_tree
 from specjax.decoding.sampling import SamplingConfig, probs_from_logits, sample_logits
+from specjax.hyperparams import Hyperparams
 from specjax.models import kv_cache as kvc
 from specjax.models.transformer import Model
 
@@ -64,8 +66,14 @@ def node_distribution(logits: jax.Array, sampling: SamplingConfig) -> jax.Array:
 
 
 @dataclasses.dataclass(frozen=True)
-class Drafter:
-  """Base class: ``num_draft`` (K) tokens per step, drawn under ``sampling``."""
+class Drafter(Hyperparams):
+  """Base class: ``num_draft`` (K) tokens per step, drawn under ``sampling``.
+
+  A drafter is a pytree (:mod:`specjax.hyperparams`): its ``sampling``
+  config's continuous values (temperature, top-p, ...) are traced leaves, so
+  the speculative loop compiles once for a temperature sweep; everything that
+  fixes shapes (K, the model, a tree's shape, top-k) is static.
+  """
 
   num_draft: int
   sampling: SamplingConfig

@@ -73,7 +73,13 @@ def pad_rows(tokens: np.ndarray, lengths: np.ndarray, multiple: int):
 def run_sharded(core, core_args: tuple, statics: dict, replicated: tuple, tokens, lengths,
                 key, row_offset: int, mesh: Mesh, axis: str = "data"):
   """Run ``core(*core_args, *replicated, tokens, lengths, key, row_ids, **statics)``
-  with rows sharded over ``mesh[axis]``; returns the result for the real rows."""
+  with rows sharded over ``mesh[axis]``; returns the result for the real rows.
+
+  ``core_args`` and ``statics`` are static (hashable; they key the compiled
+  program).  ``replicated`` is a tuple of pytrees traced as arguments and
+  replicated over ``axis``: params, and hyperparameter pytrees such as a
+  ``SamplingConfig``, a drafter or a verification rule, whose continuous
+  values then change without recompiling (:mod:`specjax.hyperparams`)."""
   if axis not in mesh.shape:
     raise ValueError(f"mesh has axes {tuple(mesh.shape)}; rows need a {axis!r} axis")
   b = tokens.shape[0]

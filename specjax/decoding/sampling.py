@@ -11,18 +11,38 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from specjax.checks import check_int, check_range
+from specjax.hyperparams import Hyperparams
 
 NEG_INF = -jnp.inf
 
 
+class _Switches(NamedTuple):
+  """Static control flow of a :class:`SamplingConfig`, fixed at construction."""
+
+  greedy: bool  # temperature == 0: argmax, no processors
+  top_p: bool  # top_p < 1
+  min_p: bool  # min_p > 0
+  eta: bool  # eta > 0
+
+
 @dataclasses.dataclass(frozen=True)
-class SamplingConfig:
-  """Static sampling hyperparameters (hashable: a static argument under jit).
+class SamplingConfig(Hyperparams):
+  """Sampling hyperparameters: a pytree whose continuous values are traced.
+
+  ``temperature``, ``top_p``, ``min_p`` and ``eta`` are pytree leaves (float32
+  scalars under jit): ``generate`` / ``speculative_generate`` compile once for
+  every temperature > 0, every top-p < 1, ...  Static (part of the
+  compilation key): ``top_k`` (it sets a ``lax.top_k`` shape) and the
+  switches derived at construction -- greedy (``temperature == 0``, a
+  different code path) and whether each processor is on (``top_p < 1``,
+  ``min_p > 0``, ``eta > 0``; an off processor costs nothing, so switching it
+  on or off recompiles).  See :mod:`specjax.hyperparams`.
 
   Attributes:
     temperature: 0 for greedy, else > 0.
@@ -39,16 +59,22 @@ class SamplingConfig:
   min_p: float = 0.0
   eta: float = 0.0
 
+  static_attrs = ("switches",)
+
   def __post_init__(self):
     check_range("temperature", self.temperature, low=0.0, high=math.inf, high_open=True)
     check_int("top_k", self.top_k, low=0)
     check_range("top_p", self.top_p, low=0.0, high=1.0, low_open=True)
     check_range("min_p", self.min_p, low=0.0, high=1.0)
     check_range("eta", self.eta, low=0.0, high=1.0, high_open=True)
+    object.__setattr__(self, "switches", _Switches(
+        greedy=float(self.temperature) == 0.0, top_p=float(self.top_p) < 1.0,
+        min_p=float(self.min_p) > 0.0, eta=float(self.eta) > 0.0))
 
   @property
   def greedy(self) -> bool:
-    return self.temperature == 0
+    """Temperature 0 (static: decided at construction, valid under jit)."""
+    return self.switches.greedy
 
 
 def top_k_filter(logits: jax.Array, k: int) -> jax.Array:
@@ -95,15 +121,18 @@ def eta_filter(logits: jax.Array, eta: float) -> jax.Array:
 
 
 def process_logits(logits: jax.Array, cfg: SamplingConfig) -> jax.Array:
-  """Apply temperature and processors (T must be > 0). Returns logits ``[..., V]``."""
+  """Apply temperature and processors (T must be > 0). Returns logits ``[..., V]``.
+
+  ``cfg``'s values may be traced; which processors run is static (``cfg.switches``).
+  """
   x = logits.astype(jnp.float32) / cfg.temperature
   if cfg.top_k:
     x = top_k_filter(x, cfg.top_k)
-  if cfg.top_p < 1.0:
+  if cfg.switches.top_p:
     x = top_p_filter(x, cfg.top_p)
-  if cfg.min_p > 0.0:
+  if cfg.switches.min_p:
     x = min_p_filter(x, cfg.min_p)
-  if cfg.eta > 0.0:
+  if cfg.switches.eta:
     x = eta_filter(x, cfg.eta)
   return x
 

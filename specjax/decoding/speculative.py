@@ -118,16 +118,28 @@ def _append(out, n, reason, new, num_new, eos, max_new_tokens):
   return out, n2, reason
 
 
-@functools.partial(jax.jit, static_argnames=("target", "drafter", "verifier", "policy",
-                                             "sampling", "max_new_tokens", "eos",
+@functools.partial(jax.jit, static_argnames=("target", "policy", "max_new_tokens", "eos",
                                              "cache_length"))
 def _speculative(target: Model, drafter: Drafter, verifier: NodeRule, policy, target_params,
-                 draft_params, policy_params, tokens, lengths, key, row_ids, *,
-                 sampling: SamplingConfig, max_new_tokens: int, eos: tuple,
-                 cache_length: int) -> SpecResult:
+                 draft_params, policy_params, tokens, lengths, key, row_ids, sampling, *,
+                 max_new_tokens: int, eos: tuple, cache_length: int) -> SpecResult:
+  """Jitted :func:`speculative_core`.  ``drafter``, ``verifier`` and ``sampling``
+  are traced pytree arguments (:mod:`specjax.hyperparams`): their continuous
+  hyperparameters (theta, lam, temperature, ...) change without recompiling;
+  their static parts (rule kind, gate, K, greedy, ...) select the program."""
   return speculative_core(target, drafter, verifier, policy, target_params, draft_params,
                           policy_params, tokens, lengths, key, row_ids, sampling=sampling,
                           max_new_tokens=max_new_tokens, eos=eos, cache_length=cache_length)
+
+
+def _sharded_core(target: Model, policy, drafter: Drafter, verifier: NodeRule,
+                  sampling: SamplingConfig, target_params, draft_params, policy_params, tokens,
+                  lengths, key, row_ids, **statics) -> SpecResult:
+  """:func:`speculative_core` with the static arguments first, for
+  ``parallel.run_sharded`` (drafter, verifier and sampling travel traced)."""
+  return speculative_core(target, drafter, verifier, policy, target_params, draft_params,
+                          policy_params, tokens, lengths, key, row_ids, sampling=sampling,
+                          **statics)
 
 
 def _pad_axis(x, size: int, axis: int):
@@ -382,13 +394,13 @@ def speculative_generate(target: Model, target_params, drafter: Drafter, draft_p
   if policy is not None:
     n_dev = 1 if mesh is None else int(mesh.shape.get("data", 1))
     policy.check_rows(tokens.shape[0], -(-tokens.shape[0] // n_dev), n_dev)
-  statics = dict(sampling=sampling, max_new_tokens=int(max_new_tokens), eos=eos,
-                 cache_length=cache_length)
+  statics = dict(max_new_tokens=int(max_new_tokens), eos=eos, cache_length=cache_length)
   if mesh is not None:
     from specjax.decoding import parallel
-    return parallel.run_sharded(speculative_core, (target, drafter, verifier, policy), statics,
-                                (target_params, draft_params, policy_params), tokens, lengths,
-                                key, row_offset, mesh)
+    return parallel.run_sharded(_sharded_core, (target, policy), statics,
+                                (drafter, verifier, sampling, target_params, draft_params,
+                                 policy_params), tokens, lengths, key, row_offset, mesh)
   row_ids = jnp.arange(tokens.shape[0], dtype=jnp.int32) + row_offset
   return _speculative(target, drafter, verifier, policy, target_params, draft_params,
-                      policy_params, jnp.asarray(tokens), jnp.asarray(lengths), key, row_ids, **statics)
+                      policy_params, jnp.asarray(tokens), jnp.asarray(lengths), key, row_ids,
+                      sampling, **statics)

@@ -34,11 +34,12 @@ from specjax.policies.sv import SpeculativeVerification
 from specjax.verifiers.base import NodeRule, verify_chain
 
 
-@functools.partial(jax.jit, static_argnames=("target", "drafter", "policy", "cache_length",
-                                             "sampling"))
+# ``drafter``, ``verifier`` and ``sampling`` are traced pytree arguments
+# (specjax.hyperparams): a temperature or theta sweep compiles each step once.
+@functools.partial(jax.jit, static_argnames=("target", "policy", "cache_length"))
 def _start(target: Model, drafter: Drafter, policy: SpeculativeVerification, target_params,
-           draft_params, policy_params, tokens, lengths, key, row_ids, *, cache_length: int,
-           sampling: SamplingConfig):
+           draft_params, policy_params, tokens, lengths, key, row_ids, sampling: SamplingConfig,
+           *, cache_length: int):
   t_cache, logits, t_hidden = prefill(target, target_params, tokens, lengths, cache_length)
   first, _ = jax.vmap(lambda kk, l: sample_logits(kk, l, sampling))(
       row_key(key, row_ids, 0), logits)
@@ -48,10 +49,9 @@ def _start(target: Model, drafter: Drafter, policy: SpeculativeVerification, tar
   return dict(t_cache=t_cache, d_state=d_state, c_state=c_state, prev=prev, last=first)
 
 
-@functools.partial(jax.jit, static_argnames=("target", "drafter", "policy", "verifier",
-                                             "sampling"))
+@functools.partial(jax.jit, static_argnames=("target", "policy"))
 def _step(target: Model, drafter: Drafter, policy: SpeculativeVerification, verifier: NodeRule,
-          target_params, draft_params, policy_params, s, active, key, row_ids, step, *,
+          target_params, draft_params, policy_params, s, active, key, row_ids, step,
           sampling: SamplingConfig):
   k = drafter.num_draft
   keys = row_key(key, row_ids, step)
@@ -119,8 +119,8 @@ def collect_records(target: Model, target_params, drafter: Drafter, draft_params
   b = tokens.shape[0]
   row_ids = jnp.arange(b, dtype=jnp.int32) + row_offset
   s = _start(target, drafter, policy, target_params, draft_params, policy_params,
-             jnp.asarray(tokens), jnp.asarray(lengths), key, row_ids,
-             cache_length=int(cache_length), sampling=sampling)
+             jnp.asarray(tokens), jnp.asarray(lengths), key, row_ids, sampling,
+             cache_length=int(cache_length))
   n = np.ones(b, np.int64)
   last = np.asarray(s["last"])
   active = ~np.isin(last, np.asarray(eos, np.int64)) & (n < max_new_tokens)
@@ -134,7 +134,7 @@ def collect_records(target: Model, target_params, drafter: Drafter, draft_params
       break
     s, rec, new, emitted = _step(target, drafter, policy, verifier, target_params, draft_params,
                                  policy_params, s, jnp.asarray(active), key, row_ids,
-                                 jnp.int32(step), sampling=sampling)
+                                 jnp.int32(step), sampling)
     rec = jax.device_get(rec)
     reached = rec["reached"]
     ri, pi = np.nonzero(reached)

@@ -54,7 +54,21 @@ Writing a new rule (~20 lines)::
         def strict_accept_prob(self, state, q, x):   # for relaxed-acceptance stats
             return super().accept_prob(state, q, x)
 
-Rules are frozen dataclasses: hashable, hence static under ``jax.jit``.
+Rules are frozen dataclasses *and pytrees* (:mod:`specjax.hyperparams`):
+float hyperparameters (``factor`` above, MARS ``theta``, CoS ``lam``, ...) and
+nested rules are traced leaves, so ``speculative_generate`` and the analysis
+compile once for a whole sweep of them; strings, bools, ints and ``None``
+(a gate, a margin type, a flag) are static and select the compiled program.
+A float that must stay static -- it sets a shape or is read by a Python
+``if`` -- is named in the class attribute ``static_fields``::
+
+        static_fields = ("factor",)   # recompile per value; self.factor is a float
+
+``validate`` runs once, at construction, on concrete values (JAX rebuilds
+rules from leaves without calling it), so it may use ``float(...)`` and
+Python comparisons; the four node functions must treat traced fields as
+arrays (``jnp.where``, not ``if``).  Concrete rules stay hashable (they may
+still be passed as a static argument).
 """
 
 from __future__ import annotations
@@ -67,6 +81,7 @@ import jax.numpy as jnp
 
 from specjax.checks import check_range  # noqa: F401  (re-exported: verifiers.check_range)
 from specjax.decoding.sampling import sample_from_probs
+from specjax.hyperparams import Hyperparams
 
 NodeStateT = Any
 
@@ -101,12 +116,15 @@ def safe_ratio(num: jax.Array, den: jax.Array) -> jax.Array:
 
 
 @dataclasses.dataclass(frozen=True)
-class NodeRule:
+class NodeRule(Hyperparams):
   """Base class of verification rules. Subclasses are frozen dataclasses.
 
   The default implementation is the lossless rule's bookkeeping (a state with
   ``p_cur``); subclasses override what they change.  ``validate`` runs at
-  construction and must raise ``ValueError`` naming bad hyperparameters.
+  construction (concrete values only) and must raise ``ValueError`` naming bad
+  hyperparameters.  Every subclass is a pytree: float fields and nested rules
+  are traced, the rest static (``static_fields`` forces a float static); see
+  the module docstring and :mod:`specjax.hyperparams`.
   """
 
   name = "base"

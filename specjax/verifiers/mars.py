@@ -76,6 +76,7 @@ nodes), the base rule's ``accept_prob`` otherwise (lossless
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable
 
 import jax
@@ -96,9 +97,9 @@ def register_threshold_hook(name: str) -> Callable[[ThresholdHook], ThresholdHoo
   """Decorator registering an adaptive-threshold hook for ``Mars(adaptive=name)``.
 
   The hook is called inside ``init`` for every node as
-  ``hook(threshold, margin, z, p)`` with the static ``threshold`` (``theta`` or
-  ``delta``), the static ``margin`` name, raw logits ``z [V]`` and target
-  ``p [V]``; it must return the node's effective threshold ``[]`` and be
+  ``hook(threshold, margin, z, p)`` with the ``threshold`` (``theta`` or
+  ``delta``; a traced [] scalar under jit), the static ``margin`` name, raw
+  logits ``z [V]`` and target ``p [V]``; it must return the node's effective threshold ``[]`` and be
   jit-safe (no Python control flow on ``z`` / ``p``).
   """
 
@@ -170,6 +171,13 @@ class MarsState:
     return self.base.p_cur
 
 
+@functools.lru_cache(maxsize=None)
+def _default_rule(name: str) -> NodeRule:
+  """The registered rule ``name`` with default hyperparameters (MARS ``base="..."``)."""
+  from specjax.verifiers import registry  # late: every rule module registers itself
+  return registry.get(name)
+
+
 def _where_tree(c, a, b):
   return jax.tree.map(lambda u, v: jnp.where(c, u, v), a, b)
 
@@ -194,8 +202,12 @@ class Mars(NodeRule):
     delta: logit-difference threshold for ``margin="difference"``, in [0, inf).
     adaptive: name of a registered threshold hook, or None (fixed threshold).
     base: the rule MARS relaxes in sampled mode: a registered name (default
-      "lossless", built with default hyperparameters) or a NodeRule instance
-      (frozen, hence hashable).
+      "lossless", built with default hyperparameters; static) or a NodeRule
+      instance (nested: its float hyperparameters are traced too).
+
+  Traced under jit (one compilation for a sweep): ``theta``, ``delta`` and
+  the base rule's floats.  Static: ``guard``, ``margin``, ``adaptive``,
+  ``sampled_mode`` and the base rule's kind.
     sampled_mode: "relax" (default, SPEC §3) or "strict_ablation" (the earlier
       form that rejects non-top-2 drafts outright while relaxation is active;
       an ablation, never the default).
@@ -225,24 +237,22 @@ class Mars(NodeRule):
     if self.adaptive is not None and self.adaptive not in _THRESHOLD_HOOKS:
       raise ValueError(f"adaptive={self.adaptive!r} is not a registered threshold hook; "
                        f"allowed: None or one of {threshold_hooks()}")
-    if isinstance(self.base, NodeRule):
-      base_rule = self.base
-    elif isinstance(self.base, str):
+    if isinstance(self.base, str):
       from specjax.verifiers import registry  # late: every rule module registers itself
       if self.base.lower() not in registry.available():
         raise ValueError(f"base={self.base!r} is not a registered rule; "
                          f"allowed: {registry.available()}")
-      base_rule = registry.get(self.base)
-    else:
+    elif not isinstance(self.base, NodeRule):
       raise ValueError(f"base={self.base!r} must be a registered rule name or a NodeRule")
-    if isinstance(base_rule, Mars):
+    if isinstance(self.base_rule, Mars):
       raise ValueError(f"base={self.base!r}: the base rule of MARS cannot itself be MARS")
-    object.__setattr__(self, "_base_rule", base_rule)
 
   @property
   def base_rule(self) -> NodeRule:
-    """The instantiated base rule."""
-    return self._base_rule
+    """The instantiated base rule: ``base`` itself, or the named rule with its defaults."""
+    if isinstance(self.base, NodeRule):
+      return self.base
+    return _default_rule(self.base.lower())
 
   @property
   def needs_node_dist(self) -> bool:
@@ -325,7 +335,7 @@ class Mars(NodeRule):
 
   @property
   def never_relaxes(self) -> bool:
-    """True when no logits can activate the relaxation (static hyperparameters)."""
+    """True when no logits can activate the relaxation (concrete rules only)."""
     if self.adaptive is not None:
       return False
     if self.margin == "ratio":

@@ -228,7 +228,7 @@ class Typical(_TruncationRule):
 
   @property
   def delta_eff(self) -> float:
-    """The delta actually used: ``sqrt(eps)`` when ``delta is None``."""
+    """The delta actually used: ``sqrt(eps)`` when ``delta is None`` (concrete rules)."""
     return math.sqrt(self.eps) if self.delta is None else float(self.delta)
 
   def threshold(self, p):
