@@ -15,19 +15,19 @@ from specjax.decoding.sampling import SamplingConfig
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(temperature=-0.5), r"temperature=-0.5 must be a finite number >= 0"),
-    (dict(temperature=float("nan")), r"temperature=nan must be a finite number"),
-    (dict(temperature=float("inf")), r"temperature=inf must be a finite number"),
-    (dict(temperature="1"), r"temperature='1' must be a finite number"),
+    (dict(temperature=-0.5), r"temperature=-0.5 is outside the allowed range \[0.0, inf\)"),
+    (dict(temperature=float("nan")), r"temperature=nan is outside the allowed range \[0.0, inf\)"),
+    (dict(temperature=float("inf")), r"temperature=inf is outside the allowed range \[0.0, inf\)"),
+    (dict(temperature="1"), r"temperature='1' \(str\) is not a number; give a float in \[0.0, inf\)"),
     (dict(top_k=-1), r"top_k=-1 must be an integer >= 0"),
-    (dict(top_k=2.5), r"top_k=2.5 must be an integer >= 0"),
-    (dict(top_p=0.0), r"top_p=0.0 must be in \(0, 1\]"),
-    (dict(top_p=1.5), r"top_p=1.5 must be in \(0, 1\]"),
-    (dict(top_p=-0.1), r"top_p=-0.1 must be in \(0, 1\]"),
-    (dict(min_p=-0.1), r"min_p=-0.1 must be in \[0, 1\]"),
-    (dict(min_p=1.1), r"min_p=1.1 must be in \[0, 1\]"),
-    (dict(eta=1.0), r"eta=1.0 must be in \[0, 1\)"),
-    (dict(eta=-0.01), r"eta=-0.01 must be in \[0, 1\)"),
+    (dict(top_k=2.5), r"top_k=2.5 \(float\) must be an integer >= 0"),
+    (dict(top_p=0.0), r"top_p=0.0 is outside the allowed range \(0.0, 1.0\]"),
+    (dict(top_p=1.5), r"top_p=1.5 is outside the allowed range \(0.0, 1.0\]"),
+    (dict(top_p=-0.1), r"top_p=-0.1 is outside the allowed range \(0.0, 1.0\]"),
+    (dict(min_p=-0.1), r"min_p=-0.1 is outside the allowed range \[0.0, 1.0\]"),
+    (dict(min_p=1.1), r"min_p=1.1 is outside the allowed range \[0.0, 1.0\]"),
+    (dict(eta=1.0), r"eta=1.0 is outside the allowed range \[0.0, 1.0\)"),
+    (dict(eta=-0.01), r"eta=-0.01 is outside the allowed range \[0.0, 1.0\)"),
 ])
 def test_bad_sampling_parameters(kwargs, match):
   with pytest.raises(ValueError, match=match):
