@@ -141,6 +141,8 @@ def _tiny_config(tmp_path, **over):
   c.models = "tiny"
   c.workdir = str(tmp_path)
   c.progress = False
+  c.compile_cache_dir = ""  # no persistent XLA cache: it is process-global and would
+  # make every later test in this pytest process write executables to disk
   c.rules = "lossless, mars:theta=0.9, typical:eps=0.09"
   c.tree_paths = "[[0], [1], [0, 0]]"
   c.num_draft = 2
