@@ -312,6 +312,9 @@ def test_registry_caches_by_file_hash(tmp_path, monkeypatch):
   assert second.tokenizer.to_str() == first.tokenizer.to_str()
   ids = first.encode_chat([{"role": "user", "content": "hi"}])
   assert ids[0] == 1 and ids[-1] == first.tokenizer.encode("\n").ids[-1]
+  exported = registry.load_model(sg.gguf_to_hf(case.path, str(tmp_path / "hf")))
+  assert exported.chat_template == first.chat_template  # via tokenizer_config.json
+  assert exported.config.tokenizer_fingerprint == fp
   bf = registry.load_model(case.path, dtype="bfloat16")
   assert jax.tree.leaves(bf.params)[0].dtype == np.dtype("bfloat16")
 

@@ -188,8 +188,11 @@ def load_model(model: str = DEFAULT_REAL_MODEL, dtype: str = "float32", use_cach
     if os.path.isfile(tc):
       with open(tc) as fh:
         d = json.load(fh)
-      if d.get("chat_template"):
-        chat = ChatTemplate(d["chat_template"], d.get("bos_token") or "", d.get("eos_token") or "")
+      # special tokens are strings or serialised AddedTokens ({"content": ...})
+      tok_str = lambda t: (t.get("content", "") if isinstance(t, dict) else t) or ""
+      if isinstance(d.get("chat_template"), str) and d["chat_template"]:
+        chat = ChatTemplate(d["chat_template"], tok_str(d.get("bos_token")),
+                            tok_str(d.get("eos_token")))
     return LoadedModel(m, params, hf.load_tokenizer(path), chat, path, sha, name, path)
   sha = file_sha256(path)
   if not use_cache:
