@@ -258,20 +258,6 @@ def load_gguf(path: str, dtype: str = "float32", **config_overrides):
 # ----------------------------------------------------------------------------- tokenizer
 
 
-def _bytes_to_unicode() -> dict[int, str]:
-  """GPT-2's reversible byte -> printable unicode map (byte-level BPE alphabet)."""
-  bs = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-        + list(range(ord("®"), ord("ÿ") + 1)))
-  cs = bs[:]
-  n = 0
-  for b in range(256):
-    if b not in bs:
-      bs.append(b)
-      cs.append(256 + n)
-      n += 1
-  return dict(zip(bs, map(chr, cs)))
-
-
 # llama.cpp pre-tokenizer types (tokenizer.ggml.pre) -> the split regexes of the
 # HF tokenizers they were converted from. "smollm" = digits split one by one,
 # then the GPT-2 regex (SmolLM/SmolLM2's tokenizer.json).
@@ -308,7 +294,7 @@ def tokenizer_from_gguf(f: GGUFFile):
   tokens = f.require("tokenizer.ggml.tokens")
   merges = f.require("tokenizer.ggml.merges")
   types = f.metadata.get("tokenizer.ggml.token_type") or [_TOKEN_NORMAL] * len(tokens)
-  alphabet = set(_bytes_to_unicode().values())
+  alphabet = set(pre_tokenizers.ByteLevel.alphabet())  # GPT-2's 256 byte symbols
   vocab = {tok: i for i, tok in enumerate(tokens)}
   bpe = models.BPE(vocab=vocab, merges=[tuple(m.split(" ", 1)) for m in merges],
                    fuse_unk=False, byte_fallback=False)
