@@ -28,9 +28,8 @@ import json
 import os
 import time
 
-from absl import app, flags, logging
+from absl import logging
 
-_CONFIG = None  # defined in __main__ only: importing this module defines no flags
 
 
 def _perturbed(params, seed, noise):
@@ -193,21 +192,6 @@ def run(c) -> dict:
   return report
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError("Too many command-line arguments.")
-  run(_CONFIG.value)
-
-
-def _define_flags():
-  """absl flags of this binary (not at import: several binaries share a process in tests)."""
-  global _CONFIG
-  _CONFIG = cli.define_config_file("config", None, "SV calibration config file.",
-                                   lock_config=True)
-
-
 if __name__ == "__main__":
   from experiments import cli
-  _define_flags()
-  flags.mark_flags_as_required(["config"])
-  app.run(main, flags_parser=cli.parse_flags)
+  cli.run_config_binary(run, "SV calibration config file.")

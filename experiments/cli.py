@@ -46,3 +46,22 @@ def parse_flags(argv: list[str]) -> list[str]:
     sys.exit(1)
   except (AttributeError, KeyError, ValueError, TypeError) as e:
     _fail_override(e, argv)
+
+
+def run_config_binary(run, help_text: str, default: str | None = None) -> None:
+  """The ``__main__`` of a config-file binary: define ``--config`` (required when
+  there is no ``default``; bad overrides are one line), parse, call ``run(config)``.
+
+  Flags are defined here, never at import, because several binaries share one
+  process in the tests."""
+  from absl import app
+  config = define_config_file("config", default, help_text, lock_config=True)
+  if default is None:
+    flags.mark_flags_as_required(["config"])
+
+  def main(argv):
+    if len(argv) > 1:
+      raise app.UsageError(f"unexpected arguments {argv[1:]}")
+    run(config.value)
+
+  app.run(main, flags_parser=parse_flags)

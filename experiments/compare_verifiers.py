@@ -62,11 +62,10 @@ import re
 import time
 from typing import Any
 
-from absl import app, logging
+from absl import logging
 
 from experiments import quality, sweep
 
-_CONFIG = None  # defined in __main__ only (several binaries share this module)
 
 # --------------------------------------------------------------------------- methods
 
@@ -667,14 +666,6 @@ def run(c) -> dict:
   return {"records": records, "jsonl": path, **files}
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError("Too many command-line arguments.")
-  run(_CONFIG.value)
-
-
 if __name__ == "__main__":
   from experiments import cli
-  _CONFIG = cli.define_config_file("config", "experiments/configs/compare.py",
-                                   "comparison config file.", lock_config=True)
-  app.run(main, flags_parser=cli.parse_flags)
+  cli.run_config_binary(run, "comparison config file.", default="experiments/configs/compare.py")

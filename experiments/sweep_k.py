@@ -13,11 +13,9 @@ quality against K.
 
 from __future__ import annotations
 
-from absl import app
 
 from experiments import compare_verifiers as cv
 
-_CONFIG = None  # defined in __main__ only (several binaries share this module)
 
 
 def rows(c) -> list[dict]:
@@ -40,13 +38,6 @@ def run(c) -> dict:
   return cv.run_line_sweep(c, rows(c), "draft length sweep", lambda cfg: cfg["num_draft"], "K")
 
 
-def main(argv):
-  del argv
-  run(_CONFIG.value)
-
-
 if __name__ == "__main__":
   from experiments import cli
-  _CONFIG = cli.define_config_file("config", "experiments/configs/k.py",
-                                   "K sweep config.", lock_config=True)
-  app.run(main, flags_parser=cli.parse_flags)
+  cli.run_config_binary(run, "K sweep config.", default="experiments/configs/k.py")

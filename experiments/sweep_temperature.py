@@ -12,11 +12,9 @@ Rows: target-only and every rule of ``config.rules`` for every drafter in
 
 from __future__ import annotations
 
-from absl import app
 
 from experiments import compare_verifiers as cv
 
-_CONFIG = None  # defined in __main__ only (several binaries share this module)
 
 
 def rows(c) -> list[dict]:
@@ -37,13 +35,6 @@ def run(c) -> dict:
   return cv.run_line_sweep(c, rows(c), "temperature sweep", lambda cfg: cfg["temperature"], "T")
 
 
-def main(argv):
-  del argv
-  run(_CONFIG.value)
-
-
 if __name__ == "__main__":
   from experiments import cli
-  _CONFIG = cli.define_config_file("config", "experiments/configs/temperature.py",
-                                   "temperature sweep config.", lock_config=True)
-  app.run(main, flags_parser=cli.parse_flags)
+  cli.run_config_binary(run, "temperature sweep config.", default="experiments/configs/temperature.py")

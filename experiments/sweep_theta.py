@@ -14,11 +14,9 @@ Evaluation, resumable JSONL, table and metrics as in
 
 from __future__ import annotations
 
-from absl import app
 
 from experiments import compare_verifiers as cv
 
-_CONFIG = None  # defined in __main__ only (several binaries share this module)
 
 
 def rows(c) -> list[dict]:
@@ -43,13 +41,6 @@ def run(c) -> dict:
   return cv.run_line_sweep(c, rows(c), "MARS theta sweep", lambda cfg: cfg.get("x", 0.0), "theta")
 
 
-def main(argv):
-  del argv
-  run(_CONFIG.value)
-
-
 if __name__ == "__main__":
   from experiments import cli
-  _CONFIG = cli.define_config_file("config", "experiments/configs/theta.py",
-                                   "theta sweep config.", lock_config=True)
-  app.run(main, flags_parser=cli.parse_flags)
+  cli.run_config_binary(run, "theta sweep config.", default="experiments/configs/theta.py")

@@ -22,9 +22,8 @@ import math
 import os
 import time
 
-from absl import app, flags, logging
+from absl import logging
 
-_CONFIG = None  # defined in __main__ only: importing this module defines no flags
 
 
 def model_config_from(c, vocab_size: int, eos_id: int):
@@ -130,21 +129,6 @@ def run(c) -> dict:
   return metrics
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError("Too many command-line arguments.")
-  run(_CONFIG.value)
-
-
-def _define_flags():
-  """absl flags of this binary (not at import: several binaries share a process in tests)."""
-  global _CONFIG
-  _CONFIG = cli.define_config_file("config", None, "LM training config file.",
-                                   lock_config=True)
-
-
 if __name__ == "__main__":
   from experiments import cli
-  _define_flags()
-  flags.mark_flags_as_required(["config"])
-  app.run(main, flags_parser=cli.parse_flags)
+  cli.run_config_binary(run, "LM training config file.")
