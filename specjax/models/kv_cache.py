@@ -46,17 +46,6 @@ def init_cache(num_layers: int, batch: int, max_length: int, kv_heads: int, head
   return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype), jnp.zeros((batch,), jnp.int32))
 
 
-def write_layer(buf: jax.Array, new: jax.Array, offsets: jax.Array) -> jax.Array:
-  """Write ``new [B, T, KVH, D]`` into one layer's ``buf [B, S, KVH, D]`` at per-row ``offsets [B]``.
-
-  The caller guarantees ``offsets + T <= S`` for rows whose result matters
-  (``dynamic_update_slice`` would clamp the start otherwise).
-  """
-  def one(b, n, o):
-    return jax.lax.dynamic_update_slice(b, n.astype(b.dtype), (o, 0, 0))
-  return jax.vmap(one)(buf, new, offsets)
-
-
 def write_tokens(buf: jax.Array, layer, new: jax.Array, offsets: jax.Array) -> jax.Array:
   """Scatter ``new [B, T, KVH, D]`` into layer ``layer`` of ``buf [L, B, S, KVH, D]`` at
   per-row ``offsets [B]`` (slots ``offsets[b] + t``). Only the T new entries are
@@ -71,10 +60,12 @@ def write_tokens(buf: jax.Array, layer, new: jax.Array, offsets: jax.Array) -> j
 
 def write(cache: KVCache, layer_k: jax.Array, layer_v: jax.Array) -> KVCache:
   """Write new keys/values for all layers ``[L, B, T, KVH, D]`` at each row's cursor
-  (uncommitted: lengths are unchanged)."""
-  wl = jax.vmap(write_layer, in_axes=(0, 0, None))
-  return KVCache(wl(cache.k, layer_k, cache.lengths), wl(cache.v, layer_v, cache.lengths),
-                 cache.lengths)
+  (uncommitted: lengths are unchanged), layer by layer with :func:`write_tokens`."""
+  k, v = cache.k, cache.v
+  for layer in range(k.shape[0]):
+    k = write_tokens(k, layer, layer_k[layer], cache.lengths)
+    v = write_tokens(v, layer, layer_v[layer], cache.lengths)
+  return KVCache(k, v, cache.lengths)
 
 
 def commit(cache: KVCache, num_tokens: jax.Array) -> KVCache:
