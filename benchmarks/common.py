@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 
@@ -20,29 +21,80 @@ def timed(fn, *args, repeats: int = 3, **kwargs):
   return float(np.median(times)), out
 
 
+def carried_latency(step, args, make_carry, inner: int = 8, repeats: int = 10) -> float:
+  """Median seconds of one ``carry = step(args, carry)``, measured as the decode
+  loops run it: ``inner`` steps inside one jitted ``lax.fori_loop`` that carries
+  (and donates) the state, so cache writes stay in place and nothing the next
+  step reads can be optimised away.  ``make_carry()`` builds a fresh carry for
+  every call (outside the timer)."""
+  loop = jax.jit(lambda a, c: jax.lax.fori_loop(0, inner, lambda _, cc: step(a, cc), c),
+                 donate_argnums=(1,))
+  jax.block_until_ready(loop(args, make_carry()))
+  times = []
+  for _ in range(repeats):
+    c = jax.block_until_ready(make_carry())
+    t0 = time.perf_counter()
+    jax.block_until_ready(loop(args, c))
+    times.append(time.perf_counter() - t0)
+  return float(np.median(times)) / inner
+
+
+def _cache_at(model, batch: int, context: int, cache_length: int):
+  from specjax.models import kv_cache as kvc
+  return kvc.commit(model.init_cache(batch, cache_length), jnp.full((batch,), context, jnp.int32))
+
+
 def forward_latency(model, params, batch: int, num_tokens: int, context: int,
-                    cache_length: int, repeats: int = 20, inner: int = 4) -> float:
+                    cache_length: int, repeats: int = 20, inner: int = 4,
+                    attn_mask=None) -> float:
   """Median seconds of one forward over ``num_tokens`` new tokens per row with
   ``context`` committed tokens in a cache of ``cache_length`` slots, measured as
-  the decode loops run it: ``inner`` forwards inside one jitted loop that
-  carries the cache (each writes its tokens in place at the same slots, as an
-  uncommitted speculative step does) and feeds its argmax back, so neither the
-  cache write nor the logits can be optimised away. The one copy of the input
-  cache per call is amortised over ``inner``."""
-  import jax.numpy as jnp
-  from specjax.models import kv_cache as kvc
-
-  cache = model.init_cache(batch, cache_length)
-  cache = kvc.commit(cache, jnp.full((batch,), context, jnp.int32))
-  toks = jnp.ones((batch, num_tokens), jnp.int32)
+  the decode loops run it (:func:`carried_latency`): each forward writes its
+  tokens in place at the same slots, as an uncommitted speculative step does,
+  and feeds its argmax back, so neither the cache write nor the logits can be
+  optimised away.  ``attn_mask [B, T, T]`` (a tree's ancestor mask) is passed on."""
   pos = context + jnp.broadcast_to(jnp.arange(num_tokens), (batch, num_tokens))
 
-  def loop(p, t, ps, c):
-    def body(_, carry):
-      c, t = carry
-      out = model.apply(p, t, ps, c)
-      return out.cache, jnp.argmax(out.logits, -1).astype(jnp.int32)
-    return jax.lax.fori_loop(0, inner, body, (c, t))
+  def step(p, carry):
+    c, t = carry
+    out = model.apply(p, t, pos, c, attn_mask=attn_mask)
+    return out.cache, jnp.argmax(out.logits, -1).astype(jnp.int32)
 
-  sec, _ = timed(jax.jit(loop), params, toks, pos, cache, repeats=repeats)
-  return sec / inner
+  make = lambda: (_cache_at(model, batch, context, cache_length),
+                  jnp.ones((batch, num_tokens), jnp.int32))
+  return carried_latency(step, params, make, inner=inner, repeats=repeats)
+
+
+def draft_latency(drafter, draft_params, target, target_params, prompts_tokens, prompts_lengths,
+                  cache_length: int, repeats: int = 20, inner: int = 4) -> float:
+  """Median seconds of one draft step (``drafter.draft`` or ``draft_tree`` plus
+  its ``commit``) after the prompts ``[B, P]`` were prefilled, inside a jitted
+  loop carrying the drafter state.  Every step commits only ``last`` (a
+  rejected draft), so the drafter returns to the same length each step as it
+  does in the loop; the first draft token is fed back as the next ``last`` and
+  ``q`` is reduced into the carry, so neither can be optimised away."""
+  from specjax.decoding.autoregressive import prefill
+  tokens, lengths = jnp.asarray(prompts_tokens), jnp.asarray(prompts_lengths)
+  b = tokens.shape[0]
+  t_cache, _, t_hidden = prefill(target, target_params, tokens, lengths, cache_length)
+  keys = jax.random.split(jax.random.key(0), b)
+  prev = jnp.take_along_axis(tokens, (lengths - 1)[:, None], 1)[:, 0]
+  n_sel = len(drafter.target_hidden_layers)
+  hid = (None if not n_sel else
+         jnp.zeros((n_sel, b, drafter.num_draft + 1, t_hidden.shape[-1]), t_hidden.dtype))
+
+  def step(dp, carry):
+    state, last, acc = carry
+    if drafter.tree:
+      tree, q, _, state = drafter.draft_tree(dp, state, prev, last, keys)
+      x = tree.tokens
+    else:
+      x, q, _, state = drafter.draft(dp, state, prev, last, keys)
+    committed = jnp.concatenate([last[:, None], x[:, :drafter.num_draft]], 1)
+    state = drafter.commit(state, t_cache.lengths, committed, jnp.ones((b,), jnp.int32), hid)
+    return state, x[:, 0], acc + jnp.sum(q)
+
+  make = lambda: (drafter.prefill(draft_params, tokens, lengths, cache_length, t_hidden),
+                  jnp.array(prev), jnp.float32(0))
+  return carried_latency(step, draft_params, make, inner=inner, repeats=repeats)
+

@@ -1,17 +1,27 @@
-"""Speculative vs target-only speed on the default models (issue 4).
+"""Speculative vs target-only speed, and where a loop iteration's time goes.
 
-For each (batch, temperature): tau, wall-clock speedup of
+For each (batch, temperature, drafter): tau, the wall-clock speedup of
 ``speculative_generate`` over ``generate`` measured side by side in this run
-(same prompts, EOS off so both emit exactly ``max_new_tokens`` per row,
-compilation excluded), per-call timings and the loop efficiency
+(same prompts and cache length, EOS off so both emit exactly
+``max_new_tokens`` per row, compilation excluded), and the loop breakdown:
 
-    ideal = tau * t_target(1) / (K * t_draft(1) + t_target(K + 1))
-    efficiency = measured speedup / ideal
+    iteration = (time(max_new_tokens) - time(1 token)) / loop iterations
+    draft     = one draft step (K tokens or a tree) + the drafter's commit
+    verify    = one target forward over K + 1 (or N + 1) tokens
+    overhead  = iteration - (draft + verify)
+    loop efficiency = (draft + verify) / iteration
 
-and, at batch 1 greedy, the same checkpoints through transformers assisted
-generation (outputs must be identical) with the specjax / transformers ratio.
+where the 1-token run is prefill plus the first token (no loop iteration), and
+draft and verify are each timed inside a jitted ``lax.fori_loop`` that carries
+(and donates) their cache, as the real loop runs them, with their cache writes
+(``benchmarks.common``: ``draft_latency``, ``forward_latency``).  Target-only
+``generate()`` gets the same breakdown against a bare 1-token forward.  At
+batch 1, greedy, the same checkpoints also run through transformers assisted
+generation (outputs must be identical) for the specjax / transformers ratio.
 
     python -m benchmarks.speculative            # defaults: batch 1,8; T 0,1; K 4
+    python -m benchmarks.speculative --target=smollm2-135m-instruct \
+        --random_draft_layers=1 --batch_sizes=1 --temperatures=0   # tau = 1: pure loop cost
 """
 
 from __future__ import annotations
@@ -23,11 +33,16 @@ from absl import app, flags
 import jax
 import numpy as np
 
-from benchmarks.common import forward_latency, timed
+from benchmarks.common import draft_latency, forward_latency, timed
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("target_dir", "", "HF checkpoint dir of the target (default: embedded target)")
 flags.DEFINE_string("draft_dir", "", "HF checkpoint dir of the draft (default: embedded draft)")
+flags.DEFINE_string("target", "", "registered model name, .gguf or HF dir for the target "
+                    "(specjax.models.registry.load_model; overrides --target_dir)")
+flags.DEFINE_integer("random_draft_layers", 0,
+                     "> 0: the draft LM is a random model of the target's architecture with "
+                     "this many layers (tau ~ 1: times the loop itself; overrides --draft_dir)")
 flags.DEFINE_list("batch_sizes", ["1", "8"], "batch sizes")
 flags.DEFINE_list("temperatures", ["0", "1"], "sampling temperatures")
 flags.DEFINE_integer("k", 4, "draft length K")
@@ -42,12 +57,23 @@ flags.DEFINE_string("output", "benchmarks/results/speculative.json", "JSON outpu
 
 
 def load_models():
+  """``(t_dir, d_dir, target, tp, draft, dp, tokenizer)``; a dir is None when the
+  model has no HF checkpoint directory (then there is no transformers peer)."""
   from specjax.models import defaults, hf
-  t_dir = FLAGS.target_dir or defaults.default_model_dir("target")
+  from specjax.models.transformer import Model
+  if FLAGS.target:
+    from specjax.models import registry
+    lm = registry.load_model(FLAGS.target)
+    t_dir, target, tp, tok = lm.hf_dir, lm.model, lm.params, lm.tokenizer
+  else:
+    t_dir = FLAGS.target_dir or defaults.default_model_dir("target")
+    target, tp = hf.load_pretrained(t_dir)
+    tok = hf.load_tokenizer(t_dir)
+  if FLAGS.random_draft_layers > 0:
+    draft = Model(target.config.replace(num_hidden_layers=FLAGS.random_draft_layers))
+    return t_dir, None, target, tp, draft, draft.init_params(jax.random.key(1)), tok
   d_dir = FLAGS.draft_dir or defaults.default_model_dir("draft")
-  target, tp = hf.load_pretrained(t_dir)
   draft, dp = hf.load_pretrained(d_dir)
-  tok = hf.load_tokenizer(t_dir)
   return t_dir, d_dir, target, tp, draft, dp, tok
 
 
@@ -82,7 +108,7 @@ def hf_assisted(t_dir, d_dir, prompts, max_new_tokens, k, repeats):
 
 
 def make_drafter(name, k, samp, draft, dp, target, tp):
-  """``(drafter, params, t_draft_step_fn_or_None)`` for a --drafters entry."""
+  """``(drafter, params)`` for a --drafters entry."""
   from specjax.decoding.drafters import LMDrafter
   if name == "lm_chain":
     return LMDrafter(k, samp, draft), dp
@@ -99,68 +125,111 @@ def make_drafter(name, k, samp, draft, dp, target, tp):
   raise ValueError(f"unknown drafter {name!r}")
 
 
+def _ms(sec: float) -> float:
+  return round(sec * 1e3, 3)
+
+
 def main(_):
   from experiments.prompts import load_eval_prompts
   from specjax import verifiers
   from specjax.decoding.autoregressive import generate
+  from specjax.decoding.prompts import prepare_prompts
   from specjax.decoding.sampling import SamplingConfig
   from specjax.decoding.speculative import speculative_generate
+  from specjax.models.transformer import Model
 
   t_dir, d_dir, target, tp, draft, dp, tok = load_models()
-  k, n_new = FLAGS.k, FLAGS.max_new_tokens
+  k, n_new, reps = FLAGS.k, FLAGS.max_new_tokens, FLAGS.repeats
   rows = []
   max_b = max(int(b) for b in FLAGS.batch_sizes)
   all_prompts = [list(p.ids) for p in load_eval_prompts(max_b, tokenizer=tok)]
+  lossless = verifiers.get("lossless")
   for b in map(int, FLAGS.batch_sizes):
     prompts = all_prompts[:b]
+    p_tokens, p_lengths = prepare_prompts(prompts, target.config.vocab_size)
     ctx = int(np.mean([len(p) for p in prompts])) + n_new // 2
-    cache_len = 128 + n_new + k + 1
+    drafters = {}
+    for temp in map(float, FLAGS.temperatures):
+      samp = SamplingConfig(temperature=temp)
+      for dname in FLAGS.drafters:
+        drafters[temp, dname] = make_drafter(dname, k, samp, draft, dp, target, tp)
+    # One cache length for every call of this batch size: attention reads all slots.
+    cache_len = 128 + n_new + max(d.tokens_per_step for d, _ in drafters.values())
     t1 = forward_latency(target, tp, b, 1, ctx, cache_len)
-    tk = forward_latency(target, tp, b, k + 1, ctx, cache_len)
-    d1 = forward_latency(draft, dp, b, 1, ctx, cache_len)
     for temp in map(float, FLAGS.temperatures):
       samp = SamplingConfig(temperature=temp)
       key = jax.random.key(0)
-      ar_sec, ar = timed(generate, target, tp, prompts, max_new_tokens=n_new, sampling=samp,
-                         key=key, eos_token_id=None, repeats=FLAGS.repeats)
+      gen = lambda m: generate(target, tp, prompts, max_new_tokens=m, sampling=samp, key=key,
+                               eos_token_id=None, cache_length=cache_len)
+      ar_sec, ar = timed(gen, n_new, repeats=reps)
+      ar_first, _ = timed(gen, 1, repeats=reps)
+      ar_step = (ar_sec - ar_first) / (n_new - 1)
       for dname in FLAGS.drafters:
-        drafter, dparams = make_drafter(dname, k, samp, draft, dp, target, tp)
-        sp_sec, sp = timed(speculative_generate, target, tp, drafter, dparams,
-                           verifiers.get("lossless"), prompts, max_new_tokens=n_new,
-                           sampling=samp, key=key, eos_token_id=None, repeats=FLAGS.repeats)
+        drafter, dparams = drafters[temp, dname]
+        spec = lambda m: speculative_generate(
+            target, tp, drafter, dparams, lossless, prompts, max_new_tokens=m, sampling=samp,
+            key=key, eos_token_id=None, cache_length=cache_len)
+        sp_sec, sp = timed(spec, n_new, repeats=reps)
+        sp_first, _ = timed(spec, 1, repeats=reps)
+        iters = int(np.max(sp.stats.target_calls))
+        it = (sp_sec - sp_first) / iters
+        t_target = target
+        if drafter.target_hidden_layers:
+          t_target = Model(target.config.replace(hidden_layers=tuple(drafter.target_hidden_layers)))
+        verify = forward_latency(t_target, tp, b, drafter.tokens_per_step, ctx, cache_len)
+        d_step = draft_latency(drafter, dparams, t_target, tp, p_tokens, p_lengths, cache_len)
         s = sp.stats.summary()
         speedup = ar_sec / sp_sec
         row = dict(batch=b, temperature=temp, drafter=dname, k=k, max_new_tokens=n_new,
-                   tau=s["tau"], target_only_s=ar_sec, speculative_s=sp_sec, speedup=speedup,
+                   cache_length=cache_len, tau=s["tau"], target_only_s=ar_sec,
+                   speculative_s=sp_sec, speedup=speedup,
                    tokens_per_s_target_only=b * n_new / ar_sec,
                    tokens_per_s_speculative=b * n_new / sp_sec,
-                   greedy_identical=(sp.to_lists() == ar.to_lists()) if temp == 0 else None)
-        if dname == "lm_chain":  # per-call timings of the draft LM: loop efficiency
-          ideal = s["tau"] * t1 / (k * d1 + tk)
-          row.update(t_target_1=t1, t_target_k1=tk, t_draft_1=d1, ideal_speedup=ideal,
-                     loop_efficiency=speedup / ideal)
-        if temp == 0 and b == 1 and FLAGS.hf_peer and dname == "lm_chain":
-          hf_sec, hf_out = hf_assisted(t_dir, d_dir, prompts, n_new, k, FLAGS.repeats)
+                   greedy_identical=(sp.to_lists() == ar.to_lists()) if temp == 0 else None,
+                   # target-only generate(): one loop step vs a bare 1-token forward
+                   t_target_1_ms=_ms(t1), generate_step_ms=_ms(ar_step),
+                   generate_overhead_ms=_ms(ar_step - t1),
+                   generate_overhead_share=(ar_step - t1) / t1,
+                   generate_loop_efficiency=t1 / ar_step,
+                   # speculative: one loop iteration vs its draft + verify pieces
+                   iterations=iters, iteration_ms=_ms(it), draft_ms=_ms(d_step),
+                   verify_ms=_ms(verify), overhead_ms=_ms(it - d_step - verify),
+                   overhead_share_of_verify=(it - d_step - verify) / verify,
+                   loop_efficiency=(d_step + verify) / it, iteration_over_verify=it / verify)
+        if temp == 0 and b == 1 and FLAGS.hf_peer and dname == "lm_chain" and t_dir and d_dir:
+          hf_sec, hf_out = hf_assisted(t_dir, d_dir, prompts, n_new, k, reps)
           row.update(hf_assisted_s=hf_sec, hf_identical=hf_out == sp.to_lists(),
                      specjax_over_hf_speed=hf_sec / sp_sec)
         rows.append(row)
         print(json.dumps({kk: (round(v, 4) if isinstance(v, float) else v)
                           for kk, v in row.items()}), flush=True)
   print()
-  print("| drafter | batch | T | tau | target-only tok/s | speculative tok/s | speedup | ideal | "
-        "loop eff. | specjax/HF assisted |")
-  print("|---|---|---|---|---|---|---|---|---|---|")
+  print("| drafter | batch | T | tau | target-only tok/s | speculative tok/s | speedup | "
+        "specjax/HF assisted |")
+  print("|---|---|---|---|---|---|---|---|")
   for r in rows:
     hf_ratio = f"{r['specjax_over_hf_speed']:.1f}x (identical={r['hf_identical']})" \
         if "specjax_over_hf_speed" in r else "-"
-    ideal = f"{r['ideal_speedup']:.2f}" if "ideal_speedup" in r else "-"
-    eff = f"{r['loop_efficiency']:.2f}" if "loop_efficiency" in r else "-"
     print(f"| {r['drafter']} | {r['batch']} | {r['temperature']:g} | {r['tau']:.2f} | "
           f"{r['tokens_per_s_target_only']:.0f} | {r['tokens_per_s_speculative']:.0f} | "
-          f"{r['speedup']:.2f} | {ideal} | {eff} | {hf_ratio} |")
+          f"{r['speedup']:.2f} | {hf_ratio} |")
+  print()
+  print("| drafter | batch | T | iteration ms | draft ms | verify ms | overhead ms "
+        "(share of verify) | loop eff. | generate step ms | 1-token fwd ms | generate overhead "
+        "ms (share) | generate eff. |")
+  print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+  for r in rows:
+    print(f"| {r['drafter']} | {r['batch']} | {r['temperature']:g} | {r['iteration_ms']:.2f} | "
+          f"{r['draft_ms']:.2f} | {r['verify_ms']:.2f} | {r['overhead_ms']:.2f} "
+          f"({r['overhead_share_of_verify']:.0%}) | {r['loop_efficiency']:.2f} | "
+          f"{r['generate_step_ms']:.2f} | {r['t_target_1_ms']:.2f} | "
+          f"{r['generate_overhead_ms']:.2f} ({r['generate_overhead_share']:.0%}) | "
+          f"{r['generate_loop_efficiency']:.2f} |")
   os.makedirs(os.path.dirname(FLAGS.output) or ".", exist_ok=True)
   with open(FLAGS.output, "w") as f:
-    json.dump(dict(target=t_dir, draft=d_dir, devices=str(jax.devices()), rows=rows), f, indent=2)
+    json.dump(dict(target=t_dir or FLAGS.target, draft=d_dir or
+                   f"random {FLAGS.random_draft_layers}-layer", devices=str(jax.devices()),
+                   rows=rows), f, indent=2)
 
 
 if __name__ == "__main__":
