@@ -21,22 +21,52 @@ def timed(fn, *args, repeats: int = 3, **kwargs):
   return float(np.median(times)), out
 
 
-def carried_latency(step, args, make_carry, inner: int = 8, repeats: int = 10) -> float:
-  """Median seconds of one ``carry = step(args, carry)``, measured as the decode
+def carried_timer(step, args, make_carry, inner: int = 8):
+  """A compiled timer for ``carry = step(args, carry)``, measured as the decode
   loops run it: ``inner`` steps inside one jitted ``lax.fori_loop`` that carries
   (and donates) the state, so cache writes stay in place and nothing the next
-  step reads can be optimised away.  ``make_carry()`` builds a fresh carry for
-  every call (outside the timer)."""
+  step reads can be optimised away.  Returns ``once() -> seconds per step``;
+  ``make_carry()`` builds a fresh carry for every call (outside the timer)."""
   loop = jax.jit(lambda a, c: jax.lax.fori_loop(0, inner, lambda _, cc: step(a, cc), c),
                  donate_argnums=(1,))
   jax.block_until_ready(loop(args, make_carry()))
-  times = []
-  for _ in range(repeats):
+
+  def once() -> float:
     c = jax.block_until_ready(make_carry())
     t0 = time.perf_counter()
     jax.block_until_ready(loop(args, c))
-    times.append(time.perf_counter() - t0)
-  return float(np.median(times)) / inner
+    return (time.perf_counter() - t0) / inner
+  return once
+
+
+def call_timer(fn, *args, **kwargs):
+  """A warmed-up timer for ``fn(*args, **kwargs)``: ``once() -> seconds``
+  (blocks on every output array)."""
+  jax.block_until_ready(fn(*args, **kwargs))
+
+  def once() -> float:
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn(*args, **kwargs))
+    return time.perf_counter() - t0
+  return once
+
+
+def interleaved_medians(timers: dict, rounds: int) -> dict:
+  """``{name: median seconds}`` of ``rounds`` calls of every ``once()`` timer,
+  run round-robin (name a, b, c, a, b, c, ...) so that every measurement sees
+  the same background load; on a shared machine this keeps *differences*
+  between the timers meaningful."""
+  times = {name: [] for name in timers}
+  for _ in range(rounds):
+    for name, once in timers.items():
+      times[name].append(once())
+  return {name: float(np.median(t)) for name, t in times.items()}
+
+
+def carried_latency(step, args, make_carry, inner: int = 8, repeats: int = 10) -> float:
+  """Median seconds of one step of :func:`carried_timer` over ``repeats`` calls."""
+  once = carried_timer(step, args, make_carry, inner)
+  return float(np.median([once() for _ in range(repeats)]))
 
 
 def _cache_at(model, batch: int, context: int, cache_length: int):
@@ -44,12 +74,11 @@ def _cache_at(model, batch: int, context: int, cache_length: int):
   return kvc.commit(model.init_cache(batch, cache_length), jnp.full((batch,), context, jnp.int32))
 
 
-def forward_latency(model, params, batch: int, num_tokens: int, context: int,
-                    cache_length: int, repeats: int = 20, inner: int = 4,
-                    attn_mask=None) -> float:
-  """Median seconds of one forward over ``num_tokens`` new tokens per row with
-  ``context`` committed tokens in a cache of ``cache_length`` slots, measured as
-  the decode loops run it (:func:`carried_latency`): each forward writes its
+def forward_timer(model, params, batch: int, num_tokens: int, context: int,
+                  cache_length: int, inner: int = 4, attn_mask=None):
+  """Timer (``once() -> seconds``) of one forward over ``num_tokens`` new tokens
+  per row with ``context`` committed tokens in a cache of ``cache_length``
+  slots, measured as the decode loops run it (:func:`carried_timer`): each forward writes its
   tokens in place at the same slots, as an uncommitted speculative step does,
   and feeds its argmax back, so neither the cache write nor the logits can be
   optimised away.  ``attn_mask [B, T, T]`` (a tree's ancestor mask) is passed on."""
@@ -62,12 +91,20 @@ def forward_latency(model, params, batch: int, num_tokens: int, context: int,
 
   make = lambda: (_cache_at(model, batch, context, cache_length),
                   jnp.ones((batch, num_tokens), jnp.int32))
-  return carried_latency(step, params, make, inner=inner, repeats=repeats)
+  return carried_timer(step, params, make, inner=inner)
 
 
-def draft_latency(drafter, draft_params, target, target_params, prompts_tokens, prompts_lengths,
-                  cache_length: int, repeats: int = 20, inner: int = 4) -> float:
-  """Median seconds of one draft step (``drafter.draft`` or ``draft_tree`` plus
+def forward_latency(model, params, batch: int, num_tokens: int, context: int,
+                    cache_length: int, repeats: int = 20, inner: int = 4,
+                    attn_mask=None) -> float:
+  """Median seconds of :func:`forward_timer` over ``repeats`` calls."""
+  once = forward_timer(model, params, batch, num_tokens, context, cache_length, inner, attn_mask)
+  return float(np.median([once() for _ in range(repeats)]))
+
+
+def draft_timer(drafter, draft_params, target, target_params, prompts_tokens, prompts_lengths,
+                cache_length: int, inner: int = 4):
+  """Timer (``once() -> seconds``) of one draft step (``drafter.draft`` or ``draft_tree`` plus
   its ``commit``) after the prompts ``[B, P]`` were prefilled, inside a jitted
   loop carrying the drafter state.  Every step commits only ``last`` (a
   rejected draft), so the drafter returns to the same length each step as it
@@ -96,5 +133,5 @@ def draft_latency(drafter, draft_params, target, target_params, prompts_tokens, 
 
   make = lambda: (drafter.prefill(draft_params, tokens, lengths, cache_length, t_hidden),
                   jnp.array(prev), jnp.float32(0))
-  return carried_latency(step, draft_params, make, inner=inner, repeats=repeats)
+  return carried_timer(step, draft_params, make, inner=inner)
 

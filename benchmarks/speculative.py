@@ -33,7 +33,7 @@ from absl import app, flags
 import jax
 import numpy as np
 
-from benchmarks.common import draft_latency, forward_latency, timed
+from benchmarks.common import call_timer, draft_timer, forward_timer, interleaved_medians
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("target_dir", "", "HF checkpoint dir of the target (default: embedded target)")
@@ -47,7 +47,8 @@ flags.DEFINE_list("batch_sizes", ["1", "8"], "batch sizes")
 flags.DEFINE_list("temperatures", ["0", "1"], "sampling temperatures")
 flags.DEFINE_integer("k", 4, "draft length K")
 flags.DEFINE_integer("max_new_tokens", 64, "tokens generated per row")
-flags.DEFINE_integer("repeats", 3, "timed repetitions (median)")
+flags.DEFINE_integer("repeats", 7, "timed rounds (median; every timer runs once per "
+                     "round, round-robin)")
 flags.DEFINE_list("drafters", ["lm_chain"],
                   "lm_chain (independent draft LM), eagle1_chain, eagle3_chain, "
                   "eagle3_tree:N / eagle1_tree:N (EAGLE-2 dynamic tree with N nodes, depth K, "
@@ -155,29 +156,34 @@ def main(_):
         drafters[temp, dname] = make_drafter(dname, k, samp, draft, dp, target, tp)
     # One cache length for every call of this batch size: attention reads all slots.
     cache_len = 128 + n_new + max(d.tokens_per_step for d, _ in drafters.values())
-    t1 = forward_latency(target, tp, b, 1, ctx, cache_len)
+    fwd1 = forward_timer(target, tp, b, 1, ctx, cache_len)
     for temp in map(float, FLAGS.temperatures):
       samp = SamplingConfig(temperature=temp)
       key = jax.random.key(0)
       gen = lambda m: generate(target, tp, prompts, max_new_tokens=m, sampling=samp, key=key,
                                eos_token_id=None, cache_length=cache_len)
-      ar_sec, ar = timed(gen, n_new, repeats=reps)
-      ar_first, _ = timed(gen, 1, repeats=reps)
-      ar_step = (ar_sec - ar_first) / (n_new - 1)
+      ar = gen(n_new)
       for dname in FLAGS.drafters:
         drafter, dparams = drafters[temp, dname]
         spec = lambda m: speculative_generate(
             target, tp, drafter, dparams, lossless, prompts, max_new_tokens=m, sampling=samp,
             key=key, eos_token_id=None, cache_length=cache_len)
-        sp_sec, sp = timed(spec, n_new, repeats=reps)
-        sp_first, _ = timed(spec, 1, repeats=reps)
-        iters = int(np.max(sp.stats.target_calls))
-        it = (sp_sec - sp_first) / iters
+        sp = spec(n_new)
         t_target = target
         if drafter.target_hidden_layers:
           t_target = Model(target.config.replace(hidden_layers=tuple(drafter.target_hidden_layers)))
-        verify = forward_latency(t_target, tp, b, drafter.tokens_per_step, ctx, cache_len)
-        d_step = draft_latency(drafter, dparams, t_target, tp, p_tokens, p_lengths, cache_len)
+        # Every timer runs round-robin with the others (same background load).
+        med = interleaved_medians(dict(
+            gen=call_timer(gen, n_new), gen_first=call_timer(gen, 1),
+            spec=call_timer(spec, n_new), spec_first=call_timer(spec, 1), fwd1=fwd1,
+            verify=forward_timer(t_target, tp, b, drafter.tokens_per_step, ctx, cache_len),
+            draft=draft_timer(drafter, dparams, t_target, tp, p_tokens, p_lengths, cache_len)),
+            rounds=reps)
+        ar_sec, sp_sec, t1, verify, d_step = (med["gen"], med["spec"], med["fwd1"],
+                                              med["verify"], med["draft"])
+        ar_step = (ar_sec - med["gen_first"]) / (n_new - 1)
+        iters = int(np.max(sp.stats.target_calls))
+        it = (sp_sec - med["spec_first"]) / iters
         s = sp.stats.summary()
         speedup = ar_sec / sp_sec
         row = dict(batch=b, temperature=temp, drafter=dname, k=k, max_new_tokens=n_new,
