@@ -137,23 +137,37 @@ def process_logits(logits: jax.Array, cfg: SamplingConfig) -> jax.Array:
   return x
 
 
+def argmax(x: jax.Array) -> jax.Array:
+  """``jnp.argmax(x, axis=-1)`` (the first maximum) as two plain reductions: the
+  maximum, then the smallest index holding it.  The same index for NaN-free
+  ``x`` (a NaN row gives V - 1); XLA:CPU runs ``jnp.argmax``'s variadic
+  reduction about 7x slower over a 49k vocabulary.  int32 ``[...]``."""
+  v = x.shape[-1]
+  top = jnp.max(x, axis=-1, keepdims=True)
+  first = jnp.min(jnp.where(x == top, jnp.arange(v, dtype=jnp.int32), v), axis=-1)
+  return jnp.minimum(first, v - 1)
+
+
 def probs_from_logits(logits: jax.Array, cfg: SamplingConfig) -> jax.Array:
   """The distribution tokens are drawn from: one-hot argmax at T = 0, else
   softmax of the processed logits. ``[..., V]`` float32."""
   if cfg.greedy:
-    return jax.nn.one_hot(jnp.argmax(logits, axis=-1), logits.shape[-1], dtype=jnp.float32)
+    return jax.nn.one_hot(argmax(logits), logits.shape[-1], dtype=jnp.float32)
   return jax.nn.softmax(process_logits(logits, cfg), axis=-1)
 
 
 def sample_from_probs(key: jax.Array, probs: jax.Array) -> jax.Array:
-  """Draw one token per row from ``probs [..., V]`` (zeros never drawn). int32 ``[...]``."""
+  """Draw one token per row from ``probs [..., V]`` (zeros never drawn). int32 ``[...]``.
+
+  ``jax.random.categorical(key, log probs, axis=-1)`` (the Gumbel-max trick with
+  the same Gumbel draws, so the same tokens), with :func:`argmax`."""
   logp = jnp.where(probs > 0, jnp.log(jnp.where(probs > 0, probs, 1.0)), NEG_INF)
-  return jax.random.categorical(key, logp, axis=-1).astype(jnp.int32)
+  return argmax(jax.random.gumbel(key, logp.shape, logp.dtype) + logp)
 
 
 def sample_logits(key: jax.Array, logits: jax.Array, cfg: SamplingConfig):
   """Sample from raw ``logits [..., V]`` under ``cfg``. Returns (tokens [...], probs [..., V])."""
   probs = probs_from_logits(logits, cfg)
   if cfg.greedy:
-    return jnp.argmax(logits, axis=-1).astype(jnp.int32), probs
+    return argmax(logits), probs
   return sample_from_probs(key, probs), probs
