@@ -83,6 +83,7 @@ def forward_timer(model, params, batch: int, num_tokens: int, context: int,
   and feeds its argmax back, so neither the cache write nor the logits can be
   optimised away.  ``attn_mask [B, T, T]`` (a tree's ancestor mask) is passed on."""
   pos = context + jnp.broadcast_to(jnp.arange(num_tokens), (batch, num_tokens))
+  params = model.decode_params(params)  # as the decode loops run their forwards
 
   def step(p, carry):
     c, t = carry
@@ -133,5 +134,5 @@ def draft_timer(drafter, draft_params, target, target_params, prompts_tokens, pr
 
   make = lambda: (drafter.prefill(draft_params, tokens, lengths, cache_length, t_hidden),
                   jnp.array(prev), jnp.float32(0))
-  return carried_timer(step, draft_params, make, inner=inner)
+  return carried_timer(step, drafter.decode_params(draft_params), make, inner=inner)
 

@@ -79,6 +79,7 @@ def _generate(model: Model, params, sampling: SamplingConfig, tokens, lengths, k
   out = jnp.zeros((b, max_new_tokens), jnp.int32).at[:, 0].set(first)
   n = jnp.ones((b,), jnp.int32)
   reason = jnp.where(is_eos(first, eos), EOS, jnp.where(n >= max_new_tokens, MAX_TOKENS, RUNNING))
+  step_params = model.decode_params(params)  # once, not per step (Model.decode_params)
 
   def cond(s):
     return jnp.any(s[3] == RUNNING)
@@ -86,7 +87,7 @@ def _generate(model: Model, params, sampling: SamplingConfig, tokens, lengths, k
   def body(s):
     cache, out, n, reason, last, step, calls = s
     active = reason == RUNNING
-    o = model.apply(params, last[:, None], cache.lengths[:, None], cache)
+    o = model.apply(step_params, last[:, None], cache.lengths[:, None], cache)
     cache = kvc.commit(o.cache, active.astype(jnp.int32))
     tok, _ = jax.vmap(lambda k, l: sample_logits(k, l, sampling))(
         row_key(key, row_ids, step), o.logits[:, 0])

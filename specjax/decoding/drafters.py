@@ -101,6 +101,11 @@ class Drafter(Hyperparams):
   def prefill(self, params, tokens, lengths, cache_length: int, target_hidden=None) -> Any:
     raise NotImplementedError
 
+  def decode_params(self, params):
+    """The params ``draft`` / ``draft_tree`` get inside the loop, made once after
+    ``prefill`` (e.g. :meth:`Model.decode_params`); default ``params``."""
+    return params
+
   def draft(self, params, state, prev, last, keys):
     raise NotImplementedError
 
@@ -137,6 +142,9 @@ class LMDrafter(Drafter):
   @property
   def vocab_size(self) -> int:
     return self.model.config.vocab_size
+
+  def decode_params(self, params):
+    return self.model.decode_params(params)
 
   def prefill(self, params, tokens, lengths, cache_length: int, target_hidden=None
               ) -> kvc.KVCache:

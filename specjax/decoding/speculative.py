@@ -188,6 +188,9 @@ def speculative_core(target: Model, drafter: Drafter, verifier: NodeRule, policy
   first, _ = jax.vmap(lambda kk, l: sample_logits(kk, l, sampling))(
       row_key(key, row_ids, 0), logits)
   d_state = drafter.prefill(draft_params, tokens, lengths, cache_length, t_hidden)
+  # The loop's forwards read params prepared once (Model.decode_params).
+  target_params = target.decode_params(target_params)
+  draft_params = drafter.decode_params(draft_params)
   p_state = None if policy is None else policy.init(policy_params, tokens, lengths, cache_length)
   prev = jnp.take_along_axis(tokens, (lengths - 1)[:, None], 1)[:, 0]
   out = jnp.zeros((b, width), jnp.int32)
