@@ -211,3 +211,14 @@ def test_array_prompts_equal_list_prompts(no_eos):
   lens = np.array([len(p) for p in PROMPTS], np.int32)
   res = generate(MODEL, PARAMS, (toks, lens), max_new_tokens=N_NEW, eos_token_id=None)
   assert res.to_lists() == no_eos.to_lists()
+
+
+def test_prepared_decode_params(no_eos):
+  """Params prepared once with Model.decode_params are accepted and give the same tokens."""
+  out = generate(MODEL, MODEL.decode_params(PARAMS), PROMPTS, max_new_tokens=N_NEW,
+                 eos_token_id=None)
+  np.testing.assert_array_equal(np.asarray(out.tokens), np.asarray(no_eos.tokens))
+  bad = MODEL.decode_params(PARAMS)
+  bad = {**bad, "layers": bad["layers"][:1]}
+  with pytest.raises(ValueError, match="do not fit"):
+    generate(MODEL, bad, PROMPTS, max_new_tokens=2)

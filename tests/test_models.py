@@ -86,6 +86,27 @@ def test_hidden_states_logits_index_and_head():
                         ).hidden_states is None
 
 
+def test_decode_params_forward_is_the_scanned_forward():
+  """Model.decode_params (CPU: per-layer trees, unrolled) gives the scanned forward's
+  values exactly: logits, hidden states and cache, with and without a tree mask
+  and logits_index, for tied and untied heads."""
+  from specjax.models import kv_cache as kvc
+  for tie in (True, False):
+    model = Model(ModelConfig(**TINY, hidden_layers=(0, 2), tie_word_embeddings=tie))
+    params = _random_params(model)
+    dec = model.decode_params(params)
+    assert isinstance(dec["layers"], tuple) and len(dec["layers"]) == 2
+    assert model.decode_params(dec) is dec
+    toks = jnp.asarray(np.random.RandomState(1).randint(0, 64, (2, 4)), jnp.int32)
+    cache = kvc.commit(model.init_cache(2, 12), jnp.array([3, 5]))
+    pos = cache.lengths[:, None] + jnp.arange(4)
+    mask = jnp.broadcast_to(jnp.tril(jnp.ones((4, 4), bool)).at[3, 1].set(False), (2, 4, 4))
+    for attn_mask, idx in ((None, None), (mask, jnp.array([[1], [3]]))):
+      run = jax.jit(lambda p, m=attn_mask, i=idx: model.apply(p, toks, pos, cache, m, i))
+      for a, b in zip(jax.tree.leaves(run(params)), jax.tree.leaves(run(dec))):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
 def test_rows_are_independent():
   """A row's logits do not depend on the other rows of the batch."""
   model = Model(ModelConfig(**TINY))

@@ -18,6 +18,7 @@ import functools
 import warnings
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from specjax.checks import ArgumentTypeError
@@ -49,6 +50,12 @@ def check_model_params(name: str, model, params) -> None:
     raise ArgumentTypeError(f"{name}_params is a Model; pass the params pytree (e.g. from "
                     f"load_pretrained) after the model")
   want = _expected_shapes(model)
+  if isinstance(params, dict) and isinstance(params.get("layers"), tuple) and params["layers"]:
+    # Model.decode_params form: per-layer trees, checked as the stack they came from.
+    layers = params["layers"]
+    params = {**params, "layers": jax.tree.map(
+        lambda leaf: jax.ShapeDtypeStruct((len(layers),) + tuple(np.shape(leaf)), jnp.float32),
+        layers[0])}
   try:
     leaves = jax.tree_util.tree_flatten_with_path(params)[0]
   except Exception:  # noqa: BLE001  (any unflattenable object)
