@@ -23,19 +23,26 @@ def timed(fn, *args, repeats: int = 3, **kwargs):
 
 def carried_timer(step, args, make_carry, inner: int = 8):
   """A compiled timer for ``carry = step(args, carry)``, measured as the decode
-  loops run it: ``inner`` steps inside one jitted ``lax.fori_loop`` that carries
-  (and donates) the state, so cache writes stay in place and nothing the next
-  step reads can be optimised away.  Returns ``once() -> seconds per step``;
-  ``make_carry()`` builds a fresh carry for every call (outside the timer)."""
-  loop = jax.jit(lambda a, c: jax.lax.fori_loop(0, inner, lambda _, cc: step(a, cc), c),
+  loops run it: steps inside one jitted ``lax.fori_loop`` that carries (and
+  donates) the state, so cache writes stay in place and nothing the next step
+  reads can be optimised away.  Returns ``once() -> seconds per step``: the
+  time of ``1 + inner`` steps minus that of 1 step (two calls of one compiled
+  loop, the trip count is traced), over ``inner`` -- the marginal cost of a
+  step, without the call's dispatch and argument handling, as the decode
+  loops' per-iteration times are.  ``make_carry()`` builds a fresh carry for
+  every call (outside the timer)."""
+  loop = jax.jit(lambda a, c, n: jax.lax.fori_loop(0, n, lambda _, cc: step(a, cc), c),
                  donate_argnums=(1,))
-  jax.block_until_ready(loop(args, make_carry()))
+  jax.block_until_ready(loop(args, make_carry(), 1))
 
-  def once() -> float:
+  def run(n: int) -> float:
     c = jax.block_until_ready(make_carry())
     t0 = time.perf_counter()
-    jax.block_until_ready(loop(args, c))
-    return (time.perf_counter() - t0) / inner
+    jax.block_until_ready(loop(args, c, n))
+    return time.perf_counter() - t0
+
+  def once() -> float:
+    return (run(1 + inner) - run(1)) / inner
   return once
 
 
@@ -75,7 +82,7 @@ def _cache_at(model, batch: int, context: int, cache_length: int):
 
 
 def forward_timer(model, params, batch: int, num_tokens: int, context: int,
-                  cache_length: int, inner: int = 4, attn_mask=None):
+                  cache_length: int, inner: int = 8, attn_mask=None):
   """Timer (``once() -> seconds``) of one forward over ``num_tokens`` new tokens
   per row with ``context`` committed tokens in a cache of ``cache_length``
   slots, measured as the decode loops run it (:func:`carried_timer`): each forward writes its
@@ -104,7 +111,7 @@ def forward_latency(model, params, batch: int, num_tokens: int, context: int,
 
 
 def draft_timer(drafter, draft_params, target, target_params, prompts_tokens, prompts_lengths,
-                cache_length: int, inner: int = 4):
+                cache_length: int, inner: int = 8):
   """Timer (``once() -> seconds``) of one draft step (``drafter.draft`` or ``draft_tree`` plus
   its ``commit``) after the prompts ``[B, P]`` were prefilled, inside a jitted
   loop carrying the drafter state.  Every step commits only ``last`` (a

@@ -14,7 +14,10 @@ For each (batch, temperature, drafter): tau, the wall-clock speedup of
 where the 1-token run is prefill plus the first token (no loop iteration), and
 draft and verify are each timed inside a jitted ``lax.fori_loop`` that carries
 (and donates) their cache, as the real loop runs them, with their cache writes
-(``benchmarks.common``: ``draft_latency``, ``forward_latency``).  Target-only
+and on the params the loop uses (``benchmarks.common``: ``draft_timer``,
+``forward_timer``; marginal cost: 1 + n steps minus 1 step, over n).  Every
+timer runs once per round, round-robin, and reports the median over
+``--repeats`` rounds, so all see the same background load.  Target-only
 ``generate()`` gets the same breakdown against a bare 1-token forward.  At
 batch 1, greedy, the same checkpoints also run through transformers assisted
 generation (outputs must be identical) for the specjax / transformers ratio.
