@@ -237,3 +237,19 @@ def test_tree_lossless_reproduces_target_distribution(pair):
   probs = np.asarray(teacher_forced_probs(target, tp, prompt, out.tokens, samp))
   z = _martingale_z(np.asarray(out.tokens)[:, 1:], probs[:, 1:], np.asarray(out.lengths) - 1)
   assert np.abs(z).max() < 4.5, z
+
+
+def test_prepared_decode_params(pair):
+  """Target and draft params prepared once with Model.decode_params (per-layer trees)
+  give the same tokens and statistics as the stored (stacked) params, greedy and sampled."""
+  target, tp, draft, dp = pair
+  prompts = _ragged_prompts(3, 32, seed=5)
+  for samp in (GREEDY, SamplingConfig(temperature=1.0)):
+    drafter = LMDrafter(3, samp, draft)
+    run = lambda t_params, d_params: speculative_generate(
+        target, t_params, drafter, d_params, verifiers.get("lossless"), prompts,
+        max_new_tokens=10, sampling=samp, key=jax.random.key(3), eos_token_id=None)
+    a = run(tp, dp)
+    b = run(target.decode_params(tp), draft.decode_params(dp))
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+      np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
