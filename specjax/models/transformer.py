@@ -221,7 +221,7 @@ class Model:
     """Pure forward pass; see the module docstring for shapes.  ``params`` as
     stored (the layer stack scanned), or from :meth:`decode_params` (a tuple of
     per-layer trees: the layers unrolled, same values)."""
-    if isinstance(params["layers"], tuple):
+    if isinstance(params, dict) and isinstance(params.get("layers"), tuple):
       return self._apply_unrolled(params, tokens, positions, cache, attn_mask, logits_index)
     return self.module.apply({"params": params}, tokens, positions, cache, attn_mask,
                              logits_index)
