@@ -71,7 +71,7 @@ def resolve(target_name: str, kind_or_path: str) -> str:
   return kind_or_path
 
 
-def _read_config(path: str) -> dict:
+def read_config(path: str) -> dict:
   f = os.path.join(path, hf.CONFIG_FILE)
   if not os.path.isfile(f):
     raise FileNotFoundError(f"missing file: {f}")
@@ -111,7 +111,7 @@ def load_draft(path: str, target: Model, target_params, *, target_sha256: Option
   """``(Model, params)`` of a draft saved by :func:`save_draft`, its shared tensors
   taken from ``target_params``. Refuses a draft trained for another target
   (``target_sha256`` None skips that check) or one whose shapes do not fit."""
-  d = _read_config(path)
+  d = read_config(path)
   eagle.check_target_sha256(d, target_sha256, path, what="draft LM")
   shared = list(d.get(SHARED_KEY, []))
   cfg = hf.config_from_hf(d, dtype=dtype, param_dtype=dtype,
