@@ -53,7 +53,7 @@ def _loop_outputs() -> dict:
 
   from specjax import verifiers
   from specjax.decoding.drafters import LMDrafter, LMTreeDrafter
-  from specjax.decoding.sampling import SamplingConfig
+  from specjax.distributions import SamplingConfig
   from specjax.decoding.speculative import speculative_generate
   from tests.helpers import tiny_pair
 
@@ -90,7 +90,7 @@ def _eagle_outputs() -> dict:
 
   from specjax import verifiers
   from specjax.decoding.eagle_drafter import EagleDrafter
-  from specjax.decoding.sampling import SamplingConfig
+  from specjax.distributions import SamplingConfig
   from specjax.decoding.speculative import speculative_generate
   from specjax.models import eagle
   from specjax.models.config import ModelConfig
@@ -131,7 +131,7 @@ def _sv_outputs() -> dict:
 
   from specjax import verifiers
   from specjax.decoding.drafters import LMDrafter
-  from specjax.decoding.sampling import SamplingConfig
+  from specjax.distributions import SamplingConfig
   from specjax.decoding.speculative import speculative_generate
   from specjax.policies import SpeculativeVerification
   from specjax.policies.calibration import CalibrationTable
@@ -166,7 +166,7 @@ def _math_outputs() -> dict:
 
   from specjax import analysis, verifiers
   from specjax.analysis import margins, propositions
-  from specjax.decoding import sampling
+  from specjax import distributions as sampling
 
   out = {}
   z, p = propositions.gaussian_logit_contexts(jax.random.key(0), 6, 24, scale=2.0, shift=3.0)
