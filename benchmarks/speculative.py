@@ -103,7 +103,7 @@ def main(_):
   from experiments.prompts import load_eval_prompts
   from specjax import verifiers
   from specjax.decoding.autoregressive import generate
-  from specjax.decoding.sampling import SamplingConfig
+  from specjax.distributions import SamplingConfig
   from specjax.decoding.speculative import speculative_generate
 
   t_dir, d_dir, target, tp, draft, dp, tok = load_models()

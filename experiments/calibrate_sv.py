@@ -87,7 +87,7 @@ def run(c) -> dict:
 
   from specjax import verifiers
   from specjax.decoding.drafters import LMDrafter
-  from specjax.decoding.sampling import SamplingConfig
+  from specjax.distributions import SamplingConfig
   from specjax.policies import calibration as cal
   from specjax.policies import latency as lat_lib
   from specjax.policies.sv import SpeculativeVerification, uninformative_table

@@ -305,7 +305,7 @@ def load_context(c) -> Context:
 
 
 def _sampling(t: float):
-  from specjax.decoding.sampling import SamplingConfig
+  from specjax.distributions import SamplingConfig
   return SamplingConfig(temperature=float(t))
 
 

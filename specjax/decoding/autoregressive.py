@@ -18,7 +18,7 @@ from specjax.checks import ArgumentTypeError, check_int, check_key
 from specjax.decoding.arguments import check_model_params, check_position_range
 from specjax.decoding.prompts import (eos_tuple, is_eos, prepare_prompts,
                                       resolve_cache_length)
-from specjax.decoding.sampling import SamplingConfig, sample_logits
+from specjax.distributions import SamplingConfig, sample_logits
 from specjax.models import kv_cache as kvc
 from specjax.models.transformer import Model
 

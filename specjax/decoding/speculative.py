@@ -26,7 +26,7 @@ from specjax.decoding.arguments import (check_model_params, check_position_range
 from specjax.decoding.drafters import Drafter
 from specjax.decoding.prompts import (eos_tuple, is_eos, prepare_prompts,
                                       resolve_cache_length)
-from specjax.decoding.sampling import SamplingConfig, probs_from_logits, sample_logits
+from specjax.distributions import SamplingConfig, probs_from_logits, sample_logits
 from specjax.models import kv_cache as kvc
 from specjax.models.transformer import Model
 from specjax.decoding.tree import ancestor_mask, with_root

@@ -27,7 +27,7 @@ import numpy as np
 from specjax.decoding.autoregressive import prefill, row_key
 from specjax.decoding.drafters import Drafter
 from specjax.decoding.prompts import eos_tuple, prepare_prompts
-from specjax.decoding.sampling import SamplingConfig, probs_from_logits, sample_logits
+from specjax.distributions import SamplingConfig, probs_from_logits, sample_logits
 from specjax.models import kv_cache as kvc
 from specjax.models.transformer import Model
 from specjax.policies.sv import SpeculativeVerification
