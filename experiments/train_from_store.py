@@ -6,6 +6,9 @@ batch; export it.
   python -m experiments.train_from_store --config=experiments/configs/from_store.py:eagle1
   python -m experiments.train_from_store --config=experiments/configs/from_store.py:draft \
       [--config.train.num_steps=N] [--config.train.time_budget_s=S] [--config.workdir=DIR]
+  # export the latest checkpoint of a run (e.g. a copied snapshot) without training:
+  python -m experiments.train_from_store --config=...:eagle3 --config.workdir=DIR \
+      --config.train.export_only=True
 
 The target is loaded for its identity (file sha256, checked against the
 store's), its embedding / LM head (heads) or its weights (the draft LM's init)
@@ -169,7 +172,13 @@ def run(c) -> dict:
                                        workdir, record=record, progress=c.train.progress)
   logging.info("%s from %s: %d train windows (%d shards), %d held-out", c.kind, store.dir,
                train.num_windows, train.num_shards, heldout.num_windows if heldout else 0)
-  trainer.train(time_budget_s=c.train.time_budget_s or None)
+  if c.train.export_only:  # export (and evaluate) the latest checkpoint, no training
+    trainer.init_or_restore()
+    if trainer.resumed_from is None:
+      raise FileNotFoundError(f"train.export_only: no checkpoint in {workdir}/checkpoints")
+    trainer.train(stop_after=trainer.resumed_from)
+  else:
+    trainer.train(time_budget_s=c.train.time_budget_s or None)
   trainer.record["export_dir"] = export(trainer.state.params)
   trainer.record["final_eval"] = trainer.evaluate()
   trainer.write_training_json()

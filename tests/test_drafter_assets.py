@@ -79,3 +79,28 @@ def test_refusals(tmp_path, target):
     drafter_assets.resolve("nope", "draft")
   with pytest.raises(FileNotFoundError, match="neither a kind"):
     drafter_assets.resolve("nope", str(tmp_path / "missing"))
+
+
+def test_early_exit_is_the_truncated_target(target):
+  """The early-exit model equals running the target's first n layers, then its own
+  final norm and head (computed here by zeroing the later layers' residual updates)."""
+  import jax.numpy as jnp
+  from specjax.models.early_exit import early_exit
+  m, tp = target
+  comp, cp = early_exit(m, tp, 2)
+  assert comp.config.num_hidden_layers == 2
+  assert cp["embed_tokens"] is tp["embed_tokens"]
+  tok = jnp.asarray([[1, 5, 7, 3, 9]])
+  pos = jnp.arange(5)[None]
+  got = comp.apply(cp, tok, pos, comp.init_cache(1, 5)).logits
+  # layer 3 with o_proj and down_proj zeroed adds nothing to the residual stream
+  zeroed = jax.tree.map(lambda x: x, tp)
+  for group, name in (("self_attn", "o_proj"), ("mlp", "down_proj")):
+    node = zeroed["layers"][group][name]
+    node["kernel"] = node["kernel"].at[2].set(0.0)
+  want = m.apply(zeroed, tok, pos, m.init_cache(1, 5)).logits
+  np.testing.assert_allclose(got, want, atol=1e-5)
+  full = m.apply(tp, tok, pos, m.init_cache(1, 5)).logits
+  assert not np.allclose(got, full, atol=1e-3)
+  with pytest.raises(ValueError, match=r"num_layers=4 must be an integer in \[1, 3\]"):
+    early_exit(m, tp, 4)

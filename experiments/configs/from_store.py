@@ -77,6 +77,7 @@ def get_config(kind="eagle3"):
   c.train.checkpoint_every = 100
   c.train.log_every = 25
   c.train.progress = True
+  c.train.export_only = False  # True: export the latest checkpoint without training
 
   c.export = ml_collections.ConfigDict()
   c.export.dir = ""  # "" = <workdir>/head (heads) or <workdir>/hf (draft LM)
