@@ -30,7 +30,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["specjax", "specjax.*", "experiments", "experiments.*"]),
-    package_data={"specjax.models": ["assets/*/*", "assets/*.md"]},
+    package_data={"specjax.models": ["assets/*/*", "assets/*/*/*", "assets/*.md"]},
     include_package_data=True,
     install_requires=CORE,
     extras_require={"test": TEST + NOTEBOOKS, "peer": PEER, "notebooks": NOTEBOOKS},

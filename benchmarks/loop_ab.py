@@ -1,7 +1,7 @@
 """Issue 14 part 1, before / after in ONE process, interleaved round-robin (the
 same background load for both): 'before' traces generate() / speculative_generate()
 with the layer stack scanned in the loop (Model.decode_params -> identity) and
-jnp.argmax (sampling.argmax patched while tracing); 'after' is the code as is.
+jnp.argmax (distributions.argmax patched while tracing); 'after' is the code as is.
 Checks that both emit the same tokens, then prints per-iteration milliseconds
 (time of max_new_tokens minus time of 1 token, over the loop iterations).
 
@@ -21,10 +21,10 @@ import specjax.decoding.autoregressive as AR
 import specjax.decoding.speculative as SP
 from specjax.models import registry, defaults
 from specjax.models.transformer import Model
-from specjax.decoding import sampling
+from specjax import distributions
 from specjax import verifiers
 from specjax.decoding.drafters import LMDrafter
-from specjax.decoding.sampling import SamplingConfig
+from specjax.distributions import SamplingConfig
 from experiments.prompts import load_eval_prompts
 
 which, temps, n_new, rounds = sys.argv[1], [float(t) for t in sys.argv[2].split(",")], int(sys.argv[3]), int(sys.argv[4])
@@ -35,13 +35,13 @@ else:
   target, tp = defaults.load_default("target"); draft, dp = defaults.load_default("draft"); tok = defaults.default_tokenizer()
 prompts = [list(p.ids) for p in load_eval_prompts(1, tokenizer=tok)]
 cache_len = 128 + n_new + 5
-orig = (Model.decode_params, sampling.argmax)
+orig = (Model.decode_params, distributions.argmax)
 def patch(v):
   if v == "before":
     Model.decode_params = lambda self, p: p
-    sampling.argmax = lambda x: jnp.argmax(x, axis=-1).astype(jnp.int32)
+    distributions.argmax = lambda x: jnp.argmax(x, axis=-1).astype(jnp.int32)
 def unpatch():
-  Model.decode_params, sampling.argmax = orig
+  Model.decode_params, distributions.argmax = orig
 
 
 def fresh(f):

@@ -138,7 +138,7 @@ def main(_):
   from specjax import verifiers
   from specjax.decoding.autoregressive import generate
   from specjax.decoding.prompts import prepare_prompts
-  from specjax.decoding.sampling import SamplingConfig
+  from specjax.distributions import SamplingConfig
   from specjax.decoding.speculative import speculative_generate
   from specjax.models.transformer import Model
 

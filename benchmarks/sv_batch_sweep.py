@@ -65,7 +65,7 @@ def main(_):
   from specjax import verifiers
   from specjax.decoding.autoregressive import generate
   from specjax.decoding.drafters import LMDrafter
-  from specjax.decoding.sampling import SamplingConfig
+  from specjax.distributions import SamplingConfig
   from specjax.decoding.speculative import speculative_generate
   from specjax.models.defaults import default_tokenizer, load_default
   from specjax.policies import calibration as cal

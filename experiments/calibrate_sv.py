@@ -41,7 +41,14 @@ def _perturbed(params, seed, noise):
 
 
 def load_models(c):
-  """``{name: (Model, params)}`` for target, draft and companion."""
+  """``{name: (model, params)}`` for target, draft and companion.
+
+  ``c.models``: "default" (the embedded stdlib triple), "tiny" (random, smoke
+  test) or a real model (registry name / ``.gguf`` / HF dir) with ``c.drafter``
+  ("draft": its shipped draft LM, "eagle3": its shipped EAGLE-3 head) and
+  ``c.companion`` ("early_exit:N": the target's first N layers with its norm and
+  head, :mod:`specjax.models.early_exit`).
+  """
   if c.models == "default":
     from specjax.models.defaults import load_default
     return {n: load_default(n) for n in ("target", "draft", "companion")}
@@ -55,15 +62,41 @@ def load_models(c):
     tp = jax.tree.map(lambda x: x * 5.0 if x.ndim > 1 else x, m.init_params(jax.random.key(c.seed)))
     return {"target": (m, tp), "draft": (m, _perturbed(tp, 1, 0.05)),
             "companion": (m, _perturbed(tp, 2, 0.03))}
-  raise ValueError(f"models={c.models!r}; choose 'default' or 'tiny'")
+  from experiments.model_sets import load_model_set
+  from specjax.models.early_exit import early_exit
+  if c.drafter not in ("draft", "eagle3"):
+    raise ValueError(f"drafter={c.drafter!r}; choose 'draft' or 'eagle3'")
+  kind, _, n = str(c.companion).partition(":")
+  if kind != "early_exit" or not n.isdigit():
+    raise ValueError(f"companion={c.companion!r}; give early_exit:N (the target's first N "
+                     "layers) for a real target")
+  ms = load_model_set(c.models, draft="draft" if c.drafter == "draft" else "",
+                      eagle="eagle3" if c.drafter == "eagle3" else "")
+  out = {"target": (ms.target, ms.target_params),
+         "companion": early_exit(ms.target, ms.target_params, int(n)), "set": ms}
+  if c.drafter == "draft":
+    out["draft"] = (ms.draft, ms.draft_params)
+  else:
+    from specjax.decoding.eagle_drafter import EagleDrafter
+    head, hp, d2t = ms.eagle
+    out["draft"] = (head, EagleDrafter.make_params(hp, ms.target, ms.target_params, d2t))
+  return out
 
 
-def calibration_prompts(c, vocab_size: int):
-  """``[num_prompts, prompt_len]`` int32 prompts (held-out windows, or random for tiny)."""
+def calibration_prompts(c, vocab_size: int, models=None):
+  """``[num_prompts, prompt_len]`` int32 prompts (held-out windows, or random for tiny);
+  for a real target, a list of chat prompts (held-out ShareGPT + HumanEval, as the SV
+  paper calibrated on its evaluation tasks' prompts)."""
   import numpy as np
   d = c.data
   if c.models == "tiny":
     return np.random.RandomState(c.seed).randint(0, vocab_size, (d.num_prompts, d.prompt_len))
+  if models is not None and "set" in models:
+    from experiments.prompts import load_chat_prompts
+    ms = models["set"]
+    return [list(p.ids) for p in load_chat_prompts(
+        ms.encode_chat, d.num_prompts, sets=tuple(d.prompt_sets), max_tokens=d.prompt_len,
+        seed=c.seed)]
   from specjax.data import batching, corpus
   from specjax.models.defaults import default_tokenizer
   if d.tokenizer_path:
@@ -87,7 +120,7 @@ def run(c) -> dict:
 
   from specjax import verifiers
   from specjax.decoding.drafters import LMDrafter
-  from specjax.decoding.sampling import SamplingConfig
+  from specjax.distributions import SamplingConfig
   from specjax.policies import calibration as cal
   from specjax.policies import latency as lat_lib
   from specjax.policies.sv import SpeculativeVerification, uninformative_table
@@ -104,12 +137,17 @@ def run(c) -> dict:
   draft_sampling = SamplingConfig(temperature=float(dt))
   comp_sampling = SamplingConfig(temperature=float(c.companion_temperature))
   verifier = verifiers.get(c.verifier, **dict(c.verifier_hparams))
-  drafter = LMDrafter(k, draft_sampling, draft)
+  from specjax.models.eagle import EagleHead
+  if isinstance(draft, EagleHead):
+    from specjax.decoding.eagle_drafter import EagleDrafter
+    drafter = EagleDrafter(k, draft_sampling, head=draft)
+  else:
+    drafter = LMDrafter(k, draft_sampling, draft)
   policy = SpeculativeVerification(k, companion=comp, companion_sampling=comp_sampling)
   d = c.data
   pparams = policy.make_params(cp, uninformative_table(), np.ones(k + 1), d.batch_size)
 
-  prompts = calibration_prompts(c, target.config.vocab_size)
+  prompts = calibration_prompts(c, target.config.vocab_size, models)
   recs = []
   calls = 0
   tok_calls = 0.0
@@ -143,6 +181,7 @@ def run(c) -> dict:
                    "companion": repr(comp_sampling)},
       "num_draft": k,
       "model_source": c.models,
+      "drafter": c.get("drafter", "draft"), "companion": c.get("companion", "companion"),
   }
   report = {"config": c.to_dict(), "identity": ident, "num_records": int(len(x)),
             "accept_rate": float(x.mean()), "tokens_per_call": tok_calls / max(calls, 1),

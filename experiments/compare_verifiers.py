@@ -178,7 +178,7 @@ def default_rows(c) -> list[dict]:
   rules = parse_rules(c.rules)
   drafters = list(c.drafters)
   if c.eagle_dir:
-    drafters += ["eagle_chain", "eagle_tree"]
+    drafters += [d for d in ("eagle_chain", "eagle_tree") if d not in drafters]
   for t in c.temperatures:
     rows.append(make_row(c, kind="target", drafter="-", temperature=t, num_draft=0))
     for d in drafters:
@@ -223,6 +223,7 @@ class Context:
   eagle: Any = None  # (head, drafter params) or None
   mesh: Any = None  # optional jax.sharding.Mesh: rows sharded over its "data" axis
   cache: dict = dataclasses.field(default_factory=dict)
+  code_prompts: bool = True  # prompts are code prefixes: report the parse fraction
 
   @property
   def prompt_ids(self) -> list[list[int]]:
@@ -304,7 +305,7 @@ def load_context(c) -> Context:
 
 
 def _sampling(t: float):
-  from specjax.decoding.sampling import SamplingConfig
+  from specjax.distributions import SamplingConfig
   return SamplingConfig(temperature=float(t))
 
 
@@ -369,10 +370,13 @@ def evaluate_row(ctx: Context, row: dict) -> dict:
   key0 = jax.random.key(int(c.seed))
   keys = [jax.random.fold_in(key0, r) for r in range(int(c.timing.repeats))]
   gsamp = _target_sampling_for(row)
+  # data.prompt_bucket > 0: every batch padded to at least it (one program per row);
+  # 0: each batch to its own power-of-two bucket (less prefill, a program per bucket).
+  bucket = int(d.get("prompt_bucket", 0)) or None
 
   def run_target(batch, key, bi):
     return generate(ctx.target, ctx.target_params, batch, max_new_tokens=max_new, sampling=gsamp,
-                    key=key, row_offset=bi * bs, mesh=ctx.mesh)
+                    key=key, row_offset=bi * bs, mesh=ctx.mesh, prompt_bucket=bucket)
 
   spec = row["kind"] == "spec"
   if spec:
@@ -381,20 +385,23 @@ def evaluate_row(ctx: Context, row: dict) -> dict:
     def run_spec(batch, key, bi):
       return speculative_generate(ctx.target, ctx.target_params, drafter, dparams, verifier,
                                   batch, max_new_tokens=max_new, sampling=tsamp, key=key,
-                                  row_offset=bi * bs, mesh=ctx.mesh)
-  # --- warm-up (compile), excluded from timing.
-  t0 = time.perf_counter()
-  for bi, b in enumerate(batches):
-    _timed(lambda: run_target(b, keys[0], bi))
-  compile_target = time.perf_counter() - t0
-  compile_spec = 0.0
-  if spec:
+                                  row_offset=bi * bs, mesh=ctx.mesh, prompt_bucket=bucket)
+  # --- warm-up (compile), excluded from timing: one call per compiled program, i.e. per
+  # (program, padded prompt bucket) not yet run in this context.
+  def warm(name, fn):
+    from specjax.decoding.prompts import bucket_length
     t0 = time.perf_counter()
     for bi, b in enumerate(batches):
-      _timed(lambda: run_spec(b, keys[0], bi))
-    compile_spec = time.perf_counter() - t0
+      k = (name, len(b), bucket_length(max(bucket or 1, *map(len, b))))
+      if k not in ctx.cache:
+        _timed(lambda: fn(b, keys[0], bi))
+        ctx.cache[k] = True
+    return time.perf_counter() - t0
+
+  compile_target = warm(("target", sweep.canonical_json(dataclasses.asdict(gsamp))), run_target)
+  compile_spec = warm(("spec", row["key"]), run_spec) if spec else 0.0
   # --- timed, paired repeats.
-  ratios, t_target, t_spec = [], [], []
+  ratios, t_target, t_spec, rate_target, rate_spec = [], [], [], [], []
   outs_target, outs_spec = [], []
   calls = acc = relaxed = verified = 0
   acc_pos = off_pos = None
@@ -422,8 +429,10 @@ def evaluate_row(ctx: Context, row: dict) -> dict:
         acc_pos = a if acc_pos is None else acc_pos + a
         off_pos = o if off_pos is None else off_pos + o
     t_target.append(tt)
+    rate_target.append(nt / tt)
     if spec:
       t_spec.append(ts)
+      rate_spec.append(ns / ts)
       ratios.append((ns / ts) / (nt / tt))
   outs = outs_spec if spec else outs_target
   flat = [row_ for batch in outs for row_ in batch]
@@ -433,6 +442,8 @@ def evaluate_row(ctx: Context, row: dict) -> dict:
       "num_rows": len(flat), "generated_tokens": int(sum(map(len, flat))),
       "mean_length": float(np.mean([len(x) for x in flat])),
       "target_time_s": float(np.median(t_target)), "compile_target_s": compile_target,
+      "target_tokens_per_s": float(np.median(rate_target)),
+      "tokens_per_s": float(np.median(rate_spec if spec else rate_target)),
   }
   if spec:
     res.update({
@@ -451,7 +462,8 @@ def evaluate_row(ctx: Context, row: dict) -> dict:
   eos = [eos] if isinstance(eos, int) else list(eos)
   texts, ended = quality.decode_completions(ctx.tokenizer, flat, eos)
   ptexts = [p.text for p in ctx.prompts] * nrep
-  res["parse_frac"] = quality.parse_fraction(ptexts, texts, ended)
+  if ctx.code_prompts:
+    res["parse_frac"] = quality.parse_fraction(ptexts, texts, ended)
   res["eos_frac"] = float(np.mean(ended))
   if row["temperature"] == 0:
     ref = [r for batch in outs_target[:len(batches)] for r in batch]

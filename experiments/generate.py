@@ -52,7 +52,7 @@ def main(argv):
   import jax
 
   from specjax.decoding.autoregressive import generate
-  from specjax.decoding.sampling import SamplingConfig
+  from specjax.distributions import SamplingConfig
   from specjax.models import registry
 
   t0 = time.perf_counter()

@@ -99,7 +99,7 @@ def main(argv):
   from experiments import sweep
   from specjax.data import humaneval, sandbox
   from specjax.decoding.autoregressive import generate
-  from specjax.decoding.sampling import SamplingConfig
+  from specjax.distributions import SamplingConfig
   from specjax.models import registry
 
   problems = humaneval.load_problems()[:FLAGS.limit]

@@ -120,7 +120,7 @@ class Sources:
       q = jax.nn.softmax(z + s.draft_noise * jax.random.normal(kq, z.shape), axis=-1)
       out = (z, p, q, s.num_contexts)
     elif source == "real":
-      from specjax.analysis import contexts as ctx_lib
+      from experiments import contexts as ctx_lib
       t0 = time.time()
       ms = ctx_lib.load_models(self.models, seed=c.seed)
       r = c.real

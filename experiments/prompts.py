@@ -138,3 +138,81 @@ def load_eval_prompts(num_prompts: int, *, tokenizer=None, max_tokens: int = 96,
       raise RuntimeError(f"could not draw {num_prompts} prompts with {min_tokens}..{max_tokens} "
                          f"tokens from {len(docs)} held-out files")
   return out
+
+
+# --------------------------------------------------------------------------- chat prompts
+
+
+@dataclasses.dataclass(frozen=True)
+class ChatPrompt:
+  """A chat evaluation prompt for a real model.
+
+  Attributes:
+    text: the user message.
+    ids: token ids of the rendered conversation (chat template, generation prompt).
+    source: ``"sharegpt:<conversation id>"`` or ``"humaneval:<task id>"``.
+    domain: code / math / writing / qa (ShareGPT) or humaneval.
+  """
+
+  text: str
+  ids: tuple
+  source: str
+  domain: str
+
+
+PROMPT_SETS = ("sharegpt", "humaneval")
+
+
+def load_chat_prompts(encode_chat, num_prompts: int, *, sets=PROMPT_SETS, max_tokens: int = 256,
+                      seed: int = 0) -> list:
+  """``num_prompts`` fixed chat prompts split evenly over ``sets`` (the first set
+  gets the remainder), in a deterministic order that depends only on ``seed``:
+
+  * ``sharegpt``: held-out first user turns (:mod:`specjax.data.eval_prompts`),
+    taken round-robin over the domains code, qa, writing, math;
+  * ``humaneval``: HumanEval problems as chat (:func:`specjax.data.humaneval.chat_messages`),
+    ordered by ``sha256(f"eval:{seed}:{task_id}")``.
+
+  Prompts whose rendered conversation has more than ``max_tokens`` tokens are
+  skipped. ``encode_chat(messages) -> ids`` renders and tokenizes (e.g.
+  ``ModelSet.encode_chat``). Raises ValueError when the data cannot supply enough.
+  """
+  import hashlib
+  bad = [s for s in sets if s not in PROMPT_SETS]
+  if bad or not sets:
+    raise ValueError(f"prompt sets {list(sets)}: choose from {PROMPT_SETS}")
+  share = [num_prompts // len(sets)] * len(sets)
+  share[0] += num_prompts - sum(share)
+  out = []
+  for name, n in zip(sets, share):
+    if n == 0:
+      continue
+    got = []
+    if name == "sharegpt":
+      from specjax.data import eval_prompts
+      by_domain = eval_prompts.heldout_eval_prompts(n_per_domain=max(10, n), seed=seed)
+      order = [p for group in zip(*[by_domain[d] for d in ("code", "qa", "writing")])
+               for p in group] + list(by_domain.get("math", ()))
+      for p in order:
+        ids = encode_chat(list(p.messages))
+        if len(ids) <= max_tokens:
+          got.append(ChatPrompt(p.text, tuple(ids), f"sharegpt:{p.id}", p.domain))
+        if len(got) == n:
+          break
+    else:
+      from specjax.data import humaneval
+      probs = sorted(humaneval.load_problems(),
+                     key=lambda p: hashlib.sha256(f"eval:{seed}:{p.task_id}".encode()).digest())
+      for p in probs:
+        msgs = humaneval.chat_messages(p)
+        ids = encode_chat(msgs)
+        if len(ids) <= max_tokens:
+          got.append(ChatPrompt(msgs[-1]["content"], tuple(ids), f"humaneval:{p.task_id}",
+                                "humaneval"))
+        if len(got) == n:
+          break
+    if len(got) < n:
+      raise ValueError(f"prompt set {name!r} has only {len(got)} prompts of at most "
+                       f"{max_tokens} tokens; asked for {n}")
+    out += got
+  return out

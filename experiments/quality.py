@@ -186,7 +186,7 @@ def baseline_first_token_probs(target, target_params, rule, sampling, contexts) 
   """Exact ``[C, V]`` distribution of the rule's matched baseline at each context
   (list of token lists): the target's next-token distribution under the
   baseline's sampling config (``matched_baseline(rule, sampling).sampling``)."""
-  from specjax.decoding.sampling import probs_from_logits
+  from specjax.distributions import probs_from_logits
   from specjax.verifiers.baselines import matched_baseline
   base = matched_baseline(rule, sampling)
   longest = max(len(c) for c in contexts)

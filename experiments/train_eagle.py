@@ -71,7 +71,7 @@ def measure_acceptance(c, target, target_params, head, head_params, d2t, heldout
 
   from specjax import verifiers
   from specjax.decoding.eagle_drafter import EagleDrafter
-  from specjax.decoding.sampling import SamplingConfig
+  from specjax.distributions import SamplingConfig
   from specjax.decoding.speculative import speculative_generate
   greedy = SamplingConfig(temperature=0.0)
   stream = heldout.stream

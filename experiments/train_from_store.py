@@ -6,6 +6,9 @@ batch; export it.
   python -m experiments.train_from_store --config=experiments/configs/from_store.py:eagle1
   python -m experiments.train_from_store --config=experiments/configs/from_store.py:draft \
       [--config.train.num_steps=N] [--config.train.time_budget_s=S] [--config.workdir=DIR]
+  # export the latest checkpoint of a run (e.g. a copied snapshot) without training:
+  python -m experiments.train_from_store --config=...:eagle3 --config.workdir=DIR \
+      --config.train.export_only=True
 
 The target is loaded for its identity (file sha256, checked against the
 store's), its embedding / LM head (heads) or its weights (the draft LM's init)
@@ -16,7 +19,9 @@ Writes under the workdir: ``checkpoints/`` (orbax), ``training.json`` (store,
 target sha256, shards, tokens seen, steps, losses, evals, draft-vocabulary
 coverage), ``draft_vocab.npy`` (EAGLE-3 draft ids, reused on resume) and the
 export: ``head/`` (published EAGLE layout, ``target_sha256`` in config.json) or
-``hf/`` (HF Llama + tokenizer.json, for transformers assisted generation).
+``hf/`` (HF Llama + tokenizer.json, for transformers assisted generation) and, when
+the draft shares the target's embedding (the default), ``asset/`` -- the form
+shipped in ``specjax/models/assets/<target>/draft`` (no embedding).
 """
 
 from __future__ import annotations
@@ -113,8 +118,12 @@ def eagle_setup(c, lm, store, workdir):
 
 
 def draft_setup(c, lm, store, workdir):
-  """``(loss, frozen, init_params, train, heldout, record, export)`` for the draft LM."""
-  from specjax.models import hf
+  """``(loss, frozen, init_params, train, heldout, record, export)`` for the draft LM.
+
+  With ``draft.train_embedding`` False the embedding stays the target's (``frozen``)
+  and the export is the shipping form (``asset/``: layers and norm only,
+  :mod:`specjax.models.drafter_assets`) plus a complete HF directory (``hf/``)."""
+  from specjax.models import drafter_assets, hf
   from specjax.training import distill
   from specjax.training import lm as lm_train
   dcfg = distill.draft_config(lm.config, c.draft.num_layers)
@@ -123,18 +132,27 @@ def draft_setup(c, lm, store, workdir):
   model = lm_train.training_model(dcfg, c.draft.precision)
   train, heldout = batchers(c, store, (), workdir)
   target_params = lm.params
-  init = lambda key: distill.init_from_target(dcfg, lm.model, target_params, layers,
-                                              None if c.draft.copy_layers else key)
+  full_init = lambda key: distill.init_from_target(dcfg, lm.model, target_params, layers,
+                                                   None if c.draft.copy_layers else key)
+  shared = {} if c.draft.train_embedding else distill.split_shared(full_init(None))[1]
+  init = lambda key: distill.split_shared(full_init(key))[0] if shared else full_init(key)
   record = {"kind": "draft", "draft_config": hf.config_to_hf(dcfg),
-            "draft_params": dcfg.num_params(),
+            "draft_params": dcfg.num_params(), "train_embedding": bool(c.draft.train_embedding),
             "init_layers": list(layers) if c.draft.copy_layers else "random"}
   export_dir = c.export.dir or os.path.join(workdir, "hf")
 
   def export(params):
-    distill.export_draft(export_dir, dcfg, params, lm.tokenizer, lm.sha256, c.export.dtype)
+    full = {**shared, **params}
+    distill.export_draft(export_dir, dcfg, full, lm.tokenizer, lm.sha256, c.export.dtype)
+    if shared:
+      names = ["model.embed_tokens.weight"]
+      asset = os.path.join(os.path.dirname(export_dir.rstrip("/")), "asset")
+      drafter_assets.save_draft(asset, dcfg, full, target_sha256=lm.sha256,
+                                target_name=lm.name, shared=tuple(names), dtype=c.export.dtype)
+      drafter_assets.load_draft(asset, lm.model, lm.params, target_sha256=lm.sha256)
     return export_dir
 
-  return distill.DistillLoss(model), {}, init, train, heldout, record, export
+  return distill.DistillLoss(model), shared, init, train, heldout, record, export
 
 
 def run(c) -> dict:
@@ -154,7 +172,13 @@ def run(c) -> dict:
                                        workdir, record=record, progress=c.train.progress)
   logging.info("%s from %s: %d train windows (%d shards), %d held-out", c.kind, store.dir,
                train.num_windows, train.num_shards, heldout.num_windows if heldout else 0)
-  trainer.train(time_budget_s=c.train.time_budget_s or None)
+  if c.train.export_only:  # export (and evaluate) the latest checkpoint, no training
+    trainer.init_or_restore()
+    if trainer.resumed_from is None:
+      raise FileNotFoundError(f"train.export_only: no checkpoint in {workdir}/checkpoints")
+    trainer.train(stop_after=trainer.resumed_from)
+  else:
+    trainer.train(time_budget_s=c.train.time_budget_s or None)
   trainer.record["export_dir"] = export(trainer.state.params)
   trainer.record["final_eval"] = trainer.evaluate()
   trainer.write_training_json()

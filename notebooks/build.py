@@ -47,7 +47,7 @@ def nb02():
           "Settings are small so that the notebook runs in about two minutes on a CPU."),
       new_code_cell(SETUP),
       new_code_cell(
-          "from specjax.analysis import contexts, margins\n\n"
+          "from experiments import contexts\nfrom specjax.analysis import margins\n\n"
           "N_POSITIONS = 400     # contexts (held-out positions)\n"
           "TEMPERATURE = 1.0     # target / draft temperature for p and q\n"
           "THETA = 0.9           # MARS default\n\n"
@@ -104,7 +104,7 @@ def nb02():
           "import time\n"
           "from specjax import verifiers\n"
           "from specjax.decoding.drafters import LMDrafter\n"
-          "from specjax.decoding.sampling import SamplingConfig\n"
+          "from specjax.distributions import SamplingConfig\n"
           "from specjax.decoding.speculative import speculative_generate\n\n"
           "windows = contexts.model_windows(models, 8, 64)\n"
           "prompts = contexts.prompts_from_windows(windows, 8, 32)\n"
@@ -234,7 +234,7 @@ def nb03():
           "perfect one. Sampled-draft enumeration costs V² per context (V = 4096), so it "
           "uses a subsample."),
       new_code_cell(
-          "from specjax.analysis import contexts\n"
+          "from experiments import contexts\n"
           "MODELS = os.environ.get('SPECJAX_MODELS', 'default')  # or 'tiny', or a checkpoint dir\n"
           "models = contexts.load_models(MODELS)\n"
           "ctx = contexts.extract_contexts(models, num_positions=300, seq_len=128, temperature=1.0)\n"

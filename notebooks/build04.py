@@ -34,7 +34,7 @@ def nb04():
       new_code_cell(
           "from specjax import verifiers\n"
           "from specjax.decoding.drafters import LMDrafter\n"
-          "from specjax.decoding.sampling import SamplingConfig\n"
+          "from specjax.distributions import SamplingConfig\n"
           "from specjax.decoding.speculative import speculative_generate\n"
           "from specjax.models.defaults import load_default, default_tokenizer\n"
           "from specjax.policies import calibration as cal\n"

@@ -1,7 +1,7 @@
 """Hyperparameter dataclasses as pytrees: continuous values traced, the rest static.
 
 One job: let a frozen dataclass of hyperparameters (a verification rule, a
-:class:`~specjax.decoding.sampling.SamplingConfig`, a drafter) be passed to
+:class:`~specjax.distributions.SamplingConfig`, a drafter) be passed to
 ``jax.jit`` as an ordinary argument, so that a sweep over its continuous
 hyperparameters (MARS theta, CoS lam, a temperature, ...) reuses ONE compiled
 program, while whatever fixes shapes or Python control flow stays part of the

@@ -41,7 +41,7 @@ def independent_draft(vocab: int = 32, eos: int | None = None, seed: int = 7):
 def teacher_forced_probs(model: Model, params, prompt, generated, sampling):
   """Exact target distributions ``[B, n, V]`` at every generated position,
   given each row's own prefix (prompt + generated[:, :t])."""
-  from specjax.decoding.sampling import probs_from_logits
+  from specjax.distributions import probs_from_logits
   b, n = generated.shape
   seq = jnp.concatenate([jnp.broadcast_to(jnp.asarray(prompt), (b, len(prompt))), generated], 1)
   t = seq.shape[1]

@@ -11,6 +11,7 @@ from specjax.analysis import divergences as dv
 from specjax.analysis import propositions as props
 from specjax.analysis.induced import (bonus_distribution, induced_distribution, induced_parts,
                                       induced_two_tokens)
+from specjax.distributions import residual
 from specjax.verifiers import base, collaborative, mars, truncation  # noqa: F401  (register)
 
 B, V = 6, 48
@@ -91,7 +92,7 @@ def test_cos_deterministic_candidates_emit_pi(ctx, top_k):
 def test_lenience_closed_form(ctx, l):
   z, p, q = ctx
   m = jnp.minimum(q, p / l)
-  expect = m + (1 - m.sum(-1, keepdims=True)) * jax.vmap(base.residual)(p, q)
+  expect = m + (1 - m.sum(-1, keepdims=True)) * residual(p, q)
   _close(induced_distribution(_rule("lenience", l=l), z, p, q), expect)
 
 
@@ -150,7 +151,7 @@ def test_mars_sampled_closed_form(temperature):
   assert 0 < int(active.sum()) < B  # both branches exercised
   in2 = jnp.zeros_like(p).at[jnp.arange(B)[:, None], top2].set(1.0)
   over = in2 * jnp.maximum(q - p, 0.0)  # (q - p)^+ on the top-2
-  relaxed = p + over - over.sum(-1, keepdims=True) * jax.vmap(base.residual)(p, q)
+  relaxed = p + over - over.sum(-1, keepdims=True) * residual(p, q)
   expect = jnp.where(active[:, None], relaxed, p)
   parts = induced_parts(rule, z, p, q)
   _close(parts.dist, expect)

@@ -19,7 +19,7 @@ from specjax.checks import ArgumentTypeError, check_finite, check_key, coerce_nu
 from specjax.decoding.arguments import PositionRangeWarning
 from specjax.decoding.autoregressive import generate
 from specjax.decoding.drafters import LMDrafter
-from specjax.decoding.sampling import SamplingConfig
+from specjax.distributions import SamplingConfig
 from specjax.decoding.speculative import speculative_generate
 from specjax.models import eagle, hf
 from specjax.models.config import ModelConfig

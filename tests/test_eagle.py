@@ -14,7 +14,7 @@ from specjax import verifiers
 from specjax.data.batching import Batcher
 from specjax.decoding.autoregressive import generate
 from specjax.decoding.eagle_drafter import EagleDrafter
-from specjax.decoding.sampling import SamplingConfig
+from specjax.distributions import SamplingConfig
 from specjax.decoding.speculative import speculative_generate
 from specjax.models import eagle
 from specjax.models.config import ModelConfig

@@ -89,7 +89,7 @@ def test_divergence_from_samples():
 def test_first_token_divergence_of_exact_samples_is_small():
   """Samples drawn from the baseline's exact distribution give a small plug-in KL."""
   from specjax import verifiers
-  from specjax.decoding.sampling import SamplingConfig
+  from specjax.distributions import SamplingConfig
   model, params, _, _ = tiny_pair(vocab=16)
   rule = verifiers.get("spec_cascade", p_base=0.2)
   samp = SamplingConfig(temperature=1.0)

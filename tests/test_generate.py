@@ -9,7 +9,7 @@ import pytest
 
 from specjax.decoding import autoregressive as ar
 from specjax.decoding.autoregressive import CACHE_FULL, EOS, MAX_TOKENS, generate
-from specjax.decoding.sampling import SamplingConfig
+from specjax.distributions import SamplingConfig
 from specjax.models.config import ModelConfig
 from specjax.models.transformer import Model
 

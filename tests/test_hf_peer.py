@@ -18,7 +18,7 @@ transformers = pytest.importorskip("transformers")
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from specjax.decoding import sampling as smp  # noqa: E402
+from specjax import distributions as smp  # noqa: E402
 from specjax.decoding.autoregressive import EOS, generate  # noqa: E402
 from specjax.models import hf  # noqa: E402
 from specjax.models import kv_cache as kvc  # noqa: E402

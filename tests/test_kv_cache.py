@@ -1,4 +1,4 @@
-"""KV cache (no torch): per-row writes, commit, rollback, gather_path on
+"""KV cache (no torch): per-row writes, commit, gather_path on
 ragged rows, and the model-level contract that a tree-masked forward equals a
 plain causal forward over each root->node path."""
 
@@ -43,20 +43,17 @@ def test_write_at_per_row_offsets_does_not_commit():
     np.testing.assert_array_equal(v[:, b, untouched], v0[:, b, untouched])
 
 
-def test_commit_and_rollback():
+def test_commit():
   c = kvc.init_cache(L, B, S, H, D)
   c = kvc.commit(c, jnp.array([2, 0, 5]))
   assert np.asarray(c.lengths).tolist() == [2, 0, 5]
   c = kvc.commit(c, jnp.array([1, 3, 0], jnp.int8))  # any int dtype; stays int32
   assert np.asarray(c.lengths).tolist() == [3, 3, 5] and c.lengths.dtype == jnp.int32
-  r = kvc.rollback(c, jnp.array([1, 9, 4]))  # never moves a cursor forward
-  assert np.asarray(r.lengths).tolist() == [1, 3, 4]
-  assert r.k is c.k  # buffers untouched: dropped slots are simply overwritten later
-  # the next write lands at the rolled-back cursor
+  # the next write lands at each row's committed cursor
   new = jnp.ones((L, B, 1, H, D))
-  w = kvc.write(r, new, new)
+  w = kvc.write(c, new, new)
   k = np.asarray(w.k)
-  assert k[:, 0, 1].min() == 1 and k[:, 1, 3].min() == 1 and k[:, 2, 4].min() == 1
+  assert k[:, 0, 3].min() == 1 and k[:, 1, 3].min() == 1 and k[:, 2, 5].min() == 1
 
 
 def test_gather_path_ragged_rows():

@@ -23,7 +23,7 @@ import pytest
 from specjax import verifiers
 from specjax.analysis.induced import induced_distribution
 from specjax.decoding.drafters import LMDrafter, LMTreeDrafter
-from specjax.decoding.sampling import SamplingConfig, probs_from_logits
+from specjax.distributions import SamplingConfig, probs_from_logits
 from specjax.decoding.speculative import speculative_generate
 from tests.helpers import tiny_pair
 

@@ -150,3 +150,27 @@ def test_figures_render(tmp_path):
   assert 0 < n_points <= 50
   fig.savefig(tmp_path / "s.png")
   plt.close(fig)
+
+def test_one_activation_for_the_rule_and_the_statistics(monkeypatch):
+  """relaxed_mask and Mars.init both call verifiers.mars.activation (one definition)."""
+  from specjax.verifiers import mars
+  z1, z2, _, _ = mg.top2(Z)
+  stat, active = mars.activation(z1, z2, 0.9)
+  np.testing.assert_array_equal(np.asarray(active), RELAXED_09)
+  np.testing.assert_allclose(np.asarray(stat), [0.95, 0.5, 0.95, 2.0, 8 / 8.5], rtol=1e-6)
+  stat, active = mars.activation(z1, z2, 0.6, margin="difference")
+  np.testing.assert_allclose(np.asarray(stat), z1 - z2)
+  np.testing.assert_array_equal(np.asarray(active), [True, False, True, False, True])
+  with pytest.raises(ValueError, match="margin='sum'"):
+    mars.activation(z1, z2, 0.9, margin="sum")
+  calls = []
+  real = mars.activation
+
+  def spy(*args, **kwargs):
+    calls.append(kwargs)
+    return real(*args, **kwargs)
+
+  monkeypatch.setattr(mars, "activation", spy)
+  mg.relaxed_mask(Z, 0.9)
+  get("mars", theta=0.9).init(jnp.asarray(Z[0]), jnp.asarray(Z[0]))
+  assert len(calls) == 2

@@ -7,7 +7,7 @@ import numpy as np
 
 from experiments import lossy_propositions as lp
 from experiments.configs import propositions as cfg_lib
-from specjax.analysis import contexts as ctx_lib
+from experiments import contexts as ctx_lib
 
 
 def _tiny_config():

@@ -1,4 +1,5 @@
-"""Logits processors and sampling helpers (no torch; the transformers peer
+"""specjax.distributions: logits processors, sampling helpers, safe normalisation,
+residuals and allowed sets (no torch; the transformers peer
 comparison lives in test_hf_peer.py): parameter validation, the defining
 property of each filter, greedy, and the sampler drawing from the stated
 distribution."""
@@ -10,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specjax.decoding import sampling as smp
-from specjax.decoding.sampling import SamplingConfig
+from specjax import distributions as smp
+from specjax.distributions import SamplingConfig
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -124,3 +125,32 @@ def test_sampler_draws_from_filtered_distribution():
   se = np.sqrt(p * (1 - p) / n)
   assert (np.abs(freq - p) <= 5 * se + 1e-9).all()
   assert abs(p.sum() - 1) < 1e-6
+
+
+def test_safe_normalize_and_residual():
+  w = jnp.array([[1.0, 3.0, 0.0], [0.0, 0.0, 0.0]])
+  fb = jnp.array([[0.2, 0.3, 0.5], [0.5, 0.25, 0.25]])
+  np.testing.assert_allclose(smp.safe_normalize(w, fb), [[0.25, 0.75, 0.0], [0.5, 0.25, 0.25]])
+  p, q = jnp.array([0.5, 0.3, 0.2]), jnp.array([0.2, 0.6, 0.2])
+  np.testing.assert_allclose(smp.residual(p, q), [1.0, 0.0, 0.0])
+  np.testing.assert_array_equal(smp.residual(p, p), p)  # no mass left: p itself, no NaN
+  # batched rows are normalised one by one
+  np.testing.assert_allclose(smp.residual(jnp.stack([p, q]), jnp.stack([q, p])),
+                             [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], atol=1e-6)
+
+
+def test_processors_keep_the_allowed_sets():
+  """min-p and eta processors keep exactly the truncation rules' allowed sets."""
+  logits = jax.random.normal(jax.random.key(3), (16, 40)) * 3.0
+  probs = jax.nn.softmax(logits, axis=-1)
+  for value in (0.05, 0.2):
+    kept = smp.min_p_filter(logits, value) > smp.NEG_INF
+    np.testing.assert_array_equal(kept, smp.allowed_set_min_p(probs, value))
+    kept = smp.eta_filter(logits, value) > smp.NEG_INF
+    np.testing.assert_array_equal(kept, smp.allowed_set_eta(probs, value))
+
+
+def test_decoding_sampling_reexports_the_ground_floor():
+  from specjax.decoding import sampling as old
+  for name in old.__all__:
+    assert getattr(old, name) is getattr(smp, name), name

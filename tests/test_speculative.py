@@ -9,7 +9,7 @@ from specjax import verifiers
 from specjax.decoding import parallel
 from specjax.decoding.autoregressive import CACHE_FULL, EOS, MAX_TOKENS, generate
 from specjax.decoding.drafters import LMDrafter
-from specjax.decoding.sampling import SamplingConfig
+from specjax.distributions import SamplingConfig
 from specjax.decoding import speculative as spec
 from specjax.decoding.speculative import speculative_generate
 from tests.helpers import independent_draft, teacher_forced_probs, tiny_pair

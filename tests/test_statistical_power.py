@@ -46,7 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specjax.decoding.sampling import sample_from_probs
+from specjax.distributions import sample_from_probs
 from specjax.policies.sv import choose_row, companion_signals
 from specjax.verifiers import Lenience, Lossless, residual, verify_chain, verify_tree
 

@@ -8,7 +8,7 @@ import pytest
 
 from specjax import verifiers
 from specjax.decoding.drafters import LMDrafter
-from specjax.decoding.sampling import SamplingConfig, probs_from_logits
+from specjax.distributions import SamplingConfig, probs_from_logits
 from specjax.policies import (ConstantGamma, FixedLength, SpeculativeVerification, bucket_index,
                               choose_batch_max, choose_batch_total, choose_row,
                               climb_until_decrease, default_buckets, expected_accepted, goodput, hill_climb,

@@ -21,7 +21,7 @@ from specjax.decoding import autoregressive as ar
 from specjax.decoding import parallel
 from specjax.decoding import speculative as spec
 from specjax.decoding.drafters import LMDrafter
-from specjax.decoding.sampling import SamplingConfig
+from specjax.distributions import SamplingConfig
 from specjax.hyperparams import static_key
 from specjax.verifiers import CoS, Lenience, Mars, SpecCascade, Typical
 from tests.helpers import independent_draft, tiny_pair

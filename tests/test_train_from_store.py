@@ -161,6 +161,13 @@ def test_distill_loss_equals_dense_cross_entropy(tiny):
   logq = jax.nn.log_softmax(dm.apply(dparams, tok, pos, dm.init_cache(3, T)).logits, -1)
   want = float(jnp.mean(-jnp.sum(p * logq, -1)))  # every position is a target here
   assert got == pytest.approx(want, rel=1e-2)
+  # The shipped form: the embedding is the target's, passed frozen -- same loss, and the
+  # gradient covers exactly the trainable part.
+  trainable, shared = distill.split_shared(dparams)
+  assert set(shared) == {"embed_tokens"} and "embed_tokens" not in trainable
+  assert float(distill.DistillLoss(dm)(trainable, shared, batch)[0]) == got
+  grads = jax.grad(lambda p: distill.DistillLoss(dm)(p, shared, batch)[0])(trainable)
+  assert set(grads) == set(trainable)
   with pytest.raises(ValueError, match="num_layers=9"):
     distill.draft_config(TC, num_layers=9)
 
@@ -289,8 +296,18 @@ def test_train_from_store_binary_eagle3_and_draft(tmp_path):
       head, _, d2t = eagle.load_eagle(out["export_dir"], TC, expect_target_sha256=sha)
       assert head.config.draft_vocab_size == 16 and d2t.shape == (16,)
     else:
+      from specjax.models import drafter_assets
       m, p = hf.load_pretrained(out["export_dir"])
       assert m.config.num_hidden_layers == 1 and m.config.tie_word_embeddings
+      # the embedding was not trained (bfloat16 export), and the shipped form (no
+      # embedding: the target's, exact) holds the same layers
+      emb = tp["embed_tokens"]["embedding"]
+      np.testing.assert_array_equal(p["embed_tokens"]["embedding"],
+                                    emb.astype(jnp.bfloat16).astype(jnp.float32))
+      am, ap = drafter_assets.load_draft(str(tmp_path / kind / "asset"), target, tp,
+                                         target_sha256=sha)
+      np.testing.assert_array_equal(ap["embed_tokens"]["embedding"], emb)
+      jax.tree.map(np.testing.assert_array_equal, ap["layers"], p["layers"])
       assert json.load(open(os.path.join(out["export_dir"], "config.json")))[
           "specjax_target_sha256"] == sha
       assert os.path.isfile(os.path.join(out["export_dir"], "tokenizer.json"))

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from specjax import verifiers
-from specjax.decoding import sampling
+from specjax import distributions as sampling
 from specjax.verifiers import (CoS, CoSContrastive, Greedy, Lenience, Lossless, Mars,
                                SpecCascade, Typical)
 
@@ -549,6 +549,23 @@ def test_registry():
     verifiers.get("marz")
   with pytest.raises(ValueError, match="no hyperparameter"):
     verifiers.get("mars", tehta=0.9)
+
+
+def test_one_registry_for_rules_and_threshold_hooks():
+  """Rule names and MARS threshold hooks live in verifiers/registry.py; a name is
+  never silently re-bound to something else."""
+  from specjax.verifiers import mars, registry
+  assert verifiers.register is registry.register
+  assert verifiers.register_threshold_hook is registry.register_threshold_hook
+  assert registry.threshold_hook("entropy") is mars.entropy_threshold
+  assert "entropy" in verifiers.threshold_hooks()
+  with pytest.raises(ValueError, match="verifier name 'mars' is already registered"):
+    verifiers.register("mars")(Lenience)
+  with pytest.raises(ValueError, match="threshold hook 'entropy' is already registered"):
+    verifiers.register_threshold_hook("entropy")(lambda threshold, margin, z, p: threshold)
+  verifiers.register("mars")(Mars)  # the same object again: a no-op
+  assert verifiers.get("mars") == Mars()
+  assert registry.default_rule("lossless") is registry.default_rule("lossless")
 
 
 # --- truncation helpers and matched baselines -----------------------------------------------

@@ -48,6 +48,7 @@ def get_config():
   c.data.max_prompt_tokens = 96
   c.data.max_new_tokens = 48
   c.data.batch_size = 0  # rows per call; 0 = all prompts in one batch
+  c.data.prompt_bucket = 0  # > 0: pad every batch to at least this (one compiled program)
 
   c.timing = ml_collections.ConfigDict()
   c.timing.repeats = 3  # paired (target-only, speculative) timings; also quality samples

@@ -48,7 +48,7 @@ def get_config(variant: str = ""):
   c.synthetic.logit_shift = 5.0  # MARS / margins: z = shift + scale N(0, 1) (LM-like offset)
   c.synthetic.logit_scale = 2.0
 
-  # Real contexts (specjax.analysis.contexts).
+  # Real contexts (experiments.contexts).
   c.real = ml_collections.ConfigDict()
   c.real.num_positions = 1000
   c.real.seq_len = 128

@@ -15,6 +15,9 @@ def get_config():
   c.name = "sv_calibration"
   c.workdir = ""  # default /tmp/specjax_runs/<name>
   c.models = "default"  # "default" (specjax.models.defaults) | "tiny" (random, smoke test)
+  #   | a real model, e.g. "smollm2-135m-instruct" (then drafter / companion below apply)
+  c.drafter = "draft"  # real target: "draft" (shipped draft LM) | "eagle3" (shipped head)
+  c.companion = "early_exit:8"  # real target: the target's first N layers + its norm and head
   c.seed = 0
 
   c.num_draft = 7  # K
@@ -36,6 +39,7 @@ def get_config():
   c.data.max_new_tokens = 96
   c.data.batch_size = 16
   c.data.fit_fraction = 0.8  # rows used to fit; the rest give a held-out log loss
+  c.data.prompt_sets = ("sharegpt", "humaneval")  # real target: chat prompts (prompt_len = max)
 
   c.table = ml_collections.ConfigDict()
   c.table.fixed_bins = 5  # per axis (the SV paper's Table 1 uses 5 x 5)

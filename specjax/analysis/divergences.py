@@ -5,8 +5,8 @@ vocabulary) and broadcasts over leading axes (contexts).  Conventions:
 ``0 log 0 = 0``; ``KL(P || Q) = +inf`` when P puts mass where Q has none.
 
 The allowed sets and truncated distributions of SPEC §3 (min-p / SpecCascade,
-eta / typical acceptance) are defined once, in
-:mod:`specjax.verifiers.truncation`, and re-exported here; the matched
+eta / typical acceptance) and the entropy are defined once, in
+:mod:`specjax.distributions`, and re-exported here; the matched
 baselines of "Revisiting Lossy Verification" (the truncation applied to the
 target as a logits processor, then lossless verification) are exactly the
 truncated targets ``p_A``.
@@ -17,8 +17,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from specjax.decoding.sampling import entropy_nats
-from specjax.verifiers.truncation import allowed_set_eta, allowed_set_min_p, truncate
+from specjax.distributions import allowed_set_eta, allowed_set_min_p, entropy_nats, truncate
 
 __all__ = ["kl", "kl_both", "tv", "entropy", "entropy_nats", "acceptance_rate",
            "block_efficiency", "allowed_set_min_p", "allowed_set_eta", "truncate",
@@ -53,7 +52,7 @@ def tv(p: jax.Array, q: jax.Array) -> jax.Array:
   return 0.5 * jnp.sum(jnp.abs(jnp.asarray(p) - jnp.asarray(q)), axis=-1)
 
 
-entropy = entropy_nats  # Shannon entropy in nats (one definition: decoding.sampling)
+entropy = entropy_nats  # Shannon entropy in nats (one definition: specjax.distributions)
 
 
 def acceptance_rate(p: jax.Array, q: jax.Array) -> jax.Array:

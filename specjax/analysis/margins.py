@@ -3,7 +3,7 @@
 MARS (Song et al. 2026) relaxes verification where the target is
 *indecisive*: ``r = z2 / z1 > theta`` on the two largest raw logits (SPEC §3,
 with the guard ``z1 > 0``).  This module measures, over a set of contexts
-(raw target logits ``z [N, V]``, e.g. from :mod:`specjax.analysis.contexts`):
+(raw target logits ``z [N, V]``, e.g. from :mod:`experiments.contexts`):
 
 * the distributions of ``z1``, ``r = z2 / z1`` and the probability ratio
   ``p2 / p1 = exp((z2 - z1) / T)`` (temperature dependent, unlike r);
@@ -26,7 +26,9 @@ with the guard ``z1 > 0``).  This module measures, over a set of contexts
 
 Numbers come as plain dicts of Python floats (JSON-ready); the figure
 functions return matplotlib ``Figure`` objects (the caller saves them).
-All statistics are computed in NumPy on the host: they are O(N V).
+The statistics are computed in NumPy on the host (they are O(N V)); the
+relaxation region itself is :func:`specjax.verifiers.mars.activation`, the
+test the rule applies at every node.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
+
+from specjax.verifiers import mars
 
 DEFAULT_THETAS = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.92, 0.94, 0.96, 0.98)
 
@@ -73,16 +77,13 @@ def prob_ratio(z, temperature: float = 1.0) -> np.ndarray:
 def relaxed_mask(z, theta: float, guard: bool = True) -> np.ndarray:
   """bool [N]: MARS relaxation active, ``r > theta`` (and ``z1 > 0`` if ``guard``).
 
-  Matches :class:`specjax.verifiers.Mars` (``margin="ratio"``): without the
-  guard, ``z1 = z2 = 0`` counts as ``r = 1`` and ``z1 = 0 > z2`` as ``-inf``.
+  The test of :class:`specjax.verifiers.Mars` (``margin="ratio"``),
+  :func:`specjax.verifiers.mars.activation`: without the guard, ``z1 = z2 = 0``
+  counts as ``r = 1`` and ``z1 = 0 > z2`` as ``-inf``.
   """
   z1, z2, _, _ = top2(z)
-  with np.errstate(divide="ignore", invalid="ignore"):
-    r = np.where(z1 == 0, np.where(z2 == 0, 1.0, -np.inf), z2 / np.where(z1 == 0, 1.0, z1))
-  active = r > theta
-  if guard:
-    active &= z1 > 0
-  return active
+  _, active = mars.activation(z1, z2, theta, margin="ratio", guard=guard)
+  return np.asarray(active)
 
 
 def strict_rejections(z, q=None, *, draft_token=None, p=None) -> np.ndarray:

@@ -18,7 +18,7 @@ from specjax.checks import ArgumentTypeError, check_int, check_key
 from specjax.decoding.arguments import check_model_params, check_position_range
 from specjax.decoding.prompts import (eos_tuple, is_eos, prepare_prompts,
                                       resolve_cache_length)
-from specjax.decoding.sampling import SamplingConfig, sample_logits
+from specjax.distributions import SamplingConfig, sample_logits
 from specjax.models import kv_cache as kvc
 from specjax.models.transformer import Model
 
@@ -111,7 +111,8 @@ def _generate(model: Model, params, sampling: SamplingConfig, tokens, lengths, k
 def generate(model: Model, params, prompts, *, max_new_tokens: int,
              sampling: SamplingConfig = SamplingConfig(temperature=0.0), key=None,
              eos_token_id="config", cache_length: int | None = None,
-             row_offset: int = 0, mesh=None, on_long_prompt: str = "warn") -> GenerationResult:
+             row_offset: int = 0, mesh=None, prompt_bucket: int | None = None,
+             on_long_prompt: str = "warn") -> GenerationResult:
   """Target-only generation for a batch of ragged prompts.
 
   Args:
@@ -124,6 +125,8 @@ def generate(model: Model, params, prompts, *, max_new_tokens: int,
     cache_length: KV-cache slots; default prompt bucket + max_new_tokens. A row
       whose cache fills stops with finish_reason CACHE_FULL.
     row_offset: global index of the first row (per-row RNG streams).
+    prompt_bucket: pad prompts to at least this length's power-of-two bucket, so
+      batches of different prompt lengths share one compiled program.
     mesh: optional ``jax.sharding.Mesh`` with a ``data`` axis (rows sharded over it).
     on_long_prompt: "warn" (default), "error" or "ignore" when prompt + generation
       reach past ``max_position_embeddings``.
@@ -143,7 +146,7 @@ def generate(model: Model, params, prompts, *, max_new_tokens: int,
     key = jax.random.key(0)
   check_key("key", key)
   eos = eos_tuple(model.config.eos_token_id if eos_token_id == "config" else eos_token_id)
-  tokens, lengths = prepare_prompts(prompts, model.config.vocab_size)
+  tokens, lengths = prepare_prompts(prompts, model.config.vocab_size, min_bucket=prompt_bucket)
   check_position_range("model", model, int(lengths.max()), max_new_tokens, on_long_prompt)
   cache_length, bucket = resolve_cache_length(lengths, tokens.shape[1], max_new_tokens,
                                               cache_length)

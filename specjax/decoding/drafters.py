@@ -45,7 +45,7 @@ import numpy as np
 
 from specjax.checks import ArgumentTypeError, check_int
 from specjax.decoding.tree import TreeDraft, static_tree
-from specjax.decoding.sampling import SamplingConfig, probs_from_logits, sample_logits
+from specjax.distributions import SamplingConfig, probs_from_logits, sample_logits
 from specjax.hyperparams import Hyperparams
 from specjax.models import kv_cache as kvc
 from specjax.models.transformer import Model

@@ -45,7 +45,7 @@ import numpy as np
 
 from specjax.checks import ArgumentTypeError, check_int
 from specjax.decoding.drafters import Drafter, node_distribution
-from specjax.decoding.sampling import SamplingConfig, sample_logits
+from specjax.distributions import SamplingConfig, sample_logits
 from specjax.decoding.tree import TreeDraft, static_tree
 from specjax.models import kv_cache as kvc
 from specjax.models.eagle import EagleHead

@@ -60,13 +60,16 @@ def _token_row(i: int, row) -> list[int]:
   return [int(t) for t in row]
 
 
-def prepare_prompts(prompts, vocab_size: int, *, bucket: int | None = None, pad_id: int = 0):
+def prepare_prompts(prompts, vocab_size: int, *, bucket: int | None = None, pad_id: int = 0,
+                    min_bucket: int | None = None):
   """Validate prompts and right-pad them to a bucket.
 
   Args:
     prompts: a list of token-id lists, or a tuple ``(tokens [B, P], lengths [B])``.
     vocab_size: ids must lie in ``[0, vocab_size)``.
     bucket: padded length; default :func:`bucket_length` of the longest prompt.
+    min_bucket: with ``bucket=None``, pad to at least ``bucket_length(min_bucket)``: every
+      batch whose prompts fit it gets the same shape (one compiled program).
 
   Returns:
     ``(tokens int32 [B, bucket], lengths int32 [B])`` as numpy arrays.
@@ -96,7 +99,10 @@ def prepare_prompts(prompts, vocab_size: int, *, bucket: int | None = None, pad_
       raise ValueError(f"prompt {i} has token ids outside [0, {vocab_size}): "
                        f"min {min(r)}, max {max(r)}")
   longest = int(lengths.max())
-  p = bucket_length(longest) if bucket is None else bucket
+  if min_bucket is not None and not (isinstance(min_bucket, (int, np.integer))
+                                     and min_bucket >= 1):
+    raise ValueError(f"prompt_bucket={min_bucket!r} must be a positive integer or None")
+  p = bucket_length(max(longest, min_bucket or 1)) if bucket is None else bucket
   if p < longest:
     raise ValueError(f"prompt bucket {p} is shorter than the longest prompt ({longest} tokens)")
   tokens = np.full((len(rows), p), pad_id, np.int32)

@@ -26,7 +26,7 @@ from specjax.decoding.arguments import (check_model_params, check_position_range
 from specjax.decoding.drafters import Drafter
 from specjax.decoding.prompts import (eos_tuple, is_eos, prepare_prompts,
                                       resolve_cache_length)
-from specjax.decoding.sampling import SamplingConfig, probs_from_logits, sample_logits
+from specjax.distributions import SamplingConfig, probs_from_logits, sample_logits
 from specjax.models import kv_cache as kvc
 from specjax.models.transformer import Model
 from specjax.decoding.tree import ancestor_mask, with_root
@@ -331,7 +331,8 @@ def speculative_generate(target: Model, target_params, drafter: Drafter, draft_p
                          sampling: SamplingConfig = SamplingConfig(temperature=0.0), key=None,
                          eos_token_id="config", cache_length: int | None = None,
                          row_offset: int = 0, mesh=None, policy=None,
-                         policy_params=None, on_long_prompt: str = "warn",
+                         policy_params=None, prompt_bucket: int | None = None,
+                         on_long_prompt: str = "warn",
                          allow_tokenizer_mismatch: bool = False) -> SpecResult:
   """Speculative generation for a batch of ragged prompts.
 
@@ -347,6 +348,8 @@ def speculative_generate(target: Model, target_params, drafter: Drafter, draft_p
     cache_length: KV slots; default prompt bucket + max_new_tokens + K + 1.
       A row that cannot fit one more step stops with finish_reason CACHE_FULL.
     row_offset: global index of the first row (per-row RNG).
+    prompt_bucket: pad prompts to at least this length's power-of-two bucket, so
+      batches of different prompt lengths share one compiled program.
     mesh: optional ``jax.sharding.Mesh`` with a ``data`` axis: rows are
       sharded over it (see ``specjax.decoding.parallel``).
     policy, policy_params: optional verify-length policy (chains only), e.g.
@@ -384,7 +387,8 @@ def speculative_generate(target: Model, target_params, drafter: Drafter, draft_p
     target = Model(target.config.replace(hidden_layers=tuple(drafter.target_hidden_layers)))
   k = drafter.num_draft
   eos = eos_tuple(target.config.eos_token_id if eos_token_id == "config" else eos_token_id)
-  tokens, lengths = prepare_prompts(prompts, target.config.vocab_size)
+  tokens, lengths = prepare_prompts(prompts, target.config.vocab_size,
+                                    min_bucket=prompt_bucket)
   per_step = drafter.tokens_per_step
   check_position_range("target", target, int(lengths.max()), max_new_tokens, on_long_prompt)
   cache_length, bucket = resolve_cache_length(lengths, tokens.shape[1],

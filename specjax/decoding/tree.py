@@ -60,11 +60,6 @@ def ancestor_mask(tree_parents: jax.Array) -> jax.Array:
   return m
 
 
-def depths_from_parents(tree_parents: jax.Array) -> jax.Array:
-  """``[N+1]`` depths (root 0) from ``[N+1]`` tree parents."""
-  return jnp.sum(ancestor_mask(tree_parents), axis=-1) - 1
-
-
 def static_tree(paths: Sequence[Sequence[int]]):
   """A static tree from EAGLE/Medusa-style choice paths, e.g. ``[[0], [1], [0, 0]]``.
 

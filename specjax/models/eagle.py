@@ -690,19 +690,20 @@ def load_eagle(path: str, target_config: Optional[ModelConfig] = None, dtype: st
   return EagleHead(cfg), params, d2t
 
 
-def check_target_sha256(config_json: dict, expect: Optional[str], path: str = "") -> None:
+def check_target_sha256(config_json: dict, expect: Optional[str], path: str = "",
+                        what: str = "head") -> None:
   """ValueError unless ``config_json['target_sha256'] == expect`` (no check when
-  ``expect`` is None)."""
+  ``expect`` is None); ``what`` names the checked model in the message."""
   if expect is None:
     return
   got = config_json.get("target_sha256")
   if got is None:
-    raise ValueError(f"head {path} records no target_sha256, so it cannot be checked against "
+    raise ValueError(f"{what} {path} records no target_sha256, so it cannot be checked against "
                      f"target {expect[:12]}...; load it with expect_target_sha256=None to skip "
                      "the check")
   if got != expect:
-    raise ValueError(f"head {path} was trained for target sha256 {got[:12]}..., not this target "
-                     f"{expect[:12]}...; train a head for this target (experiments/"
+    raise ValueError(f"{what} {path} was trained for target sha256 {got[:12]}..., not this "
+                     f"target {expect[:12]}...; train a {what} for this target (experiments/"
                      "train_from_store.py on its feature store)")
 
 

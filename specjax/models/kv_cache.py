@@ -73,11 +73,6 @@ def commit(cache: KVCache, num_tokens: jax.Array) -> KVCache:
   return dataclasses.replace(cache, lengths=cache.lengths + num_tokens.astype(jnp.int32))
 
 
-def rollback(cache: KVCache, lengths: jax.Array) -> KVCache:
-  """Set the committed lengths back to ``lengths [B]`` (<= current); later slots are dropped."""
-  return dataclasses.replace(cache, lengths=jnp.minimum(cache.lengths, lengths.astype(jnp.int32)))
-
-
 def gather_path(cache: KVCache, path: jax.Array, num_accepted: jax.Array) -> KVCache:
   """Move an accepted tree path to contiguous slots and commit it.
 

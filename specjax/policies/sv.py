@@ -75,7 +75,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax.decoding.sampling import SamplingConfig, probs_from_logits
+from specjax.distributions import SamplingConfig, probs_from_logits
 from specjax.models import kv_cache as kvc
 from specjax.models.transformer import Model
 from specjax.policies.base import (VerifyPolicy, default_buckets, round_up_to_bucket,

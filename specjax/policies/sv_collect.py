@@ -27,7 +27,7 @@ import numpy as np
 from specjax.decoding.autoregressive import prefill, row_key
 from specjax.decoding.drafters import Drafter
 from specjax.decoding.prompts import eos_tuple, prepare_prompts
-from specjax.decoding.sampling import SamplingConfig, probs_from_logits, sample_logits
+from specjax.distributions import SamplingConfig, probs_from_logits, sample_logits
 from specjax.models import kv_cache as kvc
 from specjax.models.transformer import Model
 from specjax.policies.sv import SpeculativeVerification
@@ -111,6 +111,9 @@ def collect_records(target: Model, target_params, drafter: Drafter, draft_params
     raise ValueError(f"policy K={policy.num_draft} != drafter K={drafter.num_draft}")
   if key is None:
     key = jax.random.key(0)
+  if drafter.target_hidden_layers != target.config.hidden_layers:
+    # The drafter decides which target features the loop carries (as speculative_generate).
+    target = Model(target.config.replace(hidden_layers=tuple(drafter.target_hidden_layers)))
   k = drafter.num_draft
   eos = eos_tuple(target.config.eos_token_id if eos_token_id == "config" else eos_token_id)
   tokens, lengths = prepare_prompts(prompts, target.config.vocab_size)

@@ -13,6 +13,13 @@ target* from step 0 (a miscalibrated one: on SmolLM2 its first-step CE is ~68
 nats, falling to ~12 within 5 warmup steps); the draft shares
 the target's tokenizer, so transformers' assisted generation accepts it.
 
+The embedding (input and tied output) stays the target's and is not trained
+by default (:data:`SHARED_FROM_TARGET`, passed to the loss as ``frozen``): the
+draft then ships as its decoder layers and final norm only (7 MB per SmolLM2
+layer in bfloat16, against 57 MB for its own 49,152 x 576 embedding) and is
+completed from the target's file at load time
+(:mod:`specjax.models.drafter_assets`).
+
 Loss at every target position s (``mask[s] = 1``: the next token is an
 assistant token): ``CE(p_s, q_s) = -sum_{v in top-k} p_s(v) log q_s(v)``, with
 ``p_s`` the stored top-k renormalised -- forward KL to ``p_s`` up to its
@@ -83,6 +90,17 @@ def init_from_target(config: ModelConfig, target: Model, target_params,
   return jax.tree.map(lambda x, s: jnp.asarray(x, jnp.float32).reshape(s.shape), params, shapes)
 
 
+# Draft params taken from the target, not trained (the embedding, tied to the LM head).
+SHARED_FROM_TARGET = ("embed_tokens",)
+
+
+def split_shared(params) -> tuple[dict, dict]:
+  """``(trainable, shared)``: the :data:`SHARED_FROM_TARGET` entries go to ``shared``."""
+  trainable = {k: v for k, v in params.items() if k not in SHARED_FROM_TARGET}
+  shared = {k: v for k, v in params.items() if k in SHARED_FROM_TARGET}
+  return trainable, shared
+
+
 def _wmean(x, w):
   return jnp.sum(x * w) / jnp.maximum(jnp.sum(w), 1.0)
 
@@ -90,11 +108,13 @@ def _wmean(x, w):
 @dataclasses.dataclass(frozen=True)
 class DistillLoss:
   """``loss(params, frozen, batch, key) -> (loss, metrics)`` of the draft LM
-  ``model`` on a store batch (``frozen`` unused: the draft owns all its weights)."""
+  ``model`` on a store batch; the model's params are ``frozen | params``
+  (``frozen``: the target's shared embedding, or ``{}`` when all are trained)."""
 
   model: Model
 
   def __call__(self, params, frozen, batch, key=None):
+    params = {**frozen, **params}
     tokens = jnp.asarray(batch["tokens"], jnp.int32)  # [B, T]
     mask = jnp.asarray(batch["mask"], jnp.float32)  # [B, T]
     b, t = tokens.shape

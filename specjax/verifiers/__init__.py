@@ -1,17 +1,23 @@
-"""Verification rules as swappable pure node rules (see ``base.py``)."""
+"""Verification rules as swappable pure node rules (see ``base.py``).
 
+``residual`` and the allowed-set helpers are defined in
+:mod:`specjax.distributions` and re-exported here; the registry (rule names
+and MARS threshold hooks) is :mod:`specjax.verifiers.registry`.
+"""
+
+from specjax.distributions import (allowed_set_eta, allowed_set_min_p, eta_threshold,
+                                   min_p_threshold, residual, truncate)
 from specjax.verifiers.base import (ChainResult, NodeRule, NodeState, TreeResult, check_range,
-                                    residual, safe_ratio, verify_chain, verify_tree)
-from specjax.verifiers.registry import available, get, register
+                                    safe_ratio, verify_chain, verify_tree)
+from specjax.verifiers.registry import (available, get, register, register_threshold_hook,
+                                        threshold_hooks)
 from specjax.verifiers import lossless as _lossless  # noqa: F401  (registers)
 from specjax.verifiers import greedy as _greedy  # noqa: F401
 from specjax.verifiers.lossless import Lossless
 from specjax.verifiers.greedy import Greedy
-from specjax.verifiers.truncation import (SpecCascade, Typical, TruncationState, allowed_set_eta,
-                                          allowed_set_min_p, eta_threshold, min_p_threshold,
-                                          truncate)
+from specjax.verifiers.truncation import SpecCascade, Typical, TruncationState
 from specjax.verifiers.collaborative import CoS, CoSContrastive, Lenience
-from specjax.verifiers.mars import Mars, MarsState, register_threshold_hook, threshold_hooks
+from specjax.verifiers.mars import Mars, MarsState
 from specjax.verifiers.baselines import MatchedBaseline, matched_baseline
 
 __all__ = ["ChainResult", "NodeRule", "NodeState", "TreeResult", "check_range", "residual",

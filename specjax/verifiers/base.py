@@ -80,7 +80,7 @@ import jax
 import jax.numpy as jnp
 
 from specjax.checks import check_range  # noqa: F401  (re-exported: verifiers.check_range)
-from specjax.decoding.sampling import sample_from_probs
+from specjax.distributions import residual, sample_from_probs
 from specjax.hyperparams import Hyperparams
 
 NodeStateT = Any
@@ -100,13 +100,6 @@ class NodeState:
   z: jax.Array
   p: jax.Array
   p_cur: jax.Array
-
-
-def residual(p: jax.Array, q: jax.Array) -> jax.Array:
-  """``norm(max(0, p - q))`` (Leviathan et al. 2023, Alg. 1); ``p`` if it is all zero."""
-  r = jnp.maximum(p - q, 0.0)
-  s = jnp.sum(r)
-  return jnp.where(s > 0, r / jnp.where(s > 0, s, 1.0), p)
 
 
 def safe_ratio(num: jax.Array, den: jax.Array) -> jax.Array:

@@ -7,7 +7,7 @@ output of that baseline is exactly ``p_A`` -- not against plain sampling:
 * SpecCascade(p_base)      -> min-p processor with ``min_p = p_base`` + lossless;
 * Typical(eps, delta)      -> eta processor with ``eta = eps`` + lossless.  Only
   exact for ``delta = sqrt(eps)``: the eta processor (HF ``EtaLogitsWarper``,
-  ``sampling.eta_filter``) hard-codes ``sqrt(eps)``; any other delta raises;
+  ``distributions.eta_filter``) hard-codes ``sqrt(eps)``; any other delta raises;
 * MARS                     -> the matched baseline of its base rule;
 * every other rule         -> the unchanged sampling config + lossless.
 """
@@ -18,7 +18,7 @@ import dataclasses
 import math
 from typing import NamedTuple
 
-from specjax.decoding.sampling import SamplingConfig
+from specjax.distributions import SamplingConfig
 from specjax.verifiers.base import NodeRule
 from specjax.verifiers.lossless import Lossless
 from specjax.verifiers.mars import Mars

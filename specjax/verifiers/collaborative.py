@@ -36,7 +36,8 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from specjax.verifiers.base import NodeRule, check_range, residual, safe_ratio
+from specjax.distributions import residual
+from specjax.verifiers.base import NodeRule, check_range, safe_ratio
 from specjax.verifiers.registry import register
 
 

@@ -76,46 +76,45 @@ nodes), the base rule's ``accept_prob`` otherwise (lossless
 from __future__ import annotations
 
 import dataclasses
-import functools
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from specjax.decoding.sampling import entropy_nats
+from specjax.distributions import entropy_nats
 from specjax.verifiers.base import NodeRule, check_range
-from specjax.verifiers.registry import register
+from specjax.verifiers.registry import (available, default_rule, register,
+                                        register_threshold_hook, threshold_hook, threshold_hooks)
 
-_MARGINS = ("ratio", "difference")
+MARGINS = ("ratio", "difference")
 SAMPLED_MODES = ("relax", "strict_ablation")
 
-ThresholdHook = Callable[[float, str, jax.Array, jax.Array], jax.Array]
-_THRESHOLD_HOOKS: dict[str, ThresholdHook] = {}
 
+def activation(z1: jax.Array, z2: jax.Array, threshold, *, margin: str = "ratio",
+               guard: bool = True) -> tuple[jax.Array, jax.Array]:
+  """THE MARS activation test on the two largest raw logits ``z1 >= z2`` (any shape ``[...]``).
 
-def register_threshold_hook(name: str) -> Callable[[ThresholdHook], ThresholdHook]:
-  """Decorator registering an adaptive-threshold hook for ``Mars(adaptive=name)``.
+  Returns ``(stat, active)``:
 
-  The hook is called inside ``init`` for every node as
-  ``hook(threshold, margin, z, p)`` with the ``threshold`` (``theta`` or
-  ``delta``; a traced [] scalar under jit), the static ``margin`` name, raw
-  logits ``z [V]`` and target ``p [V]``; it must return the node's effective threshold ``[]`` and be
-  jit-safe (no Python control flow on ``z`` / ``p``).
+  * ``margin="ratio"`` (the paper, Eq. 5): ``stat = z2 / z1``, with
+    ``stat = 1`` for ``z1 = z2 = 0`` and ``-inf`` for ``z1 = 0 != z2``;
+    ``active = stat > threshold`` (and ``z1 > 0`` with ``guard``).
+  * ``margin="difference"``: ``stat = z1 - z2``, ``active = stat < threshold``.
+
+  Used by :class:`Mars` for every node and by :mod:`specjax.analysis.margins`
+  for its statistics, so both draw the same relaxation region.
   """
-
-  def deco(fn: ThresholdHook) -> ThresholdHook:
-    key = name.lower()
-    if key in _THRESHOLD_HOOKS and _THRESHOLD_HOOKS[key] is not fn:
-      raise ValueError(f"threshold hook {name!r} is already registered")
-    _THRESHOLD_HOOKS[key] = fn
-    return fn
-
-  return deco
-
-
-def threshold_hooks() -> list[str]:
-  """Names of the registered adaptive-threshold hooks."""
-  return sorted(_THRESHOLD_HOOKS)
+  if margin == "ratio":
+    nz = z1 != 0
+    stat = jnp.where(nz, z2 / jnp.where(nz, z1, 1.0), jnp.where(z2 == 0, 1.0, -jnp.inf))
+    active = stat > threshold
+    if guard:
+      active = active & (z1 > 0)
+    return stat, active
+  if margin == "difference":
+    stat = z1 - z2
+    return stat, stat < threshold
+  raise ValueError(f"margin={margin!r} is not allowed; allowed values: {MARGINS}")
 
 
 @register_threshold_hook("entropy")
@@ -171,13 +170,6 @@ class MarsState:
     return self.base.p_cur
 
 
-@functools.lru_cache(maxsize=None)
-def _default_rule(name: str) -> NodeRule:
-  """The registered rule ``name`` with default hyperparameters (MARS ``base="..."``)."""
-  from specjax.verifiers import registry  # late: every rule module registers itself
-  return registry.get(name)
-
-
 def _where_tree(c, a, b):
   return jax.tree.map(lambda u, v: jnp.where(c, u, v), a, b)
 
@@ -227,21 +219,20 @@ class Mars(NodeRule):
   def validate(self):
     check_range("theta", self.theta, low=0.0, low_open=True, high_open=True)
     check_range("delta", self.delta, low=0.0, high_open=True)
-    if self.margin not in _MARGINS:
-      raise ValueError(f"margin={self.margin!r} is not allowed; allowed values: {_MARGINS}")
+    if self.margin not in MARGINS:
+      raise ValueError(f"margin={self.margin!r} is not allowed; allowed values: {MARGINS}")
     if self.sampled_mode not in SAMPLED_MODES:
       raise ValueError(f"sampled_mode={self.sampled_mode!r} is not allowed; allowed values: "
                        f"{SAMPLED_MODES}")
     if not isinstance(self.guard, (bool, jnp.bool_)):
       raise ValueError(f"guard={self.guard!r} must be a bool")
-    if self.adaptive is not None and self.adaptive not in _THRESHOLD_HOOKS:
+    if self.adaptive is not None and self.adaptive not in threshold_hooks():
       raise ValueError(f"adaptive={self.adaptive!r} is not a registered threshold hook; "
                        f"allowed: None or one of {threshold_hooks()}")
     if isinstance(self.base, str):
-      from specjax.verifiers import registry  # late: every rule module registers itself
-      if self.base.lower() not in registry.available():
+      if self.base.lower() not in available():
         raise ValueError(f"base={self.base!r} is not a registered rule; "
-                         f"allowed: {registry.available()}")
+                         f"allowed: {available()}")
     elif not isinstance(self.base, NodeRule):
       raise ValueError(f"base={self.base!r} must be a registered rule name or a NodeRule")
     if isinstance(self.base_rule, Mars):
@@ -252,7 +243,7 @@ class Mars(NodeRule):
     """The instantiated base rule: ``base`` itself, or the named rule with its defaults."""
     if isinstance(self.base, NodeRule):
       return self.base
-    return _default_rule(self.base.lower())
+    return default_rule(self.base.lower())
 
   @property
   def needs_node_dist(self) -> bool:
@@ -271,21 +262,10 @@ class Mars(NodeRule):
     else:
       z1 = z2 = z[0]
       top1 = top2 = jnp.int32(0)
-    if self.margin == "ratio":
-      thr = self.theta
-      nz = z1 != 0
-      stat = jnp.where(nz, z2 / jnp.where(nz, z1, 1.0), jnp.where(z2 == 0, 1.0, -jnp.inf))
-    else:
-      thr = self.delta
-      stat = z1 - z2
+    thr = self.theta if self.margin == "ratio" else self.delta
     if self.adaptive is not None:
-      thr = _THRESHOLD_HOOKS[self.adaptive](thr, self.margin, z, p)
-    if self.margin == "ratio":
-      active = stat > thr
-      if self.guard:
-        active = active & (z1 > 0)
-    else:
-      active = stat < thr
+      thr = threshold_hook(self.adaptive)(thr, self.margin, z, p)
+    stat, active = activation(z1, z2, thr, margin=self.margin, guard=self.guard)
     if v < 2:
       active = jnp.zeros((), bool)
     greedy = jnp.sum(p > 0) == 1

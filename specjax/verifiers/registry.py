@@ -1,31 +1,84 @@
-"""Name -> rule registry, so ``--verifier=mars`` flags and ``get("mars", theta=0.9)`` work."""
+"""THE verifier registry: rule names -> rule classes, and MARS threshold-hook names -> hooks.
+
+``--verifier=mars`` flags and ``get("mars", theta=0.9)`` read the rule table;
+``Mars(adaptive="entropy")`` reads the hook table.  Both tables share one
+registration mechanism (:class:`_Table`): names are lower case, registering a
+different object under a taken name raises.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+import functools
+from typing import Any, Callable
 
 from specjax.checks import ArgumentTypeError, coerce_number
 
-_REGISTRY: dict[str, type] = {}
+
+class _Table:
+  """A name -> object table with a registering decorator."""
+
+  def __init__(self, what: str):
+    self.what = what
+    self.entries: dict[str, Any] = {}
+
+  def register(self, name: str) -> Callable[[Any], Any]:
+    def deco(obj):
+      key = name.lower()
+      if key in self.entries and self.entries[key] is not obj:
+        raise ValueError(f"{self.what} {name!r} is already registered to {self.entries[key]}")
+      self.entries[key] = obj
+      return obj
+
+    return deco
+
+  def names(self) -> list[str]:
+    return sorted(self.entries)
+
+  def __contains__(self, name: str) -> bool:
+    return name in self.entries
+
+  def __getitem__(self, name: str):
+    return self.entries[name]
+
+
+_RULES = _Table("verifier name")
+_THRESHOLD_HOOKS = _Table("threshold hook")
+
+# A hook maps ``(threshold, margin, z [V], p [V]) -> [] threshold`` (see ``register_threshold_hook``).
+ThresholdHook = Callable[[Any, str, Any, Any], Any]
 
 
 def register(name: str) -> Callable[[type], type]:
   """Class decorator registering a rule under ``name`` (lower case)."""
-
-  def deco(cls: type) -> type:
-    key = name.lower()
-    if key in _REGISTRY and _REGISTRY[key] is not cls:
-      raise ValueError(f"verifier name {name!r} is already registered to {_REGISTRY[key]}")
-    _REGISTRY[key] = cls
-    return cls
-
-  return deco
+  return _RULES.register(name)
 
 
 def available() -> list[str]:
   """Names of all registered rules."""
-  return sorted(_REGISTRY)
+  return _RULES.names()
+
+
+def register_threshold_hook(name: str) -> Callable[[ThresholdHook], ThresholdHook]:
+  """Decorator registering an adaptive-threshold hook for ``Mars(adaptive=name)``.
+
+  The hook is called inside ``Mars.init`` for every node as
+  ``hook(threshold, margin, z, p)`` with the ``threshold`` (``theta`` or
+  ``delta``; a traced [] scalar under jit), the static ``margin`` name, raw
+  logits ``z [V]`` and target ``p [V]``; it must return the node's effective
+  threshold ``[]`` and be jit-safe (no Python control flow on ``z`` / ``p``).
+  """
+  return _THRESHOLD_HOOKS.register(name)
+
+
+def threshold_hooks() -> list[str]:
+  """Names of the registered adaptive-threshold hooks."""
+  return _THRESHOLD_HOOKS.names()
+
+
+def threshold_hook(name: str) -> ThresholdHook:
+  """The hook registered as ``name``; ``KeyError`` if none is."""
+  return _THRESHOLD_HOOKS[name]
 
 
 def _number_kind(field: dataclasses.Field) -> tuple[type | None, bool]:
@@ -50,7 +103,6 @@ def _number_kind(field: dataclasses.Field) -> tuple[type | None, bool]:
   return None, optional
 
 
-
 def get(name: str, **hparams):
   """Instantiate the rule registered as ``name`` with ``hparams``.
 
@@ -65,9 +117,9 @@ def get(name: str, **hparams):
     raise ArgumentTypeError(f"verifier name={name!r} must be a string; available: "
                     f"{', '.join(available())}")
   key = name.strip().lower()
-  if key not in _REGISTRY:
+  if key not in _RULES:
     raise ValueError(f"unknown verifier {name!r}; available: {', '.join(available())}")
-  cls = _REGISTRY[key]
+  cls = _RULES[key]
   fields = {f.name: f for f in dataclasses.fields(cls)}
   unknown = sorted(set(hparams) - set(fields))
   if unknown:
@@ -80,3 +132,9 @@ def get(name: str, **hparams):
       v = None
     converted[k] = coerce_number(f"{key}.{k}", v, kind) if kind is not None else v
   return cls(**converted)
+
+
+@functools.lru_cache(maxsize=None)
+def default_rule(name: str):
+  """The registered rule ``name`` with default hyperparameters, built once (MARS ``base="..."``)."""
+  return get(name)

@@ -16,8 +16,9 @@ With a sampled draft and the hard gate the one-node induced distribution is
 the matched baseline (min-p / eta as a processor + lossless verification,
 see :mod:`specjax.verifiers.baselines`) produces ``p_A`` exactly.
 
-The allowed-set helpers below are THE definitions used across specjax
-(``specjax.analysis`` imports them); they work on ``[..., V]``.
+The allowed sets and truncated distributions are defined once, in
+:mod:`specjax.distributions` (the min-p / eta processors keep the same sets),
+and re-exported here.
 """
 
 from __future__ import annotations
@@ -28,63 +29,15 @@ import math
 import jax
 import jax.numpy as jnp
 
-from specjax.decoding.sampling import entropy_nats
+from specjax.distributions import (allowed_set_eta, allowed_set_min_p, eta_threshold,
+                                   min_p_threshold, safe_normalize, truncate)
 from specjax.verifiers.base import NodeRule, check_range, safe_ratio
 from specjax.verifiers.registry import register
 
+__all__ = ["SpecCascade", "Typical", "TruncationState", "allowed_set_eta", "allowed_set_min_p",
+           "eta_threshold", "min_p_threshold", "truncate"]
+
 _GATES = ("hard", "soft")
-
-
-# --- allowed sets and truncated distributions (shared helpers) --------------------
-
-
-def min_p_threshold(p: jax.Array, p_base) -> jax.Array:
-  """``p_base * max_v p(v)``. ``p [..., V] -> [...]``."""
-  return p_base * jnp.max(p, axis=-1)
-
-
-def eta_threshold(p: jax.Array, eps, delta=None) -> jax.Array:
-  """``min(eps, delta * exp(-H(p)))`` with H in nats; ``delta=None`` means ``sqrt(eps)``.
-
-  Computed with the same operations as ``sampling.eta_filter`` so that the
-  allowed set matches the eta processor bit for bit. ``p [..., V] -> [...]``.
-  """
-  d = jnp.sqrt(eps) if delta is None else delta
-  return jnp.minimum(eps, d * jnp.exp(-entropy_nats(p)))
-
-
-def allowed_set_min_p(p: jax.Array, p_base) -> jax.Array:
-  """min-p allowed set ``A = {v : p(v) >= p_base * max p}``. ``p [..., V] -> bool [..., V]``.
-
-  Never empty for ``p_base <= 1`` (the argmax is always in it); ``p_base = 0``
-  allows every token.  Same set as HF ``MinPLogitsWarper`` / ``sampling.min_p_filter``.
-  """
-  return p >= min_p_threshold(p, p_base)[..., None]
-
-
-def allowed_set_eta(p: jax.Array, eps, delta=None) -> jax.Array:
-  """eta allowed set ``A = {v : p(v) >= min(eps, delta exp(-H(p)))}`` plus the argmax.
-
-  ``p [..., V] -> bool [..., V]``.  As in HF ``EtaLogitsWarper`` the most
-  likely token(s) are always kept; this only matters when the threshold
-  exceeds ``max p``, which is impossible for ``delta <= 1`` (because
-  ``exp(-H(p)) <= max p``), so for the default ``delta = sqrt(eps)`` it is the
-  paper's set exactly.
-  """
-  thr = eta_threshold(p, eps, delta)[..., None]
-  top = p >= jnp.max(p, axis=-1, keepdims=True)
-  return (p >= thr) | top
-
-
-def truncate(p: jax.Array, mask: jax.Array) -> jax.Array:
-  """``p_A = p * 1[A] / Z_A(p)``. ``p [..., V]``, ``mask`` bool ``[..., V]`` -> ``[..., V]``.
-
-  **(choice)** If ``Z_A(p) = 0`` (the allowed set carries no mass) the
-  distribution is returned unchanged rather than producing NaNs.
-  """
-  m = jnp.where(mask, p, 0.0)
-  z = jnp.sum(m, axis=-1, keepdims=True)
-  return jnp.where(z > 0, m / jnp.where(z > 0, z, 1.0), p)
 
 
 # --- the node rules ---------------------------------------------------------------
@@ -154,15 +107,12 @@ class _TruncationRule(NodeRule):
     return jnp.where(inside, 1.0, soft).astype(state.p.dtype)
 
   def on_reject(self, state, q, x):
-    r = state.p_cur.at[x].set(0.0)
-    s = jnp.sum(r)
-    return dataclasses.replace(state, p_cur=jnp.where(s > 0, r / jnp.where(s > 0, s, 1.0),
-                                                      state.p_cur))
+    return dataclasses.replace(state, p_cur=safe_normalize(state.p_cur.at[x].set(0.0),
+                                                           state.p_cur))
 
   def correction(self, state):
-    m = jnp.where(state.allowed, state.p_cur, 0.0)
-    s = jnp.sum(m)
-    return jnp.where(s > 0, m / jnp.where(s > 0, s, 1.0), truncate(state.p, state.allowed))
+    return safe_normalize(jnp.where(state.allowed, state.p_cur, 0.0),
+                          truncate(state.p, state.allowed))
 
   def strict_accept_prob(self, state, q, x):
     """The lossless rule's ``min(1, p_cur(x) / q(x))``."""

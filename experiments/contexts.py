@@ -1,5 +1,8 @@
 """Real model contexts for the exact analyses (SPEC §6: "on real model contexts").
 
+This loads models, corpora and tokenizers, so it lives with the experiments;
+:mod:`specjax.analysis` only does the math on the arrays it returns.
+
 Runs a target LM (and optionally a draft LM sharing its tokenizer) over
 held-out corpus text, teacher-forced, and returns per-position
 
@@ -40,7 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax.decoding.sampling import SamplingConfig, probs_from_logits
+from specjax.distributions import SamplingConfig, probs_from_logits
 from specjax.models.transformer import Model
 
 MODEL_SOURCES = ("default", "tiny")

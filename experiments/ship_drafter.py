@@ -1,0 +1,85 @@
+r"""Ship a drafter trained by ``experiments/train_from_store.py`` inside the package.
+
+    python -m experiments.ship_drafter --workdir=$HOME/.cache/specjax/runs/eagle3-smollm2
+    python -m experiments.ship_drafter --workdir=$HOME/.cache/specjax/runs/draft-smollm2
+
+Reads the run's ``training.json`` (kind, target name and file sha256), loads
+its export (``head/`` for EAGLE heads, ``asset/`` for a draft LM: the form
+without the target's embedding) against the target to check it, and copies
+``config.json``, ``model.safetensors`` and ``training.json`` to
+``specjax/models/assets/<target>/<kind>/``. Refuses when the whole asset
+directory would exceed ``--budget_mb`` (60 MB).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("workdir", None, "train_from_store workdir (holds training.json)")
+flags.DEFINE_float("budget_mb", 60.0, "size cap of specjax/models/assets in MB (1e6 bytes)")
+
+
+def _dir_bytes(path: str, skip: str = "") -> int:
+  total = 0
+  for root, _, files in os.walk(path):
+    if skip and os.path.abspath(root).startswith(os.path.abspath(skip)):
+      continue
+    total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
+  return total
+
+
+def ship(workdir: str, budget_mb: float = 60.0) -> str:
+  from specjax.models import drafter_assets, hf, registry
+  rec_path = os.path.join(workdir, "training.json")
+  if not os.path.isfile(rec_path):
+    raise FileNotFoundError(f"no training.json in {workdir}: not a train_from_store workdir")
+  with open(rec_path) as f:
+    rec = json.load(f)
+  kind, name = rec["kind"], rec["target_name"]
+  src = os.path.join(workdir, "asset" if kind == "draft" else "head")
+  if not os.path.isfile(os.path.join(src, hf.CONFIG_FILE)):
+    raise FileNotFoundError(f"no export in {src}; run train_from_store (it exports at the end, "
+                            "or with --config.train.export_only=True)")
+  lm = registry.load_model(name)
+  if lm.sha256 != rec["target_sha256"]:
+    raise ValueError(f"{workdir} was trained for target sha256 {rec['target_sha256'][:12]}..., "
+                     f"the installed {name} is {lm.sha256[:12]}...")
+  if kind == "draft":
+    drafter_assets.load_draft(src, lm.model, lm.params, target_sha256=lm.sha256)
+  else:
+    drafter_assets.load_head(src, lm.model, target_sha256=lm.sha256)
+  dst = drafter_assets.drafter_dir(name, kind)
+  new = sum(os.path.getsize(os.path.join(src, f)) for f in (hf.CONFIG_FILE, hf.WEIGHTS_FILE))
+  new += os.path.getsize(rec_path)
+  total = _dir_bytes(drafter_assets.assets_root(), skip=dst) + new
+  if total > budget_mb * 1e6:
+    raise ValueError(f"shipping {src} would make specjax/models/assets {total / 1e6:.1f} MB, "
+                     f"over the {budget_mb:g} MB budget")
+  tmp = dst + ".tmp"
+  shutil.rmtree(tmp, ignore_errors=True)
+  os.makedirs(tmp)
+  for f in (hf.CONFIG_FILE, hf.WEIGHTS_FILE):
+    shutil.copy2(os.path.join(src, f), os.path.join(tmp, f))
+  shutil.copy2(rec_path, os.path.join(tmp, "training.json"))
+  shutil.rmtree(dst, ignore_errors=True)
+  os.rename(tmp, dst)
+  print(f"shipped {kind} for {name}: {dst} ({new / 1e6:.1f} MB; assets total "
+        f"{total / 1e6:.1f} MB of {budget_mb:g})")
+  return dst
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  if not FLAGS.workdir:
+    raise app.UsageError("--workdir is required")
+  ship(os.path.expanduser(FLAGS.workdir), FLAGS.budget_mb)
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,61 @@
+"""The main job (README command 1, ``python -m experiments.benchmark``) end to end
+on the small embedded models, run as a user runs it: a table with every row,
+JSONL records whose greedy rows agree with target-only output exactly, and
+flag errors that name the flag before any model loads."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run(*args, timeout=600):
+  return subprocess.run([sys.executable, "-m", "experiments.benchmark", *args], cwd=ROOT,
+                        capture_output=True, text=True, timeout=timeout)
+
+
+def test_main_job_on_default_models(tmp_path):
+  out = tmp_path / "bench"
+  r = _run("--model=default", "--drafters=chain,eagle_tree", "--verifiers=lossless,mars",
+           "--temperatures=0", "--num_prompts=2", "--max_new_tokens=12", "--repeats=1",
+           "--eagle_total_tokens=6", "--eagle_depth=3", "--eagle_top_k=2",
+           f"--output_dir={out}")
+  assert r.returncode == 0, r.stderr[-3000:]
+  recs = [json.loads(l) for l in open(out / "benchmark.jsonl")]
+  methods = {(x["config"]["method"], x["config"]["drafter"]) for x in recs}
+  assert methods == {("target", "-"), ("lossless", "chain"), ("mars", "chain"),
+                     ("lossless", "eagle_tree"), ("mars", "eagle_tree")}
+  for x in recs:
+    res = x["result"]
+    assert res["tokens_per_s"] > 0 and res["num_rows"] == 2
+    if x["config"]["method"] in ("target", "lossless"):
+      assert res["agree_exact"] == 1.0  # greedy speculative == target greedy
+    if x["config"]["kind"] == "spec":
+      assert res["tau"] >= 1.0 and res["speedup"] > 0
+  assert "| lossless | eagle_tree | 0 |" in r.stdout and "wall time" in r.stdout
+  assert os.path.isfile(out / "benchmark.png") and os.path.isfile(out / "benchmark.md")
+  # A rerun resumes: every row is already there.
+  again = _run("--model=default", "--drafters=chain,eagle_tree", "--verifiers=lossless,mars",
+               "--temperatures=0", "--num_prompts=2", "--max_new_tokens=12", "--repeats=1",
+               "--eagle_total_tokens=6", "--eagle_depth=3", "--eagle_top_k=2",
+               f"--output_dir={out}")
+  assert again.returncode == 0 and len(open(out / "benchmark.jsonl").readlines()) == len(recs)
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("--drafters=chain,medusa", "--drafters="),
+    ("--temperatures=0,hot", "--temperatures: 'hot'"),
+    ("--k=0", "--k"),
+    ("--model=/nowhere/model.gguf", "--model='/nowhere/model.gguf'"),
+    ("--eagle=eagle9", "--eagle='eagle9'"),
+    ("--prompt_sets=wiki", "--prompt_sets="),
+    ("--verifiers=lossless,nosuch", "nosuch"),
+])
+def test_bad_flags_name_the_flag(flag, message, tmp_path):
+  r = _run("--model=default", flag, f"--output_dir={tmp_path}", timeout=120)
+  assert r.returncode != 0
+  assert message in r.stderr and "Traceback" not in r.stderr
