@@ -11,6 +11,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from specjax.distributions import argmax
 from specjax.verifiers.base import NodeRule
 from specjax.verifiers.registry import register
 
@@ -23,10 +24,10 @@ class Greedy(NodeRule):
   name = "greedy"
 
   def accept_prob(self, state, q, x):
-    return (x == jnp.argmax(state.z)).astype(state.p.dtype)
+    return (x == argmax(state.z)).astype(state.p.dtype)
 
   def on_reject(self, state, q, x):
     return state
 
   def correction(self, state):
-    return jax.nn.one_hot(jnp.argmax(state.z), state.z.shape[-1], dtype=state.p.dtype)
+    return jax.nn.one_hot(argmax(state.z), state.z.shape[-1], dtype=state.p.dtype)
