@@ -56,8 +56,9 @@ flags.DEFINE_integer("num_prompts", 0, "prompts (0: 4 chat prompts for a real mo
 flags.DEFINE_list("prompt_sets", ["sharegpt", "humaneval"], "real models: held-out ShareGPT "
                   "first turns and/or HumanEval problems, split evenly")
 flags.DEFINE_integer("max_prompt_tokens", 256, "real models: longest rendered chat prompt")
-flags.DEFINE_integer("prompt_bucket", 0, "pad every prompt to at least this many tokens (one "
-                     "compiled program per row; 0: each batch to its own power-of-two bucket)")
+flags.DEFINE_integer("prompt_bucket", -1, "pad every prompt to at least this many tokens: one "
+                     "compiled program per row (-1: --max_prompt_tokens for a real model, 0 for "
+                     "the default models; 0: each batch to its own power-of-two bucket)")
 flags.DEFINE_integer("batch_size", 1, "rows per call (0 = all prompts in one batch)")
 flags.DEFINE_integer("max_new_tokens", 0, "tokens generated per prompt (0: 128 for a real "
                      "model, 48 for the default models)")
@@ -92,8 +93,9 @@ def _validate_flags() -> None:
       raise app.UsageError(f"--temperatures: {t!r} is not a number >= 0 (e.g. "
                            f"--temperatures=0,1)") from None
   for name, low in (("k", 1), ("num_prompts", 0), ("max_new_tokens", 0), ("repeats", 1),
-                    ("batch_size", 0), ("prompt_bucket", 0), ("mesh_data", 0), ("mesh_model", 1), ("eagle_depth", 1),
-                    ("eagle_top_k", 1), ("eagle_total_tokens", 1), ("max_prompt_tokens", 8)):
+                    ("batch_size", 0), ("prompt_bucket", -1), ("mesh_data", 0),
+                    ("mesh_model", 1), ("eagle_depth", 1), ("eagle_top_k", 1),
+                    ("eagle_total_tokens", 1), ("max_prompt_tokens", 8)):
     try:
       check_int(f"--{name}", getattr(FLAGS, name), low=low)
     except ValueError as e:
@@ -140,7 +142,8 @@ def _config():
   d = c.data
   d.num_prompts = FLAGS.num_prompts or (8 if _is_default() else 4)
   d.batch_size = FLAGS.batch_size
-  d.prompt_bucket = FLAGS.prompt_bucket
+  d.prompt_bucket = FLAGS.prompt_bucket if FLAGS.prompt_bucket >= 0 else (
+      0 if _is_default() else FLAGS.max_prompt_tokens)
   d.max_new_tokens = FLAGS.max_new_tokens or (48 if _is_default() else 128)
   d.prompt_seed = FLAGS.seed
   if not _is_default():
