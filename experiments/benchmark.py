@@ -49,7 +49,7 @@ flags.DEFINE_string("tree_paths", "[[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0
                     "[0, 0, 0, 0]]", "static tree of the draft LM as a JSON list of rank paths")
 flags.DEFINE_integer("eagle_depth", 5, "EAGLE-2 dynamic tree: draft depth")
 flags.DEFINE_integer("eagle_top_k", 8, "EAGLE-2 dynamic tree: children per expanded node")
-flags.DEFINE_integer("eagle_total_tokens", 24, "EAGLE-2 dynamic tree: nodes verified per step")
+flags.DEFINE_integer("eagle_total_tokens", 16, "EAGLE-2 dynamic tree: nodes verified per step")
 flags.DEFINE_list("temperatures", ["0", "1"], "sampling temperatures")
 flags.DEFINE_integer("num_prompts", 0, "prompts (0: 4 chat prompts for a real model, 8 code "
                      "prompts for the default models)")
