@@ -152,10 +152,41 @@ def _config():
   c.timing.repeats = FLAGS.repeats
   c.kl.enabled = FLAGS.kl == "on" or (FLAGS.kl == "auto" and _is_default())
   draft, eagle = _drafters_in_use()
-  # Changing models must not reuse stale rows: fold the model set into the run settings.
-  c.models = f"set:{FLAGS.model}|draft={draft}|eagle={eagle}"
   c.eagle_dir = _eagle_dir(eagle)
+  # Changing models must not reuse stale rows: fold the model set -- and the drafters'
+  # weight files, which a retrained package replaces under the same names -- into the
+  # run settings.
+  c.models = (f"set:{FLAGS.model}|draft={draft}:{_weights_id(_draft_dir(draft))}|"
+              f"eagle={eagle}:{_weights_id(c.eagle_dir)}")
   return c
+
+
+def _draft_dir(draft: str) -> str:
+  if not draft or os.path.isdir(draft):
+    return draft
+  if _is_default():
+    from specjax.models.defaults import default_model_dir
+    return default_model_dir("draft")
+  from specjax.models import drafter_assets, registry
+  name = FLAGS.model if FLAGS.model in registry.REAL_MODELS else os.path.basename(
+      os.path.normpath(FLAGS.model))
+  try:
+    return drafter_assets.resolve(name, draft)
+  except FileNotFoundError as e:
+    raise app.UsageError(f"--draft={draft}: {e}") from None
+
+
+def _weights_id(path: str) -> str:
+  """Short sha256 of a drafter directory's weights file ("" when none)."""
+  import hashlib
+  f = os.path.join(path, "model.safetensors") if path else ""
+  if not f or not os.path.isfile(f):
+    return ""
+  h = hashlib.sha256()
+  with open(f, "rb") as fh:
+    for block in iter(lambda: fh.read(1 << 22), b""):
+      h.update(block)
+  return h.hexdigest()[:12]
 
 
 def _eagle_dir(eagle: str) -> str:
