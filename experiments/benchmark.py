@@ -152,28 +152,30 @@ def _config():
   c.timing.repeats = FLAGS.repeats
   c.kl.enabled = FLAGS.kl == "on" or (FLAGS.kl == "auto" and _is_default())
   draft, eagle = _drafters_in_use()
-  c.eagle_dir = _eagle_dir(eagle)
+  c.eagle_dir = _shipped_dir("eagle", eagle)
   # Changing models must not reuse stale rows: fold the model set -- and the drafters'
   # weight files, which a retrained package replaces under the same names -- into the
   # run settings.
-  c.models = (f"set:{FLAGS.model}|draft={draft}:{_weights_id(_draft_dir(draft))}|"
+  c.models = (f"set:{FLAGS.model}|draft={draft}:{_weights_id(_shipped_dir('draft', draft))}|"
               f"eagle={eagle}:{_weights_id(c.eagle_dir)}")
   return c
 
 
-def _draft_dir(draft: str) -> str:
-  if not draft or os.path.isdir(draft):
-    return draft
+def _shipped_dir(flag: str, kind: str) -> str:
+  """The directory of drafter ``kind`` (a shipped kind or a path; "" when none),
+  checked before any model loads; ``flag`` names the flag in the error."""
+  if not kind or os.path.isdir(kind):
+    return kind
   if _is_default():
-    from specjax.models.defaults import default_model_dir
-    return default_model_dir("draft")
+    from specjax.models.defaults import assets_dir, default_model_dir
+    return default_model_dir("draft") if kind == "draft" else os.path.join(assets_dir(), kind)
   from specjax.models import drafter_assets, registry
   name = FLAGS.model if FLAGS.model in registry.REAL_MODELS else os.path.basename(
       os.path.normpath(FLAGS.model))
   try:
-    return drafter_assets.resolve(name, draft)
+    return drafter_assets.resolve(name, kind)
   except FileNotFoundError as e:
-    raise app.UsageError(f"--draft={draft}: {e}") from None
+    raise app.UsageError(f"--{flag}={kind}: {e}") from None
 
 
 def _weights_id(path: str) -> str:
@@ -187,24 +189,6 @@ def _weights_id(path: str) -> str:
     for block in iter(lambda: fh.read(1 << 22), b""):
       h.update(block)
   return h.hexdigest()[:12]
-
-
-def _eagle_dir(eagle: str) -> str:
-  """The EAGLE head's directory ("" when none), checked before any model loads."""
-  if not eagle:
-    return ""
-  if os.path.isdir(eagle):
-    return eagle
-  if _is_default():
-    from specjax.models.defaults import assets_dir
-    return os.path.join(assets_dir(), eagle)
-  from specjax.models import drafter_assets, registry
-  name = FLAGS.model if FLAGS.model in registry.REAL_MODELS else os.path.basename(
-      os.path.normpath(FLAGS.model))
-  try:
-    return drafter_assets.resolve(name, eagle)
-  except FileNotFoundError as e:
-    raise app.UsageError(f"--eagle={eagle}: {e}") from None
 
 
 def _context(c):
