@@ -25,6 +25,8 @@ generation (outputs must be identical) for the specjax / transformers ratio.
     python -m benchmarks.speculative            # defaults: batch 1,8; T 0,1; K 4
     python -m benchmarks.speculative --target=smollm2-135m-instruct \
         --random_draft_layers=1 --batch_sizes=1 --temperatures=0   # tau = 1: pure loop cost
+    python -m benchmarks.speculative --target=smollm2-135m-instruct \
+        --drafters=lm_chain,eagle3_chain --batch_sizes=1,2,4,8,16   # shipped drafters, chat prompts
 """
 
 from __future__ import annotations
@@ -57,28 +59,38 @@ flags.DEFINE_list("drafters", ["lm_chain"],
                   "eagle3_tree:N / eagle1_tree:N (EAGLE-2 dynamic tree with N nodes, depth K, "
                   "top_k 8); EAGLE rows need the embedded target")
 flags.DEFINE_boolean("hf_peer", True, "also time transformers assisted generation (batch 1, greedy)")
+flags.DEFINE_integer("max_prompt_tokens", 256, "real --target: longest rendered chat prompt")
 flags.DEFINE_string("output", "benchmarks/results/speculative.json", "JSON output")
 
 
 def load_models():
-  """``(t_dir, d_dir, target, tp, draft, dp, tokenizer)``; a dir is None when the
-  model has no HF checkpoint directory (then there is no transformers peer)."""
+  """``(t_dir, d_dir, target, tp, draft, dp, tok, model_set)``; a dir is None when
+  the model has no HF checkpoint directory (then there is no transformers peer).
+  ``model_set`` (:func:`experiments.model_sets.load_model_set`) is set for a real
+  ``--target``: its shipped draft LM and EAGLE-3 head are the drafters."""
   from specjax.models import defaults, hf
   from specjax.models.transformer import Model
+  ms = None
   if FLAGS.target:
-    from specjax.models import registry
-    lm = registry.load_model(FLAGS.target)
-    t_dir, target, tp, tok = lm.hf_dir, lm.model, lm.params, lm.tokenizer
+    from experiments.model_sets import load_model_set
+    needs_eagle = any(d.startswith("eagle") for d in FLAGS.drafters)
+    ms = load_model_set(FLAGS.target, draft="" if FLAGS.random_draft_layers > 0
+                        else (FLAGS.draft_dir or "draft"),
+                        eagle="eagle3" if needs_eagle else "")
+    # No transformers peer here (benchmarks/assisted_vs_hf.py times it for real targets).
+    t_dir, target, tp, tok = None, ms.target, ms.target_params, ms.tokenizer
   else:
     t_dir = FLAGS.target_dir or defaults.default_model_dir("target")
     target, tp = hf.load_pretrained(t_dir)
     tok = hf.load_tokenizer(t_dir)
   if FLAGS.random_draft_layers > 0:
     draft = Model(target.config.replace(num_hidden_layers=FLAGS.random_draft_layers))
-    return t_dir, None, target, tp, draft, draft.init_params(jax.random.key(1)), tok
+    return t_dir, None, target, tp, draft, draft.init_params(jax.random.key(1)), tok, ms
+  if ms is not None:
+    return None, None, target, tp, ms.draft, ms.draft_params, tok, ms
   d_dir = FLAGS.draft_dir or defaults.default_model_dir("draft")
   draft, dp = hf.load_pretrained(d_dir)
-  return t_dir, d_dir, target, tp, draft, dp, tok
+  return t_dir, d_dir, target, tp, draft, dp, tok, ms
 
 
 def hf_assisted(t_dir, d_dir, prompts, max_new_tokens, k, repeats):
@@ -111,15 +123,22 @@ def hf_assisted(t_dir, d_dir, prompts, max_new_tokens, k, repeats):
   return float(np.median(times)), outs
 
 
-def make_drafter(name, k, samp, draft, dp, target, tp):
-  """``(drafter, params)`` for a --drafters entry."""
+def make_drafter(name, k, samp, draft, dp, target, tp, model_set=None):
+  """``(drafter, params)`` for a --drafters entry (EAGLE rows: the head shipped for
+  the real ``model_set``'s target, else the embedded default heads)."""
   from specjax.decoding.drafters import LMDrafter
   if name == "lm_chain":
     return LMDrafter(k, samp, draft), dp
   from specjax.decoding.eagle_drafter import EagleDrafter
-  from specjax.models.eagle import load_default_eagle
   kind, _, rest = name.partition("_")
-  head, hp, d2t = load_default_eagle(kind)[:3]
+  if model_set is not None:
+    if kind != "eagle3":
+      raise app.UsageError(f"--drafters entry {name!r}: a real --target ships only an EAGLE-3 "
+                           "head (use eagle3_chain or eagle3_tree:N)")
+    head, hp, d2t = model_set.eagle
+  else:
+    from experiments.model_sets import load_model_set
+    head, hp, d2t = load_model_set("default", draft="", eagle=kind).eagle
   params = EagleDrafter.make_params(hp, target, tp, d2t)
   if rest == "chain":
     return EagleDrafter(k, samp, head=head), params
@@ -142,11 +161,16 @@ def main(_):
   from specjax.decoding.speculative import speculative_generate
   from specjax.models.transformer import Model
 
-  t_dir, d_dir, target, tp, draft, dp, tok = load_models()
+  t_dir, d_dir, target, tp, draft, dp, tok, ms = load_models()
   k, n_new, reps = FLAGS.k, FLAGS.max_new_tokens, FLAGS.repeats
   rows = []
   max_b = max(int(b) for b in FLAGS.batch_sizes)
-  all_prompts = [list(p.ids) for p in load_eval_prompts(max_b, tokenizer=tok)]
+  if ms is not None and ms.is_chat:  # held-out ShareGPT + HumanEval chat prompts
+    from experiments.prompts import load_chat_prompts
+    all_prompts = [list(p.ids) for p in load_chat_prompts(ms.encode_chat, max_b,
+                                                          max_tokens=FLAGS.max_prompt_tokens)]
+  else:
+    all_prompts = [list(p.ids) for p in load_eval_prompts(max_b, tokenizer=tok)]
   lossless = verifiers.get("lossless")
   for b in map(int, FLAGS.batch_sizes):
     prompts = all_prompts[:b]
@@ -156,9 +180,10 @@ def main(_):
     for temp in map(float, FLAGS.temperatures):
       samp = SamplingConfig(temperature=temp)
       for dname in FLAGS.drafters:
-        drafters[temp, dname] = make_drafter(dname, k, samp, draft, dp, target, tp)
+        drafters[temp, dname] = make_drafter(dname, k, samp, draft, dp, target, tp, ms)
     # One cache length for every call of this batch size: attention reads all slots.
-    cache_len = 128 + n_new + max(d.tokens_per_step for d, _ in drafters.values())
+    cache_len = (max(128, max(len(p) for p in prompts)) + n_new
+                 + max(d.tokens_per_step for d, _ in drafters.values()))
     fwd1 = forward_timer(target, tp, b, 1, ctx, cache_len)
     for temp in map(float, FLAGS.temperatures):
       samp = SamplingConfig(temperature=temp)
