@@ -12,7 +12,10 @@ Steps (SPEC.md §5):
 2. Fit ``P_hat(accept | S, A)`` on a fixed grid and on adaptive quantile bins
    (Laplace smoothing) and save both with the triple's identifiers, the
    verifier and the sampling settings (``table_fixed.{npz,json}``,
-   ``table_quantile.{npz,json}``).
+   ``table_quantile.{npz,json}``); and the same on S alone
+   (``table_fixed_S``, ``table_quantile_S``: one A bin, for
+   ``SpeculativeVerification(table_signals="S")``, which keeps lossless
+   verification exact -- :mod:`specjax.policies.sv`, "Exactness").
 3. Report ``H(X)``, ``H(X|S)``, ``H(X|S,A)`` and the information gains for
    both binnings, plus the held-out log loss of tables fitted on
    ``data.fit_fraction`` of the rows (plug-in entropies are optimistic).
@@ -169,10 +172,13 @@ def run(c) -> dict:
   # Tables on all records; held-out check on a row split.
   n_fit_rows = int(round(len(prompts) * d.fit_fraction))
   fit = cols["row"] < n_fit_rows
+  one_bin = np.asarray([0.0, 1.0])  # S-only tables: SpeculativeVerification(table_signals="S")
   binnings = {
       "fixed": (cal.fixed_edges(c.table.fixed_bins), cal.fixed_edges(c.table.fixed_bins)),
       "quantile": (cal.quantile_edges(s, c.table.quantile_bins),
                    cal.quantile_edges(a, c.table.quantile_bins)),
+      "fixed_S": (cal.fixed_edges(c.table.fixed_bins), one_bin),
+      "quantile_S": (cal.quantile_edges(s, c.table.quantile_bins), one_bin),
   }
   ident = {
       "models": cal.triple_id(target, tp, draft, dp, comp, cp),

@@ -185,6 +185,38 @@ def test_policy_validation(triple):
   hash(pol)  # static under jit
   with pytest.raises(ValueError, match="K\\+1"):
     pol.make_params(cp, uninformative_table(), np.ones(3), 2)
+  with pytest.raises(ValueError, match="table_signals='SA?B'"):
+    SpeculativeVerification(4, companion=companion, table_signals="SAB")
+  s_only = SpeculativeVerification(4, companion=companion, table_signals="S")
+  with pytest.raises(ValueError, match="table_signals='S' needs a table fitted on S only.*3 A bins"):
+    s_only.make_params(cp, _steep_table(), np.ones(5), 2)
+
+
+def test_s_only_table_never_reads_the_drafted_token(triple):
+  """table_signals="S": P_hat_i = table(S_i), whatever A_i (the drafted token x_i)
+  is; "SA" with the same S bins and a steep A axis does read it."""
+  target, tp, draft, dp, companion, cp = triple
+  k, b = 3, 2
+  s_table = CalibrationTable(jnp.asarray([0.0, 0.5, 0.9, 1.0]), jnp.asarray([0.0, 1.0]),
+                             jnp.asarray([[0.2], [0.5], [0.8]]))
+  rs = np.random.RandomState(1)
+  seq = jnp.asarray(rs.randint(0, 32, size=(b, 12)), jnp.int32)
+  lengths = jnp.asarray([5, 8], jnp.int32)
+  q = jax.nn.softmax(jnp.asarray(rs.randn(b, k, 32) * 2, jnp.float32), -1)
+  x = jnp.asarray(rs.randint(0, 32, size=(b, k)), jnp.int32)
+  prev, last = seq[jnp.arange(b), lengths - 2], seq[jnp.arange(b), lengths - 1]
+  pol = SpeculativeVerification(k, companion=companion, table_signals="S")
+  params = pol.make_params(cp, s_table, np.linspace(1, 1.3, k + 1), b)
+  state = pol.init(params, seq, lengths, 24)
+  s, a, p_hat, _ = pol.signals(params, state, prev, last, x, q)
+  want = np.asarray([0.2, 0.5, 0.8])[np.digitize(np.asarray(s), [0.5, 0.9])]
+  np.testing.assert_allclose(np.asarray(p_hat), want, rtol=1e-6)
+  assert len(np.unique(np.asarray(a).round(3))) > 1  # A varies, P_hat ignores it
+  sa = SpeculativeVerification(k, companion=companion)
+  sa_params = sa.make_params(cp, _steep_table(), np.linspace(1, 1.3, k + 1), b)
+  _, a2, p_hat2, _ = sa.signals(sa_params, state, prev, last, x, q)
+  np.testing.assert_allclose(np.asarray(p_hat2),
+                             np.asarray(_steep_table().lookup(a2 * 0, a2)), rtol=1e-6)
 
 
 def test_companion_cache_matches_full_forward(triple):

@@ -59,6 +59,17 @@ the largest gamma on each device, which is the real cost.  ``group_size=None``
 (default) makes the whole batch one group, as in the paper; a run that couples
 rows then refuses a mesh with more than one ``data`` device.
 
+Exactness (``table_signals``).  ``P_hat_i`` from ``(S_i, A_i)`` (``"SA"``, the
+paper's table, the default) reads ``A_i``, which looks at the drafted token
+``x_i`` itself: the drafts that get verified are then no longer distributed as
+``q`` and lossless verification under SV is biased towards tokens the
+companion likes (exact TV 0.074 in the setup of
+``tests/test_statistical_power.py``, where the loop measures the same).
+``P_hat_i`` from ``S_i`` alone (``"S"``) depends only on the drafts before
+position ``i``, so every lossless rule stays exact (tested).  ``"S"`` needs a
+table with a single ``A`` bin (``a_edges == [0, 1]``; ``experiments/
+calibrate_sv.py`` fits one next to each ``(S, A)`` table).
+
 Companion cache protocol (like :class:`~specjax.decoding.drafters.LMDrafter`):
 it holds the committed context minus the target's last cached token; ``choose``
 runs ONE forward over ``[prev, last, x_1..x_K]`` at positions ``L-1 .. L+K``
@@ -86,6 +97,7 @@ from specjax.verifiers.base import safe_ratio
 MODES = ("row", "batch")
 BATCH_COSTS = ("max", "total")
 GAMMA_SEARCHES = ("from1_decrease", "from0_nonincrease")
+TABLE_SIGNALS = ("SA", "S")
 
 
 def _per_group(fn, group_size: int, *rows):
@@ -206,6 +218,9 @@ class SpeculativeVerification(VerifyPolicy):
     group_size: G, rows coupled by batch mode and ``fill_bucket`` (see "Row
       groups" in the module docstring); None (default): the whole batch, on
       one device only.
+    table_signals: "SA" (the paper: ``P_hat(S, A)``; not exact under lossless
+      verification, see "Exactness") or "S" (``P_hat(S)``, a one-A-bin table;
+      keeps lossless rules exact).
 
   Params (:meth:`make_params`): ``{"companion": companion params, "table":
   CalibrationTable, "latency": [K+1] s for gamma = 0..K at the run's batch
@@ -220,6 +235,7 @@ class SpeculativeVerification(VerifyPolicy):
   verify_buckets: Optional[tuple] = None
   fill_bucket: bool = False
   group_size: Optional[int] = None
+  table_signals: str = "SA"
 
   def __post_init__(self):
     super().__post_init__()
@@ -231,6 +247,8 @@ class SpeculativeVerification(VerifyPolicy):
       raise ValueError(f"batch_cost={self.batch_cost!r}; choose one of {BATCH_COSTS}")
     if self.gamma_search not in GAMMA_SEARCHES:
       raise ValueError(f"gamma_search={self.gamma_search!r}; choose one of {GAMMA_SEARCHES}")
+    if self.table_signals not in TABLE_SIGNALS:
+      raise ValueError(f"table_signals={self.table_signals!r}; choose one of {TABLE_SIGNALS}")
     if not isinstance(self.companion_sampling, SamplingConfig):
       raise ValueError("companion_sampling must be a SamplingConfig")
     b = (default_buckets(self.num_draft) if self.verify_buckets is None
@@ -299,6 +317,12 @@ class SpeculativeVerification(VerifyPolicy):
       lat_tot = np.interp(np.arange(batch_size * (k + 1) + 1), pts, lat)
     if np.any(lat <= 0):
       raise ValueError(f"latencies must be > 0, got {lat}")
+    n_a = int(np.shape(table.a_edges)[0]) - 1
+    if self.table_signals == "S" and n_a != 1:
+      raise ValueError(
+          f"table_signals='S' needs a table fitted on S only (one A bin, a_edges [0, 1]); "
+          f"this table has {n_a} A bins -- use the *_S table that calibrate_sv writes, or "
+          "table_signals='SA'")
     lat_tot = np.asarray(lat_tot)[np.arange(g * (k + 1) + 1) * (batch_size // g)]
     return {"companion": companion_params, "table": table,
             "latency": jnp.asarray(lat, jnp.float32),
@@ -329,7 +353,8 @@ class SpeculativeVerification(VerifyPolicy):
     out = self.companion.apply(params["companion"], toks, pos, state, logits_index=idx)
     p_c = probs_from_logits(out.logits, self.companion_sampling)  # [B, K, V]
     s, a = companion_signals(q, p_c, x)
-    p_hat = params["table"].lookup(s, a)
+    # "S": the one A bin, so P_hat_i never reads x_i (module docstring, "Exactness").
+    p_hat = params["table"].lookup(s, a if self.table_signals == "SA" else jnp.zeros_like(a))
     return s, a, p_hat, out.cache
 
   def choose(self, params, state, prev, last, x, q, active):
