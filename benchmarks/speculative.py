@@ -117,7 +117,7 @@ def make_drafter(name, k, samp, draft, dp, target, tp):
   if name == "lm_chain":
     return LMDrafter(k, samp, draft), dp
   from specjax.decoding.eagle_drafter import EagleDrafter
-  from specjax.models.eagle import load_default_eagle
+  from specjax.models.eagle_io import load_default_eagle
   kind, _, rest = name.partition("_")
   head, hp, d2t = load_default_eagle(kind)[:3]
   params = EagleDrafter.make_params(hp, target, tp, d2t)

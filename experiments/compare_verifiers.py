@@ -295,7 +295,7 @@ def load_context(c) -> Context:
   eagle = None
   if c.eagle_dir:
     from specjax.decoding.eagle_drafter import EagleDrafter
-    from specjax.models.eagle import load_eagle
+    from specjax.models.eagle_io import load_eagle
     head, hp, d2t = load_eagle(c.eagle_dir, t.config)[:3]
     eagle = (head, EagleDrafter.make_params(hp, t, tp, d2t))
   return Context(c, t, tp, dm, dp, tok, prompts, eagle)

@@ -58,7 +58,7 @@ class ModelSet:
 
 def _default_set(draft: str, eagle: str, dtype: str) -> ModelSet:
   from specjax.models import defaults, hf
-  from specjax.models.eagle import load_eagle
+  from specjax.models.eagle_io import load_eagle
   t, tp = defaults.load_default("target", dtype=dtype)
   ms = ModelSet("default", t, tp, defaults.default_tokenizer(),
                 sources={"target": defaults.default_model_dir("target")})
