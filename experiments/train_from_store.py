@@ -52,9 +52,9 @@ def open_store(c, lm):
 
 def batchers(c, store, feature_layers, workdir):
   """Train / held-out StoreBatchers; a resumed run reads its recorded shard count."""
-  from specjax.training import store_batching, store_trainer
+  from specjax.training import loop, store_batching
   num_shards = c.data.num_shards
-  prev = store_trainer.read_training_json(workdir)
+  prev = loop.read_training_json(workdir)
   if prev is not None and not num_shards:
     num_shards = prev["data"]["num_shards"]
   cfg = store_batching.StoreBatchConfig(
