@@ -84,7 +84,7 @@ def test_verifier_name_must_be_a_string():
 
 
 def test_parse_rules_stores_numbers():
-  from experiments.compare_verifiers import parse_rules
+  from experiments.rows import parse_rules
   assert parse_rules("mars:theta=.9") == [("mars", {"theta": 0.9})]
   with _raises(ValueError, "'theta'", "hparam=value"):
     parse_rules("mars:theta")
@@ -368,19 +368,19 @@ def test_eagle_loader_reads_configured_aux_layers(tmp_path):
     ("tree_paths", "[[0], [", ValueError, ["tree_paths='[[0], ['", "JSON"]),
 ])
 def test_compare_config_is_validated_before_models_load(field, value, exc, fragments):
-  from experiments import compare_verifiers as cv
+  from experiments import rows
   from experiments.configs import compare
   c = compare.get_config()
   c[field] = value
   with _raises(exc, *fragments):
-    cv.default_rows(c)
+    rows.default_rows(c)
 
 
 def test_compare_workdir_that_is_a_file(tmp_path):
-  from experiments import compare_verifiers as cv
+  from experiments import rows
   from experiments.configs import compare
   c = compare.get_config()
   c.workdir = str(tmp_path / "out.txt")
   (tmp_path / "out.txt").write_text("x")
   with _raises(ValueError, "out.txt", "not a directory"):
-    cv.default_rows(c)
+    rows.default_rows(c)
