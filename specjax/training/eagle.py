@@ -47,34 +47,26 @@ from specjax.training import target_dist
 
 
 @dataclasses.dataclass(frozen=True)
-class EagleTrainConfig:
-  """Attributes:
-    num_steps: optimizer steps of the run.
-    init_seed: head init seed; data_seed: batch permutation seed.
+class EagleTrainConfig(loop.LoopConfig):
+  """The loop's settings (:class:`~specjax.training.loop.LoopConfig`) plus
+
+  Attributes:
     reg_weight, ce_weight: EAGLE-1 loss weights (feature regression, CE).
     feature_noise: EAGLE-1 uniform noise half-width added to input features (0 = off).
     ttt_steps: EAGLE-3 training-time-test steps; decay: their weight ratio (0.8).
-    eval_every, eval_batches: held-out eval cadence / size (0 = off).
-    checkpoint_every, log_every, max_to_keep: as in LMTrainConfig.
   """
 
   num_steps: int = 500
-  init_seed: int = 0
-  data_seed: int = 0
+  eval_every: int = 100
+  eval_batches: int = 4
   reg_weight: float = 1.0
   ce_weight: float = 0.1
   feature_noise: float = 0.0
   ttt_steps: int = 7
   decay: float = 0.8
-  eval_every: int = 100
-  eval_batches: int = 4
-  checkpoint_every: int = 100
-  log_every: int = 25
-  max_to_keep: int = 2
 
   def __post_init__(self):
-    if self.num_steps < 1:
-      raise ValueError(f"num_steps={self.num_steps} must be >= 1")
+    super().__post_init__()
     if self.ttt_steps < 1:
       raise ValueError(f"ttt_steps={self.ttt_steps} must be >= 1")
     if not 0 < self.decay <= 1:

@@ -37,33 +37,22 @@ PRECISIONS = ("float32", "bfloat16")
 
 
 @dataclasses.dataclass(frozen=True)
-class LMTrainConfig:
-  """Attributes:
-    num_steps: total optimizer steps of the run.
+class LMTrainConfig(loop.LoopConfig):
+  """The loop's settings (:class:`~specjax.training.loop.LoopConfig`) plus
+
+  Attributes:
     precision: "float32" | "bfloat16" (activations; master params stay fp32).
-    init_seed: PRNG seed of the parameter init.
-    data_seed: seed of the batch permutation.
-    eval_every, eval_batches: held-out eval cadence and size (0 = no periodic eval).
-    checkpoint_every: orbax checkpoint cadence (0 = only at the end).
-    log_every: absl logging cadence.
-    max_to_keep: checkpoints kept.
   """
 
-  num_steps: int = 1000
-  precision: str = "float32"
-  init_seed: int = 0
-  data_seed: int = 0
-  eval_every: int = 200
   eval_batches: int = 16
   checkpoint_every: int = 200
   log_every: int = 50
-  max_to_keep: int = 2
+  precision: str = "float32"
 
   def __post_init__(self):
     if self.precision not in PRECISIONS:
       raise ValueError(f"precision={self.precision!r}; choose one of {PRECISIONS}")
-    if self.num_steps < 1:
-      raise ValueError(f"num_steps={self.num_steps} must be >= 1")
+    super().__post_init__()
 
 
 def training_model(config: ModelConfig, precision: str) -> Model:

@@ -23,8 +23,8 @@ throughput accounting (:meth:`account`), extra checkpointed data and a summary.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import json
 import os
 import time
 from typing import Any, Callable, Optional
@@ -36,6 +36,7 @@ from absl import logging
 from specjax.data.batching import DataState
 from specjax.training import state as state_lib
 from specjax.training.checkpoint import Checkpointer
+from specjax.training.json_files import read_json, write_json_atomic
 
 TRAINING_JSON = "training.json"
 
@@ -58,18 +59,44 @@ def make_train_step(loss_fn: Callable, optimizer) -> Callable:
 
 def read_training_json(workdir: str) -> Optional[dict]:
   """The ``training.json`` of a workdir, or None when there is none."""
-  path = os.path.join(workdir, TRAINING_JSON)
-  if not os.path.isfile(path):
-    return None
-  with open(path) as f:
-    return json.load(f)
+  return read_json(os.path.join(workdir, TRAINING_JSON))
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopConfig:
+  """What the loop reads; every trainer's config extends it.
+
+  Attributes:
+    num_steps: optimizer steps of the run.
+    init_seed: init seed (and, +1, the per-step key seed); data_seed: batch order seed.
+    eval_every, eval_batches: held-out eval cadence / size (0 = off).
+    checkpoint_every: orbax cadence in steps (0 = only at the end).
+    log_every: absl logging cadence; max_to_keep: checkpoints kept.
+  """
+
+  num_steps: int = 1000
+  init_seed: int = 0
+  data_seed: int = 0
+  eval_every: int = 200
+  eval_batches: int = 8
+  checkpoint_every: int = 100
+  log_every: int = 25
+  max_to_keep: int = 2
+
+  def __post_init__(self):
+    if self.num_steps < 1:
+      raise ValueError(f"num_steps={self.num_steps} must be >= 1")
+    for name in ("eval_every", "eval_batches", "checkpoint_every", "max_to_keep"):
+      if getattr(self, name) < 0:
+        raise ValueError(f"{name}={getattr(self, name)} must be >= 0")
+    if self.log_every < 1:
+      raise ValueError(f"log_every={self.log_every} must be >= 1")
 
 
 class TrainLoop:
   """Init / restore, step, eval, checkpoint: the loop every trainer shares.
 
-  Attributes set here: ``cfg`` (``num_steps``, ``init_seed``, ``data_seed``,
-  ``eval_every``, ``checkpoint_every``, ``log_every``, ``max_to_keep``),
+  Attributes set here: ``cfg`` (a :class:`LoopConfig`),
   ``optimizer``, ``train_batcher``, ``workdir``, ``checkpointer`` (None without
   a workdir), ``state``, ``data_state``, ``history`` (one entry per step, restored
   ones included), ``evals``, ``timing`` and ``resumed_from``.
@@ -159,13 +186,9 @@ class TrainLoop:
 
   def write_training_json(self) -> None:
     summary = self.summary() if self.workdir else None
-    if summary is None:
-      return
-    os.makedirs(self.workdir, exist_ok=True)
-    path = os.path.join(self.workdir, TRAINING_JSON)
-    with open(path + ".tmp", "w") as f:
-      json.dump(summary, f, indent=1)
-    os.replace(path + ".tmp", path)
+    if summary is not None:
+      os.makedirs(self.workdir, exist_ok=True)
+      write_json_atomic(os.path.join(self.workdir, TRAINING_JSON), summary)
 
   def step_key(self, step: int):
     """The PRNG key of train step ``step`` (feature noise, dropout)."""

@@ -31,31 +31,8 @@ from specjax.training.loop import read_training_json
 
 
 @dataclasses.dataclass(frozen=True)
-class StoreTrainConfig:
-  """Attributes:
-    num_steps: optimizer steps of the run.
-    init_seed: init seed (and, +1, the per-step key seed); data_seed: window order seed.
-    eval_every, eval_batches: held-out eval cadence / size (0 = off).
-    checkpoint_every: orbax cadence in steps (0 = only at the end); log_every; max_to_keep.
-  """
-
-  num_steps: int = 1000
-  init_seed: int = 0
-  data_seed: int = 0
-  eval_every: int = 200
-  eval_batches: int = 8
-  checkpoint_every: int = 100
-  log_every: int = 25
-  max_to_keep: int = 2
-
-  def __post_init__(self):
-    if self.num_steps < 1:
-      raise ValueError(f"num_steps={self.num_steps} must be >= 1")
-    for name in ("eval_every", "eval_batches", "checkpoint_every", "max_to_keep"):
-      if getattr(self, name) < 0:
-        raise ValueError(f"{name}={getattr(self, name)} must be >= 0")
-    if self.log_every < 1:
-      raise ValueError(f"log_every={self.log_every} must be >= 1")
+class StoreTrainConfig(loop.LoopConfig):
+  """The loop's settings (:class:`~specjax.training.loop.LoopConfig`, its defaults)."""
 
 
 @functools.lru_cache(maxsize=8)
