@@ -18,7 +18,7 @@ Prints one table (tau, tokens/s, speedup over ``generate()`` measured side by
 side in the same run, relaxed-acceptance rate, target log-likelihood of the
 output, agreement with target greedy at T = 0) and writes ``benchmark.jsonl``,
 ``benchmark.md`` and ``benchmark.png`` to ``--output_dir``. The rows are
-evaluated by :mod:`experiments.compare_verifiers` (one definition of every
+evaluated by :mod:`experiments.evaluation` (one definition of every
 metric and of the paired timing protocol); a rerun resumes, skipping finished
 rows, and rows of other settings are never reused.
 """
@@ -76,9 +76,9 @@ def _is_default() -> bool:
 
 
 def _validate_flags() -> None:
-  """Every flag checked before any model loads (compare_verifiers.validate_config
+  """Every flag checked before any model loads (rows.validate_config
   checks the assembled config on top)."""
-  from experiments.compare_verifiers import DRAFTERS
+  from experiments.rows import DRAFTERS
   from experiments.prompts import PROMPT_SETS
   from specjax.checks import check_int
   from specjax.models import registry
@@ -192,8 +192,8 @@ def _weights_id(path: str) -> str:
 
 
 def _context(c):
-  """compare_verifiers.Context with the requested model set, prompts and mesh."""
-  from experiments import compare_verifiers as cv
+  """evaluation.Context with the requested model set, prompts and mesh."""
+  from experiments import evaluation
   from experiments.model_sets import load_model_set
   from experiments.prompts import load_chat_prompts, load_eval_prompts
   from specjax.data.corpus import CorpusConfig
@@ -222,7 +222,7 @@ def _context(c):
     h, hp, d2t = ms.eagle
     head = (h, EagleDrafter.make_params(hp, ms.target, tp, d2t))
   logging.info("model set %s: %s; %d prompts", ms.name, ms.sources, len(prompts))
-  return cv.Context(c, ms.target, tp, ms.draft, ms.draft_params, ms.tokenizer, prompts, head,
+  return evaluation.Context(c, ms.target, tp, ms.draft, ms.draft_params, ms.tokenizer, prompts, head,
                     mesh=mesh, code_prompts=not ms.is_chat)
 
 
@@ -235,21 +235,21 @@ COLUMNS = [("method", "method", None), ("drafter", "drafter", None), ("T", "temp
 
 def run() -> dict:
   """Entry point (also the ``specjax-bench`` console script)."""
-  from experiments import compare_verifiers as cv
+  from experiments import evaluation, reports, rows as rows_lib
   t_start = time.time()
   c = _config()
   try:
-    cv.validate_config(c)
-    cv.parse_rules(c.rules)
+    rows_lib.validate_config(c)
+    rows_lib.parse_rules(c.rules)
   except ValueError as e:  # TypeError-like ArgumentTypeError is a ValueError too
     raise app.UsageError(f"--verifiers / flags: {e}") from None
-  cv.enable_compile_cache(c)
+  evaluation.enable_compile_cache(c)
   wanted = set(FLAGS.drafters) | {"-"}
-  rows = [r for r in cv.default_rows(c) if r["drafter"] in wanted]
+  rows = [r for r in rows_lib.default_rows(c) if r["drafter"] in wanted]
   ctx = _context(c)
-  records, path = cv.run_rows(c, rows, ctx=ctx)
-  files = cv.write_reports(c, records, c.name, f"main verifiers, {FLAGS.model}")
-  table = cv.markdown_table(records, COLUMNS)
+  records, path = evaluation.run_rows(c, rows, ctx=ctx)
+  files = reports.write_reports(c, records, c.name, f"main verifiers, {FLAGS.model}")
+  table = reports.markdown_table(records, COLUMNS)
   with open(files["markdown"], "w") as f:
     f.write(table + "\n")
   print()

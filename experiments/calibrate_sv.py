@@ -33,14 +33,7 @@ import time
 
 from absl import logging
 
-
-
-def _perturbed(params, seed, noise):
-  import jax
-  leaves, tree = jax.tree.flatten(params)
-  keys = jax.random.split(jax.random.key(seed), len(leaves))
-  return jax.tree.unflatten(tree, [l + noise * jax.random.normal(k, l.shape) if l.ndim > 1
-                                   else l for l, k in zip(leaves, keys)])
+from experiments.model_sets import perturbed
 
 
 def load_models(c):
@@ -63,8 +56,8 @@ def load_models(c):
                           num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
                           head_dim=16))
     tp = jax.tree.map(lambda x: x * 5.0 if x.ndim > 1 else x, m.init_params(jax.random.key(c.seed)))
-    return {"target": (m, tp), "draft": (m, _perturbed(tp, 1, 0.05)),
-            "companion": (m, _perturbed(tp, 2, 0.03))}
+    return {"target": (m, tp), "draft": (m, perturbed(tp, 1, 0.05)),
+            "companion": (m, perturbed(tp, 2, 0.03))}
   from experiments.model_sets import load_model_set
   from specjax.models.early_exit import early_exit
   if c.drafter not in ("draft", "eagle3"):

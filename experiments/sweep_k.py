@@ -13,9 +13,8 @@ quality against K.
 
 from __future__ import annotations
 
-
-from experiments import compare_verifiers as cv
-
+from experiments import evaluation
+from experiments import rows as rows_lib
 
 
 def rows(c) -> list[dict]:
@@ -24,18 +23,18 @@ def rows(c) -> list[dict]:
     check_int("ks entry (draft length K)", k, low=1)
   out = []
   for t in c.temperatures:
-    out.append(cv.make_row(c, kind="target", drafter="-", temperature=t, num_draft=0,
+    out.append(rows_lib.make_row(c, kind="target", drafter="-", temperature=t, num_draft=0,
                            extra={"series": f"target T={t:g}"}))
-    for name, hp in cv.parse_rules(c.rules):
+    for name, hp in rows_lib.parse_rules(c.rules):
       for k in c.ks:
-        out.append(cv.make_row(c, kind="spec", drafter="chain", temperature=t, num_draft=int(k),
+        out.append(rows_lib.make_row(c, kind="spec", drafter="chain", temperature=t, num_draft=int(k),
                                rule=name, hparams=hp,
-                               extra={"series": f"{cv.method_label(name, hp)} T={t:g}"}))
+                               extra={"series": f"{rows_lib.method_label(name, hp)} T={t:g}"}))
   return out
 
 
 def run(c) -> dict:
-  return cv.run_line_sweep(c, rows(c), "draft length sweep", lambda cfg: cfg["num_draft"], "K")
+  return evaluation.run_line_sweep(c, rows(c), "draft length sweep", lambda cfg: cfg["num_draft"], "K")
 
 
 if __name__ == "__main__":

@@ -12,27 +12,26 @@ Rows: target-only and every rule of ``config.rules`` for every drafter in
 
 from __future__ import annotations
 
-
-from experiments import compare_verifiers as cv
-
+from experiments import evaluation
+from experiments import rows as rows_lib
 
 
 def rows(c) -> list[dict]:
   out = []
-  rules = cv.parse_rules(c.rules)
+  rules = rows_lib.parse_rules(c.rules)
   for t in c.sweep_temperatures:
-    out.append(cv.make_row(c, kind="target", drafter="-", temperature=t, num_draft=0,
+    out.append(rows_lib.make_row(c, kind="target", drafter="-", temperature=t, num_draft=0,
                            extra={"series": "target"}))
     for d in c.drafters:
-      k = cv._drafter_depth(c, d)
+      k = rows_lib.drafter_depth(c, d)
       for name, hp in rules:
-        out.append(cv.make_row(c, kind="spec", drafter=d, temperature=t, num_draft=k, rule=name,
-                               hparams=hp, extra={"series": f"{cv.method_label(name, hp)} [{d}]"}))
+        out.append(rows_lib.make_row(c, kind="spec", drafter=d, temperature=t, num_draft=k, rule=name,
+                               hparams=hp, extra={"series": f"{rows_lib.method_label(name, hp)} [{d}]"}))
   return out
 
 
 def run(c) -> dict:
-  return cv.run_line_sweep(c, rows(c), "temperature sweep", lambda cfg: cfg["temperature"], "T")
+  return evaluation.run_line_sweep(c, rows(c), "temperature sweep", lambda cfg: cfg["temperature"], "T")
 
 
 if __name__ == "__main__":

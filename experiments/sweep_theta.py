@@ -14,31 +14,30 @@ Evaluation, resumable JSONL, table and metrics as in
 
 from __future__ import annotations
 
-
-from experiments import compare_verifiers as cv
-
+from experiments import evaluation
+from experiments import rows as rows_lib
 
 
 def rows(c) -> list[dict]:
   out = []
   for t in c.temperatures:
-    out.append(cv.make_row(c, kind="target", drafter="-", temperature=t, num_draft=0,
+    out.append(rows_lib.make_row(c, kind="target", drafter="-", temperature=t, num_draft=0,
                            extra={"series": f"target T={t:g}"}))
     for d in c.drafters:
-      k = cv._drafter_depth(c, d)
-      out.append(cv.make_row(c, kind="spec", drafter=d, temperature=t, num_draft=k,
+      k = rows_lib.drafter_depth(c, d)
+      out.append(rows_lib.make_row(c, kind="spec", drafter=d, temperature=t, num_draft=k,
                              rule="lossless", extra={"series": f"lossless [{d}] T={t:g}"}))
       for th in c.thetas:
         hp = dict(theta=float(th))
         hp.update(dict(c.mars_hparams))
-        out.append(cv.make_row(c, kind="spec", drafter=d, temperature=t, num_draft=k,
+        out.append(rows_lib.make_row(c, kind="spec", drafter=d, temperature=t, num_draft=k,
                                rule="mars", hparams=hp,
                                extra={"series": f"mars [{d}] T={t:g}", "x": float(th)}))
   return out
 
 
 def run(c) -> dict:
-  return cv.run_line_sweep(c, rows(c), "MARS theta sweep", lambda cfg: cfg.get("x", 0.0), "theta")
+  return evaluation.run_line_sweep(c, rows(c), "MARS theta sweep", lambda cfg: cfg.get("x", 0.0), "theta")
 
 
 if __name__ == "__main__":

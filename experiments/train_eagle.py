@@ -122,7 +122,7 @@ def run(c) -> dict:
   import numpy as np
 
   from specjax.data import tokenizer as tok_lib
-  from specjax.models import eagle
+  from specjax.models import eagle, eagle_io
   from specjax.training import eagle as train_eagle
   from specjax.training import optim
 
@@ -164,8 +164,8 @@ def run(c) -> dict:
   final_eval = trainer.evaluate()
 
   export_dir = c.export.dir or os.path.join(workdir, "head")
-  eagle.save_eagle(export_dir, hcfg, trainer.state.params, d2t, t2d, dtype=c.export.dtype)
-  head2, params2, d2t2 = eagle.load_eagle(export_dir, target.config)  # round trip
+  eagle_io.save_eagle(export_dir, hcfg, trainer.state.params, d2t, t2d, dtype=c.export.dtype)
+  head2, params2, d2t2 = eagle_io.load_eagle(export_dir, target.config)  # round trip
   acceptance = measure_acceptance(c, target, target_params, head2, params2, d2t2, heldout, eos)
 
   hist = trainer.history
@@ -184,7 +184,7 @@ def run(c) -> dict:
       "final_eval": final_eval, "evals": trainer.evals,
       "train_loss_history": [h["loss"] for h in hist],
       "acceptance_greedy": acceptance, "export_dir": export_dir,
-      "export_bytes": os.path.getsize(os.path.join(export_dir, eagle.WEIGHTS_FILE)),
+      "export_bytes": os.path.getsize(os.path.join(export_dir, eagle_io.WEIGHTS_FILE)),
   }
   os.makedirs(workdir, exist_ok=True)
   with open(os.path.join(workdir, "metrics.json"), "w") as f:

@@ -52,9 +52,9 @@ def open_store(c, lm):
 
 def batchers(c, store, feature_layers, workdir):
   """Train / held-out StoreBatchers; a resumed run reads its recorded shard count."""
-  from specjax.training import store_batching, store_trainer
+  from specjax.training import loop, store_batching
   num_shards = c.data.num_shards
-  prev = store_trainer.read_training_json(workdir)
+  prev = loop.read_training_json(workdir)
   if prev is not None and not num_shards:
     num_shards = prev["data"]["num_shards"]
   cfg = store_batching.StoreBatchConfig(
@@ -68,7 +68,7 @@ def eagle_setup(c, lm, store, workdir):
   """``(loss, frozen, init_params, train, heldout, record, export)`` for a head."""
   import numpy as np
 
-  from specjax.models import eagle
+  from specjax.models import eagle, eagle_io
   from specjax.models.transformer import Model
   from specjax.training import draft_vocab, store_losses
   from specjax.training import eagle as train_eagle
@@ -78,7 +78,7 @@ def eagle_setup(c, lm, store, workdir):
       draft_vocab_size=(c.head.draft_vocab_size or None) if c.kind == "eagle3" else None, **kw)
   head = eagle.EagleHead(hcfg)
   train, heldout = batchers(c, store, hcfg.target_layers, workdir)
-  record = {"kind": c.kind, "head_config": eagle.config_to_json(hcfg),
+  record = {"kind": c.kind, "head_config": eagle_io.config_to_json(hcfg),
             "head_params": hcfg.num_params()}
   draft_ids = d2t = t2d = None
   if c.kind == "eagle3":
@@ -108,10 +108,10 @@ def eagle_setup(c, lm, store, workdir):
   export_dir = c.export.dir or os.path.join(workdir, "head")
 
   def export(params):
-    eagle.save_eagle(export_dir, hcfg, params, d2t, t2d, dtype=c.export.dtype,
+    eagle_io.save_eagle(export_dir, hcfg, params, d2t, t2d, dtype=c.export.dtype,
                      extra_config={"target_sha256": lm.sha256, "target_name": lm.name,
                                    "feature_store": store.dir})
-    eagle.load_eagle(export_dir, lm.config, expect_target_sha256=lm.sha256)  # round trip
+    eagle_io.load_eagle(export_dir, lm.config, expect_target_sha256=lm.sha256)  # round trip
     return export_dir
 
   return loss, frozen, head.init_params, train, heldout, record, export

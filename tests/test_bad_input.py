@@ -21,7 +21,7 @@ from specjax.decoding.autoregressive import generate
 from specjax.decoding.drafters import LMDrafter
 from specjax.distributions import SamplingConfig
 from specjax.decoding.speculative import speculative_generate
-from specjax.models import eagle, hf
+from specjax.models import eagle, eagle_io, hf, safetensors_io
 from specjax.models.config import ModelConfig
 from specjax.models.transformer import Model
 
@@ -84,7 +84,7 @@ def test_verifier_name_must_be_a_string():
 
 
 def test_parse_rules_stores_numbers():
-  from experiments.compare_verifiers import parse_rules
+  from experiments.rows import parse_rules
   assert parse_rules("mars:theta=.9") == [("mars", {"theta": 0.9})]
   with _raises(ValueError, "'theta'", "hparam=value"):
     parse_rules("mars:theta")
@@ -297,14 +297,14 @@ def _saved_head(path, cfg=E_CFG, edit=None, tensors=None):
   """Save a head, then edit its config.json (``edit(d)``) and tensors (``tensors(t)``)."""
   if cfg not in _HEAD_PARAMS:
     _HEAD_PARAMS[cfg] = eagle.EagleHead(cfg).init_params(jax.random.key(0))
-  eagle.save_eagle(str(path), cfg, _HEAD_PARAMS[cfg])
+  eagle_io.save_eagle(str(path), cfg, _HEAD_PARAMS[cfg])
   if edit:
     d = json.load(open(path / "config.json"))
     edit(d)
     json.dump(d, open(path / "config.json", "w"))
   if tensors:
     from safetensors.numpy import save_file
-    t = dict(eagle.read_safetensors(str(path / "model.safetensors")))
+    t = dict(safetensors_io.read_safetensors(str(path / "model.safetensors")))
     tensors(t)
     save_file(t, str(path / "model.safetensors"))
   return str(path)
@@ -320,7 +320,7 @@ def test_eagle_loader_refuses_pickle_without_unpickling(tmp_path, monkeypatch):
   os.remove(tmp_path / "model.safetensors")
   (tmp_path / "pytorch_model.bin").write_bytes(b"not unpickled")
   with _raises(ValueError, "pytorch_model.bin", "never unpickles", "safetensors"):
-    eagle.load_eagle(str(tmp_path), CFG)
+    eagle_io.load_eagle(str(tmp_path), CFG)
 
 
 @pytest.mark.parametrize("case,edit,tensors,fragments", [
@@ -346,14 +346,14 @@ def test_eagle_loader_refuses_pickle_without_unpickling(tmp_path, monkeypatch):
 def test_eagle_loader_refuses(tmp_path, case, edit, tensors, fragments):
   path = _saved_head(tmp_path, edit=edit, tensors=tensors)
   with _raises(ValueError, *fragments):
-    eagle.load_eagle(path, CFG)
+    eagle_io.load_eagle(path, CFG)
 
 
 def test_eagle_loader_reads_configured_aux_layers(tmp_path):
   cfg3 = E_CFG.replace(kind="eagle3", target_layers=(0, 1, 1), fc_bias=False)
   path = _saved_head(tmp_path, cfg=cfg3, edit=lambda d: (d.pop("target_layers"), d.update(
       eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 0, 1]})))
-  head, _, _ = eagle.load_eagle(path, CFG)
+  head, _, _ = eagle_io.load_eagle(path, CFG)
   assert head.config.target_layers == (1, 0, 1)
 
 
@@ -368,19 +368,19 @@ def test_eagle_loader_reads_configured_aux_layers(tmp_path):
     ("tree_paths", "[[0], [", ValueError, ["tree_paths='[[0], ['", "JSON"]),
 ])
 def test_compare_config_is_validated_before_models_load(field, value, exc, fragments):
-  from experiments import compare_verifiers as cv
+  from experiments import rows
   from experiments.configs import compare
   c = compare.get_config()
   c[field] = value
   with _raises(exc, *fragments):
-    cv.default_rows(c)
+    rows.default_rows(c)
 
 
 def test_compare_workdir_that_is_a_file(tmp_path):
-  from experiments import compare_verifiers as cv
+  from experiments import rows
   from experiments.configs import compare
   c = compare.get_config()
   c.workdir = str(tmp_path / "out.txt")
   (tmp_path / "out.txt").write_text("x")
   with _raises(ValueError, "out.txt", "not a directory"):
-    cv.default_rows(c)
+    rows.default_rows(c)

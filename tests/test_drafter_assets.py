@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from specjax.models import drafter_assets, eagle, hf
+from specjax.models import drafter_assets, hf, safetensors_io
 from specjax.models.config import ModelConfig
 from specjax.models.transformer import Model
 from specjax.training import distill
@@ -42,7 +42,7 @@ def test_draft_without_embedding_round_trip(tmp_path, target):
   path = str(tmp_path / "draft")
   drafter_assets.save_draft(path, dcfg, params, target_sha256=SHA, target_name="tiny",
                             dtype="float32", training={"steps": 3})
-  stored = eagle.read_safetensors(os.path.join(path, hf.WEIGHTS_FILE))
+  stored = safetensors_io.read_safetensors(os.path.join(path, hf.WEIGHTS_FILE))
   assert "model.embed_tokens.weight" not in stored and len(stored) > 0
   d = json.load(open(os.path.join(path, "config.json")))
   assert d["target_sha256"] == SHA and d["shared_from_target"] == ["model.embed_tokens.weight"]

@@ -16,7 +16,7 @@ from specjax.decoding.autoregressive import generate
 from specjax.decoding.eagle_drafter import EagleDrafter
 from specjax.distributions import SamplingConfig
 from specjax.decoding.speculative import speculative_generate
-from specjax.models import eagle
+from specjax.models import eagle, eagle_io
 from specjax.models.config import ModelConfig
 from specjax.models.transformer import Model
 from specjax.training import eagle as train_eagle
@@ -238,7 +238,7 @@ def test_published_layout_round_trip_and_errors(tmp_path):
     head, p, _ = _head(kind, reduced)
     d2t, t2d = eagle.vocab_maps(DRAFT_IDS, V) if reduced else (None, None)
     path = str(tmp_path / kind)
-    eagle.save_eagle(path, head.config, p, d2t, t2d)
+    eagle_io.save_eagle(path, head.config, p, d2t, t2d)
     tensors = load_file(os.path.join(path, "model.safetensors"))
     h, i = head.config.hidden_size, head.config.intermediate_size
     if kind == "eagle1":
@@ -254,7 +254,7 @@ def test_published_layout_round_trip_and_errors(tmp_path):
       assert np.array_equal(tensors["d2t"] + np.arange(16), DRAFT_IDS)
     assert tensors[("layers.0." if kind == "eagle1" else "midlayer.") +
                    "mlp.down_proj.weight"].shape == (h, i)
-    head2, p2, d2t2 = eagle.load_eagle(path, TC)
+    head2, p2, d2t2 = eagle_io.load_eagle(path, TC)
     assert head2.config == head.config
     jax.tree.map(lambda a, b: np.testing.assert_array_equal(a, b), p, p2)
     if reduced:
@@ -267,23 +267,23 @@ def test_published_layout_round_trip_and_errors(tmp_path):
       d.pop(key)
     with open(os.path.join(path, "config.json"), "w") as f:
       json.dump(d, f)
-    assert eagle.load_eagle(path, TC)[0].config == head.config
+    assert eagle_io.load_eagle(path, TC)[0].config == head.config
     # Clear errors for mis-shaped and missing tensors.
     bad = dict(tensors)
     bad["fc.weight"] = bad["fc.weight"][:, :-1]
     save_file(bad, os.path.join(path, "model.safetensors"))
     with pytest.raises(ValueError, match="fc.weight.*shape"):
-      eagle.load_eagle(path, TC)
+      eagle_io.load_eagle(path, TC)
     del bad["fc.weight"]
     save_file(bad, os.path.join(path, "model.safetensors"))
     with pytest.raises(ValueError, match="missing tensors.*fc.weight"):
-      eagle.load_eagle(path, TC)
+      eagle_io.load_eagle(path, TC)
   with pytest.raises(ValueError, match="vocab_size"):
     eagle.check_compatible(head.config, TC.replace(vocab_size=64))
   # bf16 storage (as the shipped heads) reads back without torch.
   head, p, _ = _head("eagle1")
-  eagle.save_eagle(str(tmp_path / "bf16"), head.config, p, dtype="bfloat16")
-  _, p2, _ = eagle.load_eagle(str(tmp_path / "bf16"), TC)
+  eagle_io.save_eagle(str(tmp_path / "bf16"), head.config, p, dtype="bfloat16")
+  _, p2, _ = eagle_io.load_eagle(str(tmp_path / "bf16"), TC)
   jax.tree.map(lambda a, b: np.testing.assert_array_equal(
       np.asarray(a.astype(jnp.bfloat16).astype(jnp.float32)), np.asarray(b)), p, p2)
 
@@ -365,7 +365,7 @@ def test_shipped_heads_are_lossless_and_accept():
              tok.encode("class Error(Exception):\n    def __init__(self").ids]
   ref = generate(target, tp, prompts, max_new_tokens=24, eos_token_id=None).to_lists()
   for kind in ("eagle1", "eagle3"):
-    head, hp, d2t = eagle.load_default_eagle(kind)
+    head, hp, d2t = eagle_io.load_default_eagle(kind)
     drafter = EagleDrafter(num_draft=4, sampling=GREEDY, head=head)
     res = speculative_generate(target, tp, drafter, EagleDrafter.make_params(hp, target, tp, d2t),
                                verifiers.get("lossless"), prompts, max_new_tokens=24,
@@ -394,7 +394,7 @@ def test_train_eagle_binary_smoke(tmp_path):
   c.eval.tree_depth = 0
   metrics = binary.run(c)
   assert metrics["steps"] == 2 and metrics["acceptance_greedy"]["chain"]["tau"] >= 1.0
-  head, _, d2t = eagle.load_eagle(metrics["export_dir"], cfg)
+  head, _, d2t = eagle_io.load_eagle(metrics["export_dir"], cfg)
   assert head.config.kind == "eagle3" and d2t.shape == (256,)
   assert binary.run(c)["resumed_from"] == 2
 

@@ -24,7 +24,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from specjax.models import eagle  # noqa: E402
+from specjax.models import eagle_io, safetensors_io  # noqa: E402
 
 pytestmark = pytest.mark.peer
 
@@ -91,7 +91,7 @@ def _specjax_logits(path, emb, feat, lm_head):
   from specjax.models.config import ModelConfig
   target_cfg = ModelConfig(vocab_size=V, hidden_size=H, intermediate_size=I, num_hidden_layers=2,
                            num_attention_heads=HEADS, num_key_value_heads=KV, head_dim=D)
-  head, params, _ = eagle.load_eagle(path, target_cfg)
+  head, params, _ = eagle_io.load_eagle(path, target_cfg)
   assert head.config.qkv_bias and head.config.fc_bias and head.config.target_layers == (2,)
   out = head.apply(params, jnp.asarray(emb), jnp.asarray(feat),
                    jnp.broadcast_to(jnp.arange(T), (B, T)), head.init_cache(B, T))
@@ -118,7 +118,7 @@ def test_eagle1_head_with_qkv_bias_matches_reference(tmp_path):
   wrong = np.asarray(head.draft_logits(zeroed, out.hidden, jnp.asarray(lm_head)))
   assert np.abs(wrong - ref).max() > 100 * 2e-4
   # Round trip: save_eagle writes the biases back under the published names.
-  eagle.save_eagle(str(tmp_path / "re"), head.config, params)
-  back = eagle.read_safetensors(str(tmp_path / "re" / "model.safetensors"))
+  eagle_io.save_eagle(str(tmp_path / "re"), head.config, params)
+  back = safetensors_io.read_safetensors(str(tmp_path / "re" / "model.safetensors"))
   np.testing.assert_array_equal(back["layers.0.self_attn.k_proj.bias"],
                                 t["layers.0.self_attn.k_proj.bias"])

@@ -162,10 +162,11 @@ def _tiny_config(tmp_path, **over):
 def test_compare_verifiers_end_to_end(tmp_path):
   """Target-only + lossless chain at T = 0 and T = 1 (with the first-token KL), resumable."""
   from experiments import compare_verifiers as cv
+  from experiments import evaluation, rows
   c = _tiny_config(tmp_path, rules="lossless", drafters=("chain",))
   out = cv.run(c)
   recs = out["records"]
-  assert len(recs) == len(cv.default_rows(c)) == 4
+  assert len(recs) == len(rows.default_rows(c)) == 4
   assert os.path.isfile(out["markdown"]) and os.path.isfile(out["figure"])
   lines = open(out["jsonl"]).read().splitlines()
   assert len(lines) == len(recs) and len({json.loads(l)["key"] for l in lines}) == len(lines)
@@ -181,17 +182,17 @@ def test_compare_verifiers_end_to_end(tmp_path):
   assert by[("lossless", 0.0)]["loglik"] == pytest.approx(by[("target", 0.0)]["loglik"], abs=1e-4)
   assert "| lossless | chain | 0 |" in open(out["markdown"]).read()
   # Rerun: everything resumes from the file, nothing is recomputed.
-  orig = cv.evaluate_row
-  cv.evaluate_row = lambda *a, **k: (_ for _ in ()).throw(AssertionError("recomputed"))
+  orig = evaluation.evaluate_row
+  evaluation.evaluate_row = lambda *a, **k: (_ for _ in ()).throw(AssertionError("recomputed"))
   try:
     again = cv.run(c)
   finally:
-    cv.evaluate_row = orig
+    evaluation.evaluate_row = orig
   assert [r["key"] for r in again["records"]] == [r["key"] for r in recs]
 
 
 def test_default_rows_and_sweep_rows(tmp_path):
-  from experiments import compare_verifiers as cv
+  from experiments import rows as cv
   from experiments import sweep_k, sweep_temperature, sweep_theta
   from experiments.configs import compare, k, temperature, theta
   from specjax import verifiers
@@ -223,7 +224,7 @@ def test_default_rows_and_sweep_rows(tmp_path):
 
 
 def test_plots_from_records(tmp_path):
-  from experiments import compare_verifiers as cv
+  from experiments import reports as cv
   recs = []
   for t in (0.0, 1.0):
     recs.append({"config": {"kind": "target", "method": "target", "drafter": "-",

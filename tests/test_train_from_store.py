@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from specjax.data.batching import DataState
-from specjax.models import eagle
+from specjax.models import eagle, eagle_io
 from specjax.models.config import ModelConfig
 from specjax.models.transformer import Model
 from specjax.training import distill, draft_vocab, features, optim, store_batching
@@ -242,17 +242,17 @@ def test_head_of_another_target_is_refused(tmp_path):
   cfg = eagle.EagleConfig.for_target(TC, "eagle3", draft_vocab_size=16)
   params = eagle.EagleHead(cfg).init_params(jax.random.key(0))
   d2t, t2d = eagle.vocab_maps(np.arange(0, V, 2), V)
-  eagle.save_eagle(str(tmp_path / "h"), cfg, params, d2t, t2d,
+  eagle_io.save_eagle(str(tmp_path / "h"), cfg, params, d2t, t2d,
                    extra_config={"target_sha256": SHA})
-  head, _, got_d2t = eagle.load_eagle(str(tmp_path / "h"), TC, expect_target_sha256=SHA)
+  head, _, got_d2t = eagle_io.load_eagle(str(tmp_path / "h"), TC, expect_target_sha256=SHA)
   assert head.config == cfg.replace(dtype="float32", param_dtype="float32")
   with pytest.raises(ValueError, match="trained for target sha256 abababababab.*not this "
                                        "target cdcdcdcdcdcd"):
-    eagle.load_eagle(str(tmp_path / "h"), TC, expect_target_sha256="cd" * 32)
-  eagle.save_eagle(str(tmp_path / "old"), cfg, params, d2t, t2d)
+    eagle_io.load_eagle(str(tmp_path / "h"), TC, expect_target_sha256="cd" * 32)
+  eagle_io.save_eagle(str(tmp_path / "old"), cfg, params, d2t, t2d)
   with pytest.raises(ValueError, match="records no target_sha256"):
-    eagle.load_eagle(str(tmp_path / "old"), TC, expect_target_sha256=SHA)
-  eagle.load_eagle(str(tmp_path / "old"), TC)  # unchecked load still works
+    eagle_io.load_eagle(str(tmp_path / "old"), TC, expect_target_sha256=SHA)
+  eagle_io.load_eagle(str(tmp_path / "old"), TC)  # unchecked load still works
 
 
 def _word_tokenizer():
@@ -293,7 +293,7 @@ def test_train_from_store_binary_eagle3_and_draft(tmp_path):
     assert rec["export_dir"] == out["export_dir"] and len(rec["loss_history"]) == 2
     if kind == "eagle3":
       assert set(rec["draft_vocab_coverage"]) == {"4", "8", "16"}
-      head, _, d2t = eagle.load_eagle(out["export_dir"], TC, expect_target_sha256=sha)
+      head, _, d2t = eagle_io.load_eagle(out["export_dir"], TC, expect_target_sha256=sha)
       assert head.config.draft_vocab_size == 16 and d2t.shape == (16,)
     else:
       from specjax.models import drafter_assets

@@ -5,7 +5,7 @@ Layout: ``specjax/models/assets/<target name>/<kind>/`` with ``config.json``,
 losses, the target's file sha256), one directory per kind:
 
 * ``eagle3`` / ``eagle1``: a head in the published EAGLE layout
-  (:func:`specjax.models.eagle.save_eagle`; the embedding and, for EAGLE-1, the
+  (:func:`specjax.models.eagle_io.save_eagle`; the embedding and, for EAGLE-1, the
   LM head are the target's, as in the papers);
 * ``draft``: an independent draft LM (:mod:`specjax.training.distill`) stored
   *without* the tensors it shares with the target (its embedding, tied to its
@@ -29,8 +29,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax.models import eagle, hf
+from specjax.models import eagle_io, hf
 from specjax.models.config import ModelConfig, resolve_dtype
+from specjax.models.safetensors_io import write_safetensors
 from specjax.models.transformer import Model
 
 KINDS = ("eagle3", "eagle1", "draft")
@@ -86,21 +87,19 @@ def save_draft(path: str, config: ModelConfig, params, *, target_sha256: str,
                target_name: str = "", shared: tuple = ("model.embed_tokens.weight",),
                dtype: str = "bfloat16", training: Optional[dict] = None) -> None:
   """Write a draft LM without the HF tensors ``shared`` with the target."""
-  from safetensors.numpy import save_file
   os.makedirs(path, exist_ok=True)
   dt = resolve_dtype(dtype)
   tensors = hf.tensors_from_params(config, params)
   unknown = [n for n in shared if n not in tensors]
   if unknown:
     raise ValueError(f"shared={unknown} are not tensors of this draft ({sorted(tensors)[:4]}...)")
-  tensors = {k: np.asarray(jnp.asarray(v).astype(dt)) for k, v in tensors.items()
-             if k not in shared}
+  tensors = {k: v for k, v in tensors.items() if k not in shared}
   d = hf.config_to_hf(config)
   d.update(torch_dtype=jnp.dtype(dt).name, target_sha256=target_sha256,
            target_name=target_name, **{SHARED_KEY: list(shared)})
   with open(os.path.join(path, hf.CONFIG_FILE), "w") as f:
     json.dump(d, f, indent=2)
-  save_file(tensors, os.path.join(path, hf.WEIGHTS_FILE), metadata={"format": "pt"})
+  write_safetensors(os.path.join(path, hf.WEIGHTS_FILE), tensors, dtype=dt)
   if training is not None:
     with open(os.path.join(path, TRAINING_FILE), "w") as f:
       json.dump(training, f, indent=1)
@@ -112,7 +111,7 @@ def load_draft(path: str, target: Model, target_params, *, target_sha256: Option
   taken from ``target_params``. Refuses a draft trained for another target
   (``target_sha256`` None skips that check) or one whose shapes do not fit."""
   d = read_config(path)
-  eagle.check_target_sha256(d, target_sha256, path, what="draft LM")
+  eagle_io.check_target_sha256(d, target_sha256, path, what="draft LM")
   shared = list(d.get(SHARED_KEY, []))
   cfg = hf.config_from_hf(d, dtype=dtype, param_dtype=dtype,
                           tokenizer_fingerprint=target.config.tokenizer_fingerprint)
@@ -146,4 +145,4 @@ def export_draft_hf(path: str, out_dir: str, target: Model, target_params, token
 def load_head(path: str, target: Model, *, target_sha256: Optional[str],
               dtype: str = "float32"):
   """``(EagleHead, params, d2t)`` of a shipped or trained head, checked against the target."""
-  return eagle.load_eagle(path, target.config, dtype=dtype, expect_target_sha256=target_sha256)
+  return eagle_io.load_eagle(path, target.config, dtype=dtype, expect_target_sha256=target_sha256)

@@ -15,8 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax.checks import check_finite
 from specjax.models.config import SUPPORTED_MODEL_TYPES, ModelConfig, resolve_dtype
+from specjax.models.safetensors_io import read_safetensors, write_safetensors
 from specjax.models.transformer import Model
 
 CONFIG_FILE = "config.json"
@@ -155,7 +155,6 @@ def config_to_hf(cfg: ModelConfig) -> dict:
 
 
 def _load_tensors(path: str) -> dict[str, np.ndarray]:
-  from safetensors.numpy import load_file
   single = os.path.join(path, WEIGHTS_FILE)
   index = os.path.join(path, INDEX_FILE)
   if os.path.isfile(single):
@@ -173,12 +172,7 @@ def _load_tensors(path: str) -> dict[str, np.ndarray]:
     raise FileNotFoundError(f"no {WEIGHTS_FILE} or {INDEX_FILE} in {path}")
   out: dict[str, np.ndarray] = {}
   for f in files:
-    try:
-      tensors = load_file(f)
-    except Exception as e:  # safetensors raises its own error types
-      raise ValueError(f"cannot read safetensors file {f}: {e}") from None
-    check_finite(tensors.items(), f)
-    out.update(tensors)
+    out.update(read_safetensors(f))
   return out
 
 
@@ -264,16 +258,14 @@ def save_pretrained(path: str, config: ModelConfig, params, tokenizer=None,
                     dtype: str | None = None) -> None:
   """Write ``config.json`` + ``model.safetensors`` (+ ``tokenizer.json``) that
   transformers' ``AutoModelForCausalLM.from_pretrained`` loads."""
-  from safetensors.numpy import save_file
   os.makedirs(path, exist_ok=True)
   dt = resolve_dtype(dtype or config.param_dtype)
-  tensors = {k: np.asarray(jnp.asarray(v).astype(dt)) for k, v in
-             tensors_from_params(config, params).items()}
   d = config_to_hf(config)
   d["torch_dtype"] = jnp.dtype(dt).name
   with open(os.path.join(path, CONFIG_FILE), "w") as f:
     json.dump(d, f, indent=2)
-  save_file(tensors, os.path.join(path, WEIGHTS_FILE), metadata={"format": "pt"})
+  write_safetensors(os.path.join(path, WEIGHTS_FILE), tensors_from_params(config, params),
+                    dtype=dt)
   if tokenizer is not None:
     tokenizer.save(os.path.join(path, TOKENIZER_FILE))
 

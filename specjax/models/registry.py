@@ -29,6 +29,7 @@ from typing import Any, Optional
 from specjax.models import gguf, hf
 from specjax.models.chat_template import ChatTemplate
 from specjax.models.config import resolve_dtype
+from specjax.models.safetensors_io import write_safetensors
 from specjax.models.transformer import Model
 from specjax.package_files import installed_file
 
@@ -141,14 +142,13 @@ def _gguf_cache_dir(sha: str) -> str:
 
 def _build_gguf_cache(path: str, out: str, sha: str) -> None:
   """Dequantize ``path`` once into ``out`` (atomic: written aside, then renamed)."""
-  from safetensors.numpy import save_file
   f = gguf.GGUFFile(path)
   cfg = gguf.config_from_gguf(f)
   tensors = gguf.hf_tensors_from_gguf(f, cfg)
   os.makedirs(os.path.dirname(out), exist_ok=True)
   tmp = tempfile.mkdtemp(prefix=".building-", dir=os.path.dirname(out))
   try:
-    save_file(tensors, os.path.join(tmp, hf.WEIGHTS_FILE), metadata={"format": "pt"})
+    write_safetensors(os.path.join(tmp, hf.WEIGHTS_FILE), tensors)
     with open(os.path.join(tmp, hf.CONFIG_FILE), "w") as fh:
       json.dump(hf.config_to_hf(cfg), fh, indent=2)
     gguf.tokenizer_from_gguf(f).save(os.path.join(tmp, hf.TOKENIZER_FILE))

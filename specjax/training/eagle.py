@@ -21,63 +21,52 @@ a feature store and the assistant-token mask. Then:
   to the draft vocabulary, draft distribution), positions whose target argmax
   lies outside the draft vocabulary masked (as the published recipe).
 
-The trainer mirrors :class:`specjax.training.lm.LMTrainer`: optax AdamW
-(:mod:`optim`), a :class:`~specjax.training.state.TrainState`, orbax checkpoints
-(:class:`~specjax.training.checkpoint.Checkpointer`) holding the head state,
-the data state and metrics, and exact resume (batches are a pure function of
-the data state; the target is frozen).
+:class:`EagleTrainer` runs on the shared loop (:mod:`specjax.training.loop`):
+optax AdamW (:mod:`optim`), orbax checkpoints holding the head state, the data
+state and metrics, and exact resume (batches are a pure function of the data
+state; the target is frozen).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import time
-from typing import Callable, Optional
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import logging
 
-from specjax.data.batching import Batcher, DataState
+from specjax.data.batching import Batcher
 from specjax.models.eagle import EagleHead
 from specjax.models.transformer import Model
+from specjax.training import loop
 from specjax.training import optim as optim_lib
 from specjax.training import state as state_lib
 from specjax.training import target_dist
-from specjax.training.checkpoint import Checkpointer
 
 
 @dataclasses.dataclass(frozen=True)
-class EagleTrainConfig:
-  """Attributes:
-    num_steps: optimizer steps of the run.
-    init_seed: head init seed; data_seed: batch permutation seed.
+class EagleTrainConfig(loop.LoopConfig):
+  """The loop's settings (:class:`~specjax.training.loop.LoopConfig`) plus
+
+  Attributes:
     reg_weight, ce_weight: EAGLE-1 loss weights (feature regression, CE).
     feature_noise: EAGLE-1 uniform noise half-width added to input features (0 = off).
     ttt_steps: EAGLE-3 training-time-test steps; decay: their weight ratio (0.8).
-    eval_every, eval_batches: held-out eval cadence / size (0 = off).
-    checkpoint_every, log_every, max_to_keep: as in LMTrainConfig.
   """
 
   num_steps: int = 500
-  init_seed: int = 0
-  data_seed: int = 0
+  eval_every: int = 100
+  eval_batches: int = 4
   reg_weight: float = 1.0
   ce_weight: float = 0.1
   feature_noise: float = 0.0
   ttt_steps: int = 7
   decay: float = 0.8
-  eval_every: int = 100
-  eval_batches: int = 4
-  checkpoint_every: int = 100
-  log_every: int = 25
-  max_to_keep: int = 2
 
   def __post_init__(self):
-    if self.num_steps < 1:
-      raise ValueError(f"num_steps={self.num_steps} must be >= 1")
+    super().__post_init__()
     if self.ttt_steps < 1:
       raise ValueError(f"ttt_steps={self.ttt_steps} must be >= 1")
     if not 0 < self.decay <= 1:
@@ -251,20 +240,6 @@ def make_loss_fn(head: EagleHead, target: Model, cfg: EagleTrainConfig, draft_id
   return lambda p, tp, tok, key: eagle3_loss(head, target, p, tp, tok, cfg, draft_ids, key)
 
 
-def make_train_step(loss_fn, optimizer) -> Callable:
-  """``step(state, target_params, tokens, key) -> (state, metrics)``, jitted, state donated."""
-  import optax
-
-  @functools.partial(jax.jit, donate_argnums=0)
-  def step(state: state_lib.TrainState, target_params, tokens, key):
-    (_, m), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, target_params,
-                                                              tokens, key)
-    m = dict(m, grad_norm=optax.global_norm(grads))
-    return state_lib.apply_gradients(state, grads, optimizer), m
-
-  return step
-
-
 @functools.lru_cache(maxsize=8)
 def _compiled(head: EagleHead, target: Model, cfg: EagleTrainConfig,
               optim_cfg: optim_lib.OptimConfig, draft_ids: Optional[tuple]):
@@ -272,135 +247,40 @@ def _compiled(head: EagleHead, target: Model, cfg: EagleTrainConfig,
   (a resumed run in the same process does not recompile)."""
   ids = None if draft_ids is None else jnp.asarray(draft_ids, jnp.int32)
   loss_fn = make_loss_fn(head, target, cfg, ids)
-  step = make_train_step(loss_fn, optim_lib.make_optimizer(optim_cfg))
+  step = loop.make_train_step(loss_fn, optim_lib.make_optimizer(optim_cfg))
   return step, jax.jit(lambda p, tp, tok: loss_fn(p, tp, tok, None)[1])
 
 
-class EagleTrainer:
-  """Owns one head run: ``trainer.train()`` initialises or restores the latest
-  checkpoint under ``workdir/checkpoints`` and trains to ``cfg.num_steps``.
-  ``trainer.history`` holds per-step metrics dicts (restored ones included)."""
+class EagleTrainer(loop.TrainLoop):
+  """One head run on :class:`~specjax.training.loop.TrainLoop`: ``trainer.train()``
+  initialises or restores the latest checkpoint under ``workdir/checkpoints`` and
+  trains to ``cfg.num_steps``. ``trainer.history`` holds per-step metrics dicts
+  (restored ones included)."""
 
   def __init__(self, head: EagleHead, target: Model, target_params,
                optim_cfg: optim_lib.OptimConfig, cfg: EagleTrainConfig, train_batcher: Batcher,
                eval_batcher: Optional[Batcher] = None, workdir: Optional[str] = None,
                draft_ids=None, progress: bool = True):
-    self.head, self.cfg, self.optim_cfg = head, cfg, optim_cfg
+    self.head, self.optim_cfg = head, optim_cfg
     self.target = target_for_head(target, head)
     self.target_params = target_params
     self.draft_ids = None if draft_ids is None else jnp.asarray(draft_ids, jnp.int32)
-    self.optimizer = optim_lib.make_optimizer(optim_cfg)
-    self.train_batcher, self.eval_batcher = train_batcher, eval_batcher
-    self.progress = progress
-    self.checkpointer = (Checkpointer(f"{workdir}/checkpoints", max_to_keep=cfg.max_to_keep)
-                         if workdir else None)
+    self.eval_batcher = eval_batcher
     self._train_step, self._eval = _compiled(
         head, self.target, cfg, optim_cfg,
         None if draft_ids is None else tuple(int(i) for i in np.asarray(draft_ids)))
-    self._eval_set = (eval_batcher.eval_batches(cfg.eval_batches or None)
-                      if eval_batcher is not None and cfg.eval_batches else [])
-    self.state: Optional[state_lib.TrainState] = None
-    self.data_state = DataState(seed=cfg.data_seed, step=0)
-    self.history: list[dict] = []
-    self.evals: list[dict] = []
-    self.timing = {"train_seconds": 0.0, "train_tokens": 0}
-    self.resumed_from: Optional[int] = None
+    eval_set = (eval_batcher.eval_batches(cfg.eval_batches or None)
+                if eval_batcher is not None and cfg.eval_batches else [])
+    super().__init__(cfg, optim_lib.make_optimizer(optim_cfg), train_batcher, eval_set, workdir,
+                     progress, timing={"train_seconds": 0.0, "train_tokens": 0},
+                     desc=f"train {head.config.kind}")
 
   def init_state(self) -> state_lib.TrainState:
     params = self.head.init_params(jax.random.key(self.cfg.init_seed))
     return state_lib.create(params, self.optimizer)
 
-  def init_or_restore(self):
-    fresh = self.init_state()
-    if self.checkpointer is not None and self.checkpointer.latest_step() is not None:
-      state, data, meta = self.checkpointer.restore(fresh)
-      self.state = state
-      self.data_state = DataState.from_json(data)
-      self.history = list(meta.get("history", []))
-      self.evals = list(meta.get("evals", []))
-      self.timing = dict(meta.get("timing", self.timing))
-      self.resumed_from = int(state.step)
-      logging.info("restored EAGLE checkpoint at step %d", self.resumed_from)
-    else:
-      self.state = fresh
-    if int(self.state.step) != self.data_state.step:
-      raise ValueError(f"checkpoint inconsistent: train step {int(self.state.step)} != "
-                       f"data step {self.data_state.step}")
+  def run_step(self, state, batch, key):
+    return self._train_step(state, self.target_params, batch["tokens"], key)
 
-  def save(self):
-    if self.checkpointer is None:
-      return
-    meta = {"history": self.history, "evals": self.evals, "timing": self.timing}
-    self.checkpointer.save(int(self.state.step), self.state, self.data_state.to_json(), meta)
-
-  def evaluate(self) -> dict:
-    if not self._eval_set:
-      return {}
-    ms = [jax.device_get(self._eval(self.state.params, self.target_params, b["tokens"]))
-          for b in self._eval_set]
-    out = {k: float(np.mean([m[k] for m in ms])) for k in ms[0]}
-    return dict(step=int(self.state.step), **{f"eval_{k}": v for k, v in out.items()})
-
-  def _key(self, step: int):
-    return jax.random.fold_in(jax.random.key(self.cfg.init_seed + 1), step)
-
-  def train(self, num_steps: Optional[int] = None, stop_after: Optional[int] = None,
-            time_budget_s: Optional[float] = None) -> list:
-    """Run to ``num_steps``; ``stop_after`` returns early after checkpointing (tests),
-    ``time_budget_s`` stops (and checkpoints) once that much wall time has passed."""
-    if self.state is None:
-      self.init_or_restore()
-    total = num_steps or self.cfg.num_steps
-    end = min(total, stop_after) if stop_after else total
-    start = int(self.state.step)
-    bar = None
-    if self.progress:
-      from tqdm import tqdm
-      bar = tqdm(total=total, initial=start, desc=f"train {self.head.config.kind}",
-                 dynamic_ncols=True, mininterval=5)
-    tokens_per_step = self.train_batcher.batch_size * self.train_batcher.seq_len
-    t0 = t_last = time.time()
-    first = True
-    for s in range(start, end):
-      batch = self.train_batcher.batch(self.data_state)
-      self.state, m = self._train_step(self.state, self.target_params, batch["tokens"],
-                                       self._key(s))
-      m = {k: float(v) for k, v in jax.device_get(m).items()}
-      now = time.time()
-      if not first:
-        self.timing["train_seconds"] += now - t_last
-        self.timing["train_tokens"] += tokens_per_step
-      first, t_last = False, now
-      self.history.append(m)
-      self.data_state = DataState(self.data_state.seed, s + 1)
-      step = s + 1
-      if bar is not None:
-        bar.update(1)
-        bar.set_postfix(loss=f"{m['loss']:.3f}", refresh=False)
-      if step % self.cfg.log_every == 0 or step == end:
-        logging.info("step %d %s", step, " ".join(f"{k} {v:.4f}" for k, v in m.items()))
-      out_of_time = time_budget_s is not None and now - t0 > time_budget_s
-      if self.cfg.eval_every and (step % self.cfg.eval_every == 0 or step == total
-                                  or out_of_time):
-        ev = self.evaluate()
-        if ev:
-          self.evals.append(ev)
-          logging.info("eval %s", ev)
-        t_last = time.time()
-      if self.checkpointer is not None and (
-          (self.cfg.checkpoint_every and step % self.cfg.checkpoint_every == 0)
-          or step == end or out_of_time):
-        self.save()
-        t_last = time.time()
-      if out_of_time:
-        logging.info("time budget %.0fs reached at step %d", time_budget_s, step)
-        break
-    if bar is not None:
-      bar.close()
-    if self.checkpointer is not None:
-      self.checkpointer.wait()
-    return self.history
-
-  def close(self):
-    if self.checkpointer is not None:
-      self.checkpointer.close()
+  def eval_metrics(self, batch) -> dict:
+    return self._eval(self.state.params, self.target_params, batch["tokens"])

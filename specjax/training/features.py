@@ -49,6 +49,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specjax.training.json_files import read_json, write_json_atomic
+
 MANIFEST = "manifest.json"
 _FORMAT = 1
 
@@ -86,19 +88,8 @@ class FeatureStoreConfig:
     return d
 
 
-def _write_json_atomic(path: str, obj) -> None:
-  tmp = f"{path}.tmp-{os.getpid()}"
-  with open(tmp, "w") as f:
-    json.dump(obj, f, indent=1)
-  os.replace(tmp, path)
-
-
 def read_manifest(out_dir: str) -> Optional[dict]:
-  path = os.path.join(out_dir, MANIFEST)
-  if not os.path.isfile(path):
-    return None
-  with open(path) as f:
-    return json.load(f)
+  return read_json(os.path.join(out_dir, MANIFEST))
 
 
 def _feature_fn(model, top_k: int):
@@ -184,7 +175,7 @@ def build_feature_store(out_dir: str, model, params, sequences: Iterable, *,
       manifest["num_tokens"] += n
       manifest["seconds"] = manifest.get("seconds", 0.0) + (time.time() - t_start)
       t_start = time.time()
-      _write_json_atomic(os.path.join(out_dir, MANIFEST), manifest)
+      write_json_atomic(os.path.join(out_dir, MANIFEST), manifest)
       if len(batch) < config.seqs_per_shard:
         break
   finally:

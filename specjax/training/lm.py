@@ -1,5 +1,6 @@
-"""Language-model training: next-token cross-entropy, jitted donated train step,
-periodic held-out eval, orbax checkpoints with exact resume.
+"""Language-model training: next-token cross-entropy on the shared loop
+(:mod:`specjax.training.loop`: jitted donated train step, periodic held-out
+eval, orbax checkpoints with exact resume).
 
 Precision: ``"float32"`` or ``"bfloat16"`` -- the latter runs activations and
 matmuls in bf16 while the master params and optimizer state stay float32
@@ -18,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import time
 from typing import Callable, Optional
 
 import jax
@@ -26,44 +26,33 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from specjax.data.batching import Batcher, DataState
+from specjax.data.batching import Batcher
 from specjax.models.config import ModelConfig
 from specjax.models.transformer import Model
+from specjax.training import loop
 from specjax.training import optim as optim_lib
 from specjax.training import state as state_lib
-from specjax.training.checkpoint import Checkpointer
 
 PRECISIONS = ("float32", "bfloat16")
 
 
 @dataclasses.dataclass(frozen=True)
-class LMTrainConfig:
-  """Attributes:
-    num_steps: total optimizer steps of the run.
+class LMTrainConfig(loop.LoopConfig):
+  """The loop's settings (:class:`~specjax.training.loop.LoopConfig`) plus
+
+  Attributes:
     precision: "float32" | "bfloat16" (activations; master params stay fp32).
-    init_seed: PRNG seed of the parameter init.
-    data_seed: seed of the batch permutation.
-    eval_every, eval_batches: held-out eval cadence and size (0 = no periodic eval).
-    checkpoint_every: orbax checkpoint cadence (0 = only at the end).
-    log_every: absl logging cadence.
-    max_to_keep: checkpoints kept.
   """
 
-  num_steps: int = 1000
-  precision: str = "float32"
-  init_seed: int = 0
-  data_seed: int = 0
-  eval_every: int = 200
   eval_batches: int = 16
   checkpoint_every: int = 200
   log_every: int = 50
-  max_to_keep: int = 2
+  precision: str = "float32"
 
   def __post_init__(self):
     if self.precision not in PRECISIONS:
       raise ValueError(f"precision={self.precision!r}; choose one of {PRECISIONS}")
-    if self.num_steps < 1:
-      raise ValueError(f"num_steps={self.num_steps} must be >= 1")
+    super().__post_init__()
 
 
 def training_model(config: ModelConfig, precision: str) -> Model:
@@ -84,15 +73,11 @@ def lm_loss(model: Model, params, tokens, targets):
 
 def make_train_step(model: Model, optimizer) -> Callable:
   """``step(state, tokens, targets) -> (state, {"loss", "grad_norm"})``, jitted, state donated."""
-  import optax
+  def loss_fn(params, tokens, targets):
+    loss = lm_loss(model, params, tokens, targets)
+    return loss, {"loss": loss}
 
-  @functools.partial(jax.jit, donate_argnums=0)
-  def step(state: state_lib.TrainState, tokens, targets):
-    loss, grads = jax.value_and_grad(lambda p: lm_loss(model, p, tokens, targets))(state.params)
-    new = state_lib.apply_gradients(state, grads, optimizer)
-    return new, {"loss": loss, "grad_norm": optax.global_norm(grads)}
-
-  return step
+  return loop.make_train_step(loss_fn, optimizer)
 
 
 def make_eval_step(model: Model) -> Callable:
@@ -107,8 +92,8 @@ def cached_steps(model: Model, optim_cfg: optim_lib.OptimConfig):
   return optimizer, make_train_step(model, optimizer), make_eval_step(model)
 
 
-class LMTrainer:
-  """Owns the model, optimizer, batchers and checkpointer of one LM run.
+class LMTrainer(loop.TrainLoop):
+  """One LM run on :class:`~specjax.training.loop.TrainLoop`.
 
   ``trainer.train()`` initialises (or restores the latest checkpoint under
   ``workdir/checkpoints``) and runs to ``cfg.num_steps``; the per-step train
@@ -120,52 +105,36 @@ class LMTrainer:
                workdir: Optional[str], progress: bool = True):
     self.model_config = model_config
     self.model = training_model(model_config, cfg.precision)
-    self.optim_cfg, self.cfg = optim_cfg, cfg
-    self.optimizer, self._train_step, self._eval_step = cached_steps(self.model, optim_cfg)
-    self.train_batcher, self.eval_batcher = train_batcher, eval_batcher
-    self.progress = progress
-    self.checkpointer = (Checkpointer(f"{workdir}/checkpoints", max_to_keep=cfg.max_to_keep)
-                         if workdir else None)
-    self._eval_set = (eval_batcher.eval_batches(cfg.eval_batches or None)
-                      if eval_batcher is not None else [])
-    self.state: Optional[state_lib.TrainState] = None
-    self.data_state = DataState(seed=cfg.data_seed, step=0)
-    self.history: list[float] = []  # train loss per step
-    self.evals: list[dict] = []
-    self.timing = {"train_seconds": 0.0, "train_tokens": 0}
-    self.resumed_from: Optional[int] = None
+    self.optim_cfg = optim_cfg
+    optimizer, self._train_step, self._eval_step = cached_steps(self.model, optim_cfg)
+    self.eval_batcher = eval_batcher
+    eval_set = (eval_batcher.eval_batches(cfg.eval_batches or None)
+                if eval_batcher is not None else [])
+    super().__init__(cfg, optimizer, train_batcher, eval_set, workdir, progress,
+                     timing={"train_seconds": 0.0, "train_tokens": 0})
 
-  # ---- state ------------------------------------------------------------------------------
   def init_state(self) -> state_lib.TrainState:
     init = lambda key: state_lib.create(self.model.init_params(key), self.optimizer)
     return jax.jit(init)(jax.random.key(self.cfg.init_seed))
 
-  def init_or_restore(self):
-    if self.checkpointer is not None and self.checkpointer.latest_step() is not None:
-      abstract = jax.eval_shape(self.init_state)
-      state, data, meta = self.checkpointer.restore(abstract)
-      self.state = state
-      self.data_state = DataState.from_json(data)
-      self.history = list(meta.get("history", []))
-      self.evals = list(meta.get("evals", []))
-      self.timing = dict(meta.get("timing", self.timing))
-      self.resumed_from = int(state.step)
-      logging.info("restored checkpoint at step %d", self.resumed_from)
-    else:
-      self.state = self.init_state()
-    if int(self.state.step) != self.data_state.step:
-      raise ValueError(f"checkpoint inconsistent: train step {int(self.state.step)} != "
-                       f"data step {self.data_state.step}")
+  def restore_template(self):
+    return jax.eval_shape(self.init_state)
 
-  def save(self):
-    if self.checkpointer is None:
-      return
-    meta = {"history": self.history, "evals": self.evals, "timing": self.timing}
-    self.checkpointer.save(int(self.state.step), self.state, self.data_state.to_json(), meta)
-    # The next train step donates these buffers: finish writing them first.
-    self.checkpointer.wait()
+  def run_step(self, state, batch, key):
+    return self._train_step(state, batch["tokens"], batch["targets"])
 
-  # ---- loops --------------------------------------------------------------------------------
+  def history_entry(self, metrics: dict) -> float:
+    return metrics["loss"]
+
+  def log_step(self, step: int, m: dict) -> None:
+    logging.info("step %d loss %.4f grad_norm %.3f tok/s %.0f epoch %.2f", step, m["loss"],
+                 m["grad_norm"], self.tokens_per_second(),
+                 self.train_batcher.epoch_of(self.data_state))
+
+  def log_eval(self, ev: dict) -> None:
+    logging.info("step %d eval_loss %.4f eval_ppl %.2f", ev["step"], ev["eval_loss"],
+                 ev["eval_ppl"])
+
   def mean_loss(self, batches) -> float:
     """Mean next-token loss (nats) of the current params over ``batches`` (equal sizes)."""
     return float(np.mean([float(self._eval_step(self.state.params, b["tokens"], b["targets"]))
@@ -177,63 +146,9 @@ class LMTrainer:
     loss = self.mean_loss(self._eval_set)
     return {"step": int(self.state.step), "eval_loss": loss, "eval_ppl": math.exp(loss)}
 
-  def train(self, num_steps: Optional[int] = None, stop_after: Optional[int] = None) -> list:
-    """Run to ``num_steps`` (default cfg.num_steps). ``stop_after``: return (after
-    checkpointing) once this step is reached -- how tests simulate a kill."""
-    if self.state is None:
-      self.init_or_restore()
-    total = num_steps or self.cfg.num_steps
-    end = min(total, stop_after) if stop_after else total
-    start = int(self.state.step)
-    bar = None
-    if self.progress:
-      from tqdm import tqdm
-      bar = tqdm(total=total, initial=start, desc="train", dynamic_ncols=True, mininterval=5)
-    tokens_per_step = self.train_batcher.batch_size * self.train_batcher.seq_len
-    t_last, first = time.time(), True
-    for s in range(start, end):
-      batch = self.train_batcher.batch(self.data_state)
-      self.state, m = self._train_step(self.state, batch["tokens"], batch["targets"])
-      loss = float(m["loss"])  # blocks: the step is done
-      now = time.time()
-      if not first:  # the first step of a process includes compilation
-        self.timing["train_seconds"] += now - t_last
-        self.timing["train_tokens"] += tokens_per_step
-      first, t_last = False, now
-      self.history.append(loss)
-      self.data_state = DataState(self.data_state.seed, s + 1)
-      step = s + 1
-      if bar is not None:
-        bar.update(1)
-        bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
-      if step % self.cfg.log_every == 0 or step == end:
-        tps = self.timing["train_tokens"] / max(self.timing["train_seconds"], 1e-9)
-        logging.info("step %d loss %.4f grad_norm %.3f tok/s %.0f epoch %.2f", step, loss,
-                     float(m["grad_norm"]), tps, self.train_batcher.epoch_of(self.data_state))
-      if self.cfg.eval_every and (step % self.cfg.eval_every == 0 or step == total):
-        ev = self.evaluate()
-        if ev:
-          self.evals.append(ev)
-          logging.info("step %d eval_loss %.4f eval_ppl %.2f", step, ev["eval_loss"],
-                       ev["eval_ppl"])
-        t_last = time.time()  # exclude eval from throughput
-      if self.checkpointer is not None and (
-          (self.cfg.checkpoint_every and step % self.cfg.checkpoint_every == 0) or step == end):
-        self.save()
-        t_last = time.time()
-    if bar is not None:
-      bar.close()
-    if self.checkpointer is not None:
-      self.checkpointer.wait()
-    return self.history
-
   def tokens_per_second(self) -> float:
     return self.timing["train_tokens"] / max(self.timing["train_seconds"], 1e-9)
 
   def final_params(self, dtype: str = "float32"):
     """The trained params cast to ``dtype`` (for export)."""
     return jax.tree.map(lambda x: jnp.asarray(x).astype(dtype), self.state.params)
-
-  def close(self):
-    if self.checkpointer is not None:
-      self.checkpointer.close()

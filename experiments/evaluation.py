@@ -1,0 +1,326 @@
+"""Evaluate comparison rows: run target-only ``generate()`` and
+``speculative_generate()`` on the same prompts and keys, time them (paired
+repeats, compile excluded) and measure quality (:mod:`experiments.quality`).
+
+* :class:`Context` / :func:`load_context` -- models (one
+  :func:`experiments.model_sets.load_model_set`), prompts and caches of a run;
+* :func:`build` -- a spec row's drafter, verifier and target sampling;
+* :func:`evaluate_row` -- one row's result (tau, speedup, quality, first-token KL);
+* :func:`run_rows` -- run or resume rows into a JSONL file (:mod:`experiments.sweep`);
+* :func:`run_line_sweep` -- rows, then the table and line plots of a one-axis sweep.
+
+The speedup protocol and columns are described in ``experiments/compare_verifiers.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from typing import Any
+
+from absl import logging
+
+from experiments import quality, reports, sweep
+from experiments.rows import tree_paths, validate_config
+
+
+@dataclasses.dataclass
+class Context:
+  """Everything shared by the rows of one run (models, prompts, caches)."""
+
+  c: Any
+  target: Any
+  target_params: Any
+  draft: Any
+  draft_params: Any
+  tokenizer: Any
+  prompts: list  # EvalPrompt
+  eagle: Any = None  # (head, drafter params) or None
+  mesh: Any = None  # optional jax.sharding.Mesh: rows sharded over its "data" axis
+  cache: dict = dataclasses.field(default_factory=dict)
+  code_prompts: bool = True  # prompts are code prefixes: report the parse fraction
+
+  @property
+  def prompt_ids(self) -> list[list[int]]:
+    return [list(p.ids) for p in self.prompts]
+
+  @property
+  def eos(self):
+    return self.target.config.eos_token_id
+
+
+
+def load_context(c) -> Context:
+  """Models (``c.models``, ``c.eagle_dir``) and evaluation prompts of one run."""
+  from experiments.model_sets import load_model_set
+  from experiments.prompts import load_eval_prompts
+  from specjax.data.corpus import CorpusConfig
+  ms = load_model_set(c.models, eagle=c.eagle_dir or "", seed=int(c.seed))
+  d = c.data
+  prompts = load_eval_prompts(d.num_prompts, tokenizer=ms.tokenizer,
+                              max_tokens=d.max_prompt_tokens, min_tokens=d.min_prompt_tokens,
+                              seed=d.prompt_seed,
+                              corpus=CorpusConfig(root=d.root,
+                                                  heldout_fraction=d.heldout_fraction,
+                                                  split_seed=d.split_seed))
+  eagle = None
+  if ms.eagle is not None:
+    from specjax.decoding.eagle_drafter import EagleDrafter
+    head, hp, d2t = ms.eagle
+    eagle = (head, EagleDrafter.make_params(hp, ms.target, ms.target_params, d2t))
+  return Context(c, ms.target, ms.target_params, ms.draft, ms.draft_params, ms.tokenizer,
+                 prompts, eagle)
+
+
+def _sampling(t: float):
+  from specjax.distributions import SamplingConfig
+  return SamplingConfig(temperature=float(t))
+
+
+def build(ctx: Context, row: dict):
+  """``(drafter, draft_params, verifier, target_sampling)`` of a spec row."""
+  from specjax import verifiers
+  from specjax.decoding.drafters import LMDrafter, LMTreeDrafter
+  from specjax.verifiers.baselines import matched_baseline
+  samp = _sampling(row["temperature"])
+  rule = verifiers.get(row["rule"], **row["hparams"])
+  if row["baseline"]:
+    base = matched_baseline(rule, samp)
+    verifier, target_samp = base.verifier, base.sampling
+  else:
+    verifier, target_samp = rule, samp
+  k = row["num_draft"]
+  d = row["drafter"]
+  if d == "chain":
+    return LMDrafter(k, samp, ctx.draft), ctx.draft_params, verifier, target_samp
+  if d == "tree":
+    return (LMTreeDrafter(k, samp, ctx.draft, paths=tree_paths(ctx.c)), ctx.draft_params,
+            verifier, target_samp)
+  if d in ("eagle_chain", "eagle_tree"):
+    if ctx.eagle is None:
+      raise ValueError(f"drafter {d!r} needs config.eagle_dir")
+    from specjax.decoding.eagle_drafter import EagleDrafter
+    head, params = ctx.eagle
+    if d == "eagle_chain":
+      return EagleDrafter(k, samp, head=head), params, verifier, target_samp
+    return (EagleDrafter(k, samp, head=head, tree_kind="dynamic", top_k=int(ctx.c.eagle_top_k),
+                         total_tokens=int(ctx.c.eagle_total_tokens)), params, verifier,
+            target_samp)
+  raise ValueError(f"unknown drafter {d!r}")
+
+
+def _timed(fn):
+  import jax
+  t0 = time.perf_counter()
+  out = fn()
+  jax.block_until_ready(out)
+  return out, time.perf_counter() - t0
+
+
+def _target_sampling_for(row):
+  """The target-only reference runs at the row's temperature without processors."""
+  return _sampling(row["temperature"])
+
+
+def evaluate_row(ctx: Context, row: dict) -> dict:
+  """Run one row; returns its JSON-able result (see module docstring)."""
+  import jax
+  import numpy as np
+  from specjax.decoding.autoregressive import generate
+  from specjax.decoding.speculative import speculative_generate
+
+  c = ctx.c
+  d = c.data
+  prompts = ctx.prompt_ids
+  bs = int(d.batch_size) or len(prompts)
+  batches = [prompts[i:i + bs] for i in range(0, len(prompts), bs)]
+  max_new = int(d.max_new_tokens)
+  key0 = jax.random.key(int(c.seed))
+  keys = [jax.random.fold_in(key0, r) for r in range(int(c.timing.repeats))]
+  gsamp = _target_sampling_for(row)
+  # data.prompt_bucket > 0: every batch padded to at least it (one program per row);
+  # 0: each batch to its own power-of-two bucket (less prefill, a program per bucket).
+  bucket = int(d.get("prompt_bucket", 0)) or None
+
+  def run_target(batch, key, bi):
+    return generate(ctx.target, ctx.target_params, batch, max_new_tokens=max_new, sampling=gsamp,
+                    key=key, row_offset=bi * bs, mesh=ctx.mesh, prompt_bucket=bucket)
+
+  spec = row["kind"] == "spec"
+  if spec:
+    drafter, dparams, verifier, tsamp = build(ctx, row)
+
+    def run_spec(batch, key, bi):
+      return speculative_generate(ctx.target, ctx.target_params, drafter, dparams, verifier,
+                                  batch, max_new_tokens=max_new, sampling=tsamp, key=key,
+                                  row_offset=bi * bs, mesh=ctx.mesh, prompt_bucket=bucket)
+  # --- warm-up (compile), excluded from timing: one call per compiled program, i.e. per
+  # (program, padded prompt bucket) not yet run in this context.
+  def warm(name, fn):
+    from specjax.decoding.prompts import bucket_length
+    t0 = time.perf_counter()
+    for bi, b in enumerate(batches):
+      k = (name, len(b), bucket_length(max(bucket or 1, *map(len, b))))
+      if k not in ctx.cache:
+        _timed(lambda: fn(b, keys[0], bi))
+        ctx.cache[k] = True
+    return time.perf_counter() - t0
+
+  compile_target = warm(("target", sweep.canonical_json(dataclasses.asdict(gsamp))), run_target)
+  compile_spec = warm(("spec", row["key"]), run_spec) if spec else 0.0
+  # --- timed, paired repeats.
+  ratios, t_target, t_spec, rate_target, rate_spec = [], [], [], [], []
+  outs_target, outs_spec = [], []
+  calls = acc = relaxed = verified = 0
+  acc_pos = off_pos = None
+  for key in keys:
+    tt = ts = 0.0
+    nt = ns = 0
+    for bi, b in enumerate(batches):
+      g, dt = _timed(lambda: run_target(b, key, bi))
+      tt += dt
+      lists = g.to_lists()
+      nt += sum(map(len, lists))
+      outs_target.append(lists)
+      if spec:
+        r, dt = _timed(lambda: run_spec(b, key, bi))
+        ts += dt
+        lists = r.to_lists()
+        ns += sum(map(len, lists))
+        outs_spec.append(lists)
+        st = r.stats
+        calls += int(np.sum(st.target_calls))
+        acc += int(np.sum(st.accepted))
+        relaxed += int(np.sum(st.relaxed))
+        verified += int(np.sum(st.verified_tokens))
+        a, o = np.sum(np.asarray(st.accept_counts), 0), np.sum(np.asarray(st.offered_counts), 0)
+        acc_pos = a if acc_pos is None else acc_pos + a
+        off_pos = o if off_pos is None else off_pos + o
+    t_target.append(tt)
+    rate_target.append(nt / tt)
+    if spec:
+      t_spec.append(ts)
+      rate_spec.append(ns / ts)
+      ratios.append((ns / ts) / (nt / tt))
+  outs = outs_spec if spec else outs_target
+  flat = [row_ for batch in outs for row_ in batch]
+  nrep = len(keys)
+  flat_prompts = prompts * nrep  # outs are [repeat][batch][row] in prompt order
+  res: dict[str, Any] = {
+      "num_rows": len(flat), "generated_tokens": int(sum(map(len, flat))),
+      "mean_length": float(np.mean([len(x) for x in flat])),
+      "target_time_s": float(np.median(t_target)), "compile_target_s": compile_target,
+      "target_tokens_per_s": float(np.median(rate_target)),
+      "tokens_per_s": float(np.median(rate_spec if spec else rate_target)),
+  }
+  if spec:
+    res.update({
+        "tau": (acc + calls) / max(calls, 1), "target_calls": calls, "accepted": acc,
+        "relaxed": relaxed, "relaxed_rate": relaxed / max(acc, 1),
+        "verified_per_call": verified / max(calls, 1),
+        "accept_rate_per_position": (acc_pos / np.maximum(off_pos, 1)).tolist(),
+        "spec_time_s": float(np.median(t_spec)), "compile_spec_s": compile_spec,
+        "speedup": float(np.median(ratios)), "speedup_per_repeat": ratios,
+    })
+  # --- quality.
+  ll = quality.target_loglik(ctx.target, ctx.target_params, flat_prompts, flat,
+                             batch_size=int(c.quality_batch_size))
+  res["loglik"] = ll["mean"]
+  eos = ctx.eos if ctx.eos is not None else []
+  eos = [eos] if isinstance(eos, int) else list(eos)
+  texts, ended = quality.decode_completions(ctx.tokenizer, flat, eos)
+  ptexts = [p.text for p in ctx.prompts] * nrep
+  if ctx.code_prompts:
+    res["parse_frac"] = quality.parse_fraction(ptexts, texts, ended)
+  res["eos_frac"] = float(np.mean(ended))
+  if row["temperature"] == 0:
+    ref = [r for batch in outs_target[:len(batches)] for r in batch]
+    agree = quality.greedy_agreement(flat[:len(ref)], ref)
+    res["agree_exact"], res["agree_prefix"] = agree["exact"], agree["prefix"]
+  if row["temperature"] > 0 and c.kl.enabled:
+    if spec:
+      res.update(_first_token_kl(ctx, row, drafter, dparams, verifier, tsamp))
+    else:  # the exact sampler's value: the plug-in estimator's noise floor
+      res.update(_first_token_kl(ctx, row, None, None, None, gsamp))
+  res["sample_completion"] = texts[0][:200] if texts else ""
+  return res
+
+
+def _first_token_kl(ctx: Context, row, drafter, dparams, verifier, tsamp) -> dict:
+  """Many samples of the first ``kl.num_prompts`` prompts, ``max_new_tokens = 2``
+  (``drafter=None``: target-only samples, compared with p -- the noise floor)."""
+  import jax
+  import numpy as np
+  from specjax import verifiers
+  from specjax.decoding.speculative import speculative_generate
+  kc = ctx.c.kl
+  base_prompts = ctx.prompt_ids[:int(kc.num_prompts)]
+  rows = [p for p in base_prompts for _ in range(int(kc.samples))]
+  key = jax.random.fold_in(jax.random.key(int(ctx.c.seed)), 10_000)
+  if drafter is None:  # target-only generate(): exact samples of p
+    from specjax.decoding.autoregressive import generate
+    r = generate(ctx.target, ctx.target_params, rows, max_new_tokens=2, sampling=tsamp, key=key)
+  else:
+    r = speculative_generate(ctx.target, ctx.target_params, drafter, dparams, verifier, rows,
+                             max_new_tokens=2, sampling=tsamp, key=key)
+  toks, lens = np.asarray(r.tokens), np.asarray(r.lengths)
+  keep = lens >= 2
+  rule = verifiers.get(row["rule"], **row["hparams"])
+  # The matched baseline of the *rule* (a baseline row compares with itself: lossless).
+  out = quality.first_token_divergence(
+      ctx.target, ctx.target_params, rule, _sampling(row["temperature"]),
+      [p for p, k in zip(rows, keep) if k], toks[keep, 0].tolist(), toks[keep, 1].tolist(),
+      min_count=int(kc.min_count))
+  return {f"first_{k}": v for k, v in out.items()}
+
+
+def run_rows(c, rows: list[dict], name: str | None = None, ctx: Context | None = None
+             ) -> tuple[list[dict], str]:
+  """Run (or resume) ``rows``; returns ``(records, jsonl path)``."""
+  workdir = c.workdir or f"/tmp/specjax_runs/{c.name}"
+  os.makedirs(workdir, exist_ok=True)
+  path = os.path.join(workdir, f"{name or c.name}.jsonl")
+  state = {"ctx": ctx}
+
+  def evaluate(row):
+    if state["ctx"] is None:  # lazily: a fully resumed sweep loads nothing
+      state["ctx"] = load_context(c)
+    t0 = time.time()
+    res = evaluate_row(state["ctx"], row)
+    res["wall_s"] = time.time() - t0
+    logging.info("%s: %s", row["key"], {k: v for k, v in res.items()
+                                        if k in ("tau", "speedup", "loglik", "parse_frac",
+                                                 "relaxed_rate", "first_kl")})
+    return res
+
+  records = sweep.run_sweep(rows, evaluate, path, desc=name or c.name,
+                            progress=bool(c.progress))
+  return records, path
+
+
+def enable_compile_cache(c) -> None:
+  """Persistent XLA compilation cache: reruns and sibling sweeps skip recompiles."""
+  d = c.get("compile_cache_dir", "")
+  if d:
+    import jax
+    jax.config.update("jax_compilation_cache_dir", d)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+
+
+def run_and_report(c, rows: list[dict], title: str, plot_fn=None) -> dict:
+  """Run (or resume) ``rows``, write the table and figure, print the table."""
+  validate_config(c)
+  enable_compile_cache(c)
+  records, path = run_rows(c, rows)
+  files = reports.write_reports(c, records, c.name, title, plot_fn=plot_fn)
+  logging.info("wrote %s, %s, %s", path, files["markdown"], files["figure"])
+  print(reports.markdown_table(records))
+  return {"records": records, "jsonl": path, **files}
+
+
+def run_line_sweep(c, rows: list[dict], title: str, x_of, xlabel: str) -> dict:
+  """:func:`run_and_report` with one line plot per metric against ``x_of(row)``
+  (``sweep_theta``, ``sweep_k`` and ``sweep_temperature``)."""
+  return run_and_report(c, rows, title, plot_fn=lambda r, p, t: reports.plot_lines(
+      r, p, t, x_of, xlabel))

@@ -1,0 +1,159 @@
+"""The rows of a verifier comparison or sweep: one dict per (method, drafter,
+temperature, K), keyed so that a changed setting never reuses a stale result.
+
+* :func:`parse_rules` -- ``"lossless, mars:theta=0.9"`` -> ``[(rule, hparams)]``;
+* :func:`validate_config` -- every setting a run reads, checked before any model loads;
+* :func:`make_row` / :func:`default_rows` -- one row / the comparison's rows;
+* :func:`tree_paths`, :func:`drafter_depth` -- the static tree and draft depth of a drafter.
+
+Rows are evaluated by :mod:`experiments.evaluation` and reported by
+:mod:`experiments.reports`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+
+from experiments import sweep
+
+
+def parse_rules(spec: str) -> list[tuple[str, dict]]:
+  """``"lossless, mars:theta=0.9, cos:lam=0.4"`` -> ``[(name, hparams), ...]``.
+
+  ``all`` expands to every registered rule with default hyperparameters
+  (entries listed explicitly override it).  Values are parsed as JSON
+  (``true``, ``null``, numbers), else kept as strings.
+  """
+  from specjax import verifiers
+  out: dict[str, dict] = {}
+  for item in [s.strip() for s in re.split(r"[,;]\s*(?![^()]*\))", spec) if s.strip()]:
+    name, *kvs = item.split(":")
+    name = name.strip().lower()
+    if name == "all":
+      for n in verifiers.available():
+        out.setdefault(n, {})
+      continue
+    hp = {}
+    for kv in kvs:
+      k, eq, v = kv.partition("=")
+      if not eq or not k.strip():
+        raise ValueError(f"verifier spec {item!r}: {kv!r} is not hparam=value "
+                         f"(e.g. mars:theta=0.9)")
+      try:
+        hp[k.strip()] = json.loads(v)
+      except json.JSONDecodeError:
+        hp[k.strip()] = v.strip()
+    rule = verifiers.get(name, **hp)  # validates and converts ("0.9" -> 0.9) early
+    out[name] = {k: getattr(rule, k) for k in hp}  # the converted values, never strings
+  return list(out.items())
+
+
+DRAFTERS = ("chain", "tree", "eagle_chain", "eagle_tree")
+
+
+def validate_config(c) -> None:
+  """Check every setting a run reads, before any model loads or row runs.
+
+  Raises ``ValueError`` / ``TypeError`` naming the config field, the value and
+  what is allowed (rules are checked by :func:`parse_rules`).
+  """
+  from specjax.checks import check_int, check_range, coerce_number
+  drafters = [c.drafters] if isinstance(c.drafters, str) else list(c.drafters)
+  bad = [d for d in drafters if d not in DRAFTERS]
+  if bad:
+    raise ValueError(f"drafters={bad} unknown; choose from {DRAFTERS}")
+  temps = [c.temperatures] if isinstance(c.temperatures, (str, int, float)) else c.temperatures
+  if not len(temps):
+    raise ValueError("temperatures is empty; give at least one, e.g. 0,1")
+  for t in temps:
+    check_range("temperatures entry", coerce_number("temperatures entry", t, float), low=0.0)
+  check_int("num_draft (K)", c.num_draft, low=1)
+  try:
+    paths = tree_paths(c)
+  except (ValueError, TypeError) as e:
+    raise ValueError(f"tree_paths={c.tree_paths!r} is not a JSON list of rank paths such as "
+                     f"[[0], [1], [0, 0]]: {e}") from None
+  if "tree" in drafters:
+    from specjax.decoding.tree import static_tree
+    static_tree(paths)
+  if c.eagle_dir and not os.path.isdir(c.eagle_dir):
+    raise ValueError(f"eagle_dir={c.eagle_dir!r} is not a directory")
+  for name in ("num_prompts", "max_new_tokens"):
+    check_int(f"data.{name}", c.data[name], low=1)
+  check_int("data.batch_size", c.data.batch_size, low=0)
+  check_int("timing.repeats", c.timing.repeats, low=1)
+  workdir = c.workdir or f"/tmp/specjax_runs/{c.name}"
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise ValueError(f"workdir={workdir!r} exists and is not a directory; results go "
+                     f"into a directory")
+
+
+def method_label(rule: str, hparams: dict, baseline: bool = False) -> str:
+  hp = ",".join(f"{k}={v}" for k, v in sorted(hparams.items()))
+  s = f"{rule}({hp})" if hp else rule
+  return f"baseline:{s}" if baseline else s
+
+
+def settings_hash(c) -> str:
+  """Hash of everything but the method axes: a row key never survives a settings change."""
+  d = c.to_dict() if hasattr(c, "to_dict") else dict(c)
+  keep = {k: d[k] for k in ("models", "seed", "data", "timing", "kl", "tree_paths", "eagle_dir",
+                            "eagle_total_tokens", "eagle_top_k", "eagle_depth") if k in d}
+  return hashlib.sha256(sweep.canonical_json(keep).encode()).hexdigest()[:10]
+
+
+def make_row(c, *, kind: str, drafter: str, temperature: float, num_draft: int,
+             rule: str = "lossless", hparams: dict | None = None, baseline: bool = False,
+             extra: dict | None = None) -> dict:
+  """One sweep configuration (a table row)."""
+  hparams = dict(hparams or {})
+  label = "target" if kind == "target" else method_label(rule, hparams, baseline)
+  row = {"kind": kind, "method": label, "rule": rule, "hparams": hparams,
+         "baseline": bool(baseline), "drafter": drafter if kind != "target" else "-",
+         "temperature": float(temperature), "num_draft": int(num_draft) if kind != "target" else 0}
+  row.update(extra or {})
+  axes = sweep.canonical_json({k: row[k] for k in sorted(row)})
+  row["key"] = f"{label}|{row['drafter']}|T={row['temperature']:g}|K={row['num_draft']}|" \
+               f"{hashlib.sha256(axes.encode()).hexdigest()[:8]}|{settings_hash(c)}"
+  return row
+
+
+def default_rows(c) -> list[dict]:
+  """The comparison's rows: target, every rule x drafter x T, matched baselines."""
+  validate_config(c)
+  rows = []
+  rules = parse_rules(c.rules)
+  drafters = list(c.drafters)
+  if c.eagle_dir:
+    drafters += [d for d in ("eagle_chain", "eagle_tree") if d not in drafters]
+  for t in c.temperatures:
+    rows.append(make_row(c, kind="target", drafter="-", temperature=t, num_draft=0))
+    for d in drafters:
+      k = drafter_depth(c, d)
+      for name, hp in rules:
+        rows.append(make_row(c, kind="spec", drafter=d, temperature=t, num_draft=k, rule=name,
+                             hparams=hp))
+      if t > 0 and c.matched_baselines:
+        for name, hp in rules:
+          if name in ("spec_cascade", "typical"):
+            rows.append(make_row(c, kind="spec", drafter=d, temperature=t, num_draft=k,
+                                 rule=name, hparams=hp, baseline=True))
+  return rows
+
+
+def tree_paths(c) -> tuple:
+  """``config.tree_paths`` (a JSON list of rank paths) as a tuple of tuples."""
+  return tuple(tuple(int(r) for r in p) for p in json.loads(c.tree_paths))
+
+
+def drafter_depth(c, drafter: str) -> int:
+  """The draft depth K of ``drafter``: the tree's depth, ``eagle_depth`` or ``num_draft``."""
+  if drafter == "tree":
+    return max(len(p) for p in tree_paths(c))
+  if drafter == "eagle_tree":
+    return int(c.eagle_depth)
+  return int(c.num_draft)
+
