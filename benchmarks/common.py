@@ -126,7 +126,7 @@ def draft_timer(drafter, draft_params, target, target_params, prompts_tokens, pr
   prev = jnp.take_along_axis(tokens, (lengths - 1)[:, None], 1)[:, 0]
   n_sel = len(drafter.target_hidden_layers)
   hid = (None if not n_sel else
-         jnp.zeros((n_sel, b, drafter.num_draft + 1, t_hidden.shape[-1]), t_hidden.dtype))
+         jnp.zeros((n_sel, b, drafter.max_accepted + 1, t_hidden.shape[-1]), t_hidden.dtype))
 
   def step(dp, carry):
     state, last, acc = carry
@@ -135,7 +135,7 @@ def draft_timer(drafter, draft_params, target, target_params, prompts_tokens, pr
       x = tree.tokens
     else:
       x, q, _, state = drafter.draft(dp, state, prev, last, keys)
-    committed = jnp.concatenate([last[:, None], x[:, :drafter.num_draft]], 1)
+    committed = jnp.concatenate([last[:, None], x[:, :drafter.max_accepted]], 1)
     state = drafter.commit(state, t_cache.lengths, committed, jnp.ones((b,), jnp.int32), hid)
     return state, x[:, 0], acc + jnp.sum(q)
 

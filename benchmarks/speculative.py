@@ -144,7 +144,8 @@ def make_drafter(name, k, samp, draft, dp, target, tp, model_set=None):
     return EagleDrafter(k, samp, head=head), params
   if rest.startswith("tree:"):
     n = int(rest.split(":")[1])
-    return EagleDrafter(k, samp, head=head, tree_kind="dynamic", top_k=8, total_tokens=n), params
+    return (EagleDrafter(depth=k, sampling=samp, head=head, tree_kind="dynamic", top_k=8,
+                         total_tokens=n), params)
   raise ValueError(f"unknown drafter {name!r}")
 
 

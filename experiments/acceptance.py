@@ -139,7 +139,8 @@ def run() -> list:
     elif row["kind"] == "eagle_chain":
       drafter, dparams = EagleDrafter(FLAGS.k, samp, head=ms.eagle[0]), st["eagle_params"]
     else:
-      drafter = EagleDrafter(FLAGS.eagle_depth, samp, head=ms.eagle[0], tree_kind="dynamic",
+      drafter = EagleDrafter(depth=FLAGS.eagle_depth, sampling=samp, head=ms.eagle[0],
+                             tree_kind="dynamic",
                              top_k=FLAGS.eagle_top_k, total_tokens=FLAGS.eagle_total_tokens)
       dparams = st["eagle_params"]
     prompts = [list(p.ids) for p in st["prompts"][row["prompt_set"]]]

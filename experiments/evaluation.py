@@ -95,7 +95,7 @@ def build(ctx: Context, row: dict):
   if d == "chain":
     return LMDrafter(k, samp, ctx.draft), ctx.draft_params, verifier, target_samp
   if d == "tree":
-    return (LMTreeDrafter(k, samp, ctx.draft, paths=tree_paths(ctx.c)), ctx.draft_params,
+    return (LMTreeDrafter(ctx.draft, paths=tree_paths(ctx.c), sampling=samp), ctx.draft_params,
             verifier, target_samp)
   if d in ("eagle_chain", "eagle_tree"):
     if ctx.eagle is None:
@@ -104,7 +104,8 @@ def build(ctx: Context, row: dict):
     head, params = ctx.eagle
     if d == "eagle_chain":
       return EagleDrafter(k, samp, head=head), params, verifier, target_samp
-    return (EagleDrafter(k, samp, head=head, tree_kind="dynamic", top_k=int(ctx.c.eagle_top_k),
+    return (EagleDrafter(depth=k, sampling=samp, head=head, tree_kind="dynamic",
+                         top_k=int(ctx.c.eagle_top_k),
                          total_tokens=int(ctx.c.eagle_total_tokens)), params, verifier,
             target_samp)
   raise ValueError(f"unknown drafter {d!r}")

@@ -81,7 +81,7 @@ def measure_acceptance(c, target, target_params, head, head_params, d2t, heldout
   params = EagleDrafter.make_params(head_params, target, target_params, d2t)
   modes = {"chain": EagleDrafter(num_draft=c.eval.num_draft, sampling=greedy, head=head)}
   if c.eval.tree_depth:
-    modes["tree"] = EagleDrafter(num_draft=c.eval.tree_depth, sampling=greedy, head=head,
+    modes["tree"] = EagleDrafter(depth=c.eval.tree_depth, sampling=greedy, head=head,
                                  tree_kind="dynamic", top_k=c.eval.tree_top_k,
                                  total_tokens=c.eval.tree_total_tokens)
   out = {}
@@ -97,7 +97,7 @@ def measure_acceptance(c, target, target_params, head, head_params, d2t, heldout
     if name == "chain":
       out[name]["num_draft"] = drafter.num_draft
     else:
-      out[name].update(depth=drafter.num_draft, top_k=drafter.top_k,
+      out[name].update(depth=drafter.depth, top_k=drafter.top_k,
                        total_tokens=drafter.total_tokens)
     logging.info("acceptance %s: tau %.3f", name, s["tau"])
   if c.eval.compare_draft_lm:  # the independent default draft LM on the same prompts

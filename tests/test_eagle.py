@@ -180,7 +180,7 @@ def test_tree_drafts_are_valid_and_static_tree_matches_chain():
   hid = _features(target, tp, head.config.target_layers, seqs)
   prev, last = seqs[jnp.arange(2), lengths - 1], seqs[jnp.arange(2), lengths]
   keys = jax.random.split(jax.random.key(0), 2)
-  dyn = EagleDrafter(num_draft=3, sampling=GREEDY, head=head, tree_kind="dynamic", top_k=3,
+  dyn = EagleDrafter(depth=3, sampling=GREEDY, head=head, tree_kind="dynamic", top_k=3,
                      total_tokens=10)
   assert dyn.tree and dyn.tokens_per_step == 11
   run = lambda d: jax.jit(lambda *a: (d.draft_tree if d.tree else d.draft)(
@@ -199,7 +199,7 @@ def test_tree_drafts_are_valid_and_static_tree_matches_chain():
       assert row[toks[b, j]] >= np.sort(row)[-3] - 1e-6  # a top-3 (top_k) token of its parent
   # A static tree's greedy spine equals the greedy chain (same masks and positions).
   paths = ((0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0))
-  st = EagleDrafter(num_draft=3, sampling=GREEDY, head=head, tree_kind="static",
+  st = EagleDrafter(sampling=GREEDY, head=head, tree_kind="static",
                     tree_paths=paths)
   chain = EagleDrafter(num_draft=3, sampling=GREEDY, head=head)
   tree_s, _, qn_s, _ = run(st)
@@ -212,8 +212,19 @@ def test_tree_drafts_are_valid_and_static_tree_matches_chain():
   spine = np.asarray(tree_s.tokens)[:, [0, 2, 5]]  # nodes (0,), (0,0), (0,0,0)
   assert np.array_equal(spine, np.asarray(x))
   with pytest.raises(ValueError, match="total_tokens"):
-    EagleDrafter(num_draft=2, sampling=GREEDY, head=head, tree_kind="dynamic", top_k=2,
+    EagleDrafter(depth=2, sampling=GREEDY, head=head, tree_kind="dynamic", top_k=2,
                  total_tokens=7)
+  # One name per size: K is a chain's num_draft, a tree's longest path its depth.
+  assert (chain.max_accepted, dyn.max_accepted, st.max_accepted, st.depth) == (3, 3, 3, 3)
+  with pytest.raises(ValueError, match="num_draft=3 is a chain's K; a dynamic tree takes depth"):
+    EagleDrafter(3, GREEDY, head=head, tree_kind="dynamic", top_k=3, total_tokens=10)
+  with pytest.raises(ValueError, match="depth=3 is for trees"):
+    EagleDrafter(3, GREEDY, head=head, depth=3)
+  with pytest.raises(ValueError, match="depth=2 must equal the static tree depth 3"):
+    EagleDrafter(head=head, tree_kind="static", tree_paths=paths, depth=2)
+  # Trees draft top-k deterministically: sampling is optional (it only shapes q_node).
+  assert EagleDrafter(depth=3, head=head, tree_kind="dynamic", top_k=3,
+                      total_tokens=10).sampling == GREEDY
 
 
 @pytest.mark.parametrize("kind,reduced,tree_kind", [("eagle1", False, "chain"),
@@ -221,8 +232,9 @@ def test_tree_drafts_are_valid_and_static_tree_matches_chain():
 def test_greedy_speculative_equals_target(kind, reduced, tree_kind):
   target, tp = _target()
   head, p, d2t = _head(kind, reduced)
-  kw = dict(tree_kind="dynamic", top_k=3, total_tokens=8) if tree_kind == "dynamic" else {}
-  drafter = EagleDrafter(num_draft=3, sampling=GREEDY, head=head, **kw)
+  kw = (dict(depth=3, tree_kind="dynamic", top_k=3, total_tokens=8) if tree_kind == "dynamic"
+        else dict(num_draft=3))
+  drafter = EagleDrafter(sampling=GREEDY, head=head, **kw)
   params = EagleDrafter.make_params(p, target, tp, d2t)
   prompts = [[1, 2, 3, 4, 5], [7, 8], [3, 3, 3, 9, 10, 11, 12]]
   ref = generate(target, tp, prompts, max_new_tokens=16, eos_token_id=None).to_lists()
@@ -411,8 +423,9 @@ def test_sampled_lossless_eagle_reproduces_target_distribution(kind, reduced, tr
   target, tp = _target()
   head, p, d2t = _head(kind, reduced)
   samp = SamplingConfig(temperature=1.0)
-  kw = dict(tree_kind="dynamic", top_k=3, total_tokens=8) if tree_kind == "dynamic" else {}
-  drafter = EagleDrafter(num_draft=3, sampling=samp, head=head, **kw)
+  kw = (dict(depth=3, tree_kind="dynamic", top_k=3, total_tokens=8) if tree_kind == "dynamic"
+        else dict(num_draft=3))
+  drafter = EagleDrafter(sampling=samp, head=head, **kw)
   params = EagleDrafter.make_params(p, target, tp, d2t)
   prompt = [1, 2, 3, 4, 5]
   res = speculative_generate(target, tp, drafter, params, verifiers.get("lossless"),

@@ -1,4 +1,4 @@
-"""KV cache (no torch): per-row writes, commit, gather_path on
+"""KV cache (no torch): per-row writes (write_tokens), commit, gather_path on
 ragged rows, and the model-level contract that a tree-masked forward equals a
 plain causal forward over each root->node path."""
 
@@ -28,19 +28,21 @@ def test_init_cache():
   assert (c.max_length, c.batch_size) == (S, B)
 
 
-def test_write_at_per_row_offsets_does_not_commit():
+def test_write_tokens_at_per_row_offsets():
+  """One layer's T new entries land at each row's cursor; other layers and slots
+  are untouched; slots past S are dropped."""
   lengths = np.array([0, 3, 7])
   c = _filled(lengths)
-  new = -np.arange(1, L * B * 2 * H * D + 1, dtype=np.float32).reshape(L, B, 2, H, D)
-  w = kvc.write(c, jnp.asarray(new), jnp.asarray(new * 2))
-  assert np.asarray(w.lengths).tolist() == lengths.tolist()
-  k, v, k0, v0 = map(np.asarray, (w.k, w.v, c.k, c.v))
+  new = -np.arange(1, B * 2 * H * D + 1, dtype=np.float32).reshape(B, 2, H, D)
+  k = np.asarray(kvc.write_tokens(c.k, 1, jnp.asarray(new), c.lengths))
+  k0 = np.asarray(c.k)
+  np.testing.assert_array_equal(k[0], k0[0])  # another layer
   for b, o in enumerate(lengths):
-    np.testing.assert_array_equal(k[:, b, o:o + 2], new[:, b])
-    np.testing.assert_array_equal(v[:, b, o:o + 2], 2 * new[:, b])
+    np.testing.assert_array_equal(k[1, b, o:o + 2], new[b])
     untouched = np.r_[0:o, o + 2:S]
-    np.testing.assert_array_equal(k[:, b, untouched], k0[:, b, untouched])
-    np.testing.assert_array_equal(v[:, b, untouched], v0[:, b, untouched])
+    np.testing.assert_array_equal(k[1, b, untouched], k0[1, b, untouched])
+  full = np.asarray(kvc.write_tokens(c.k, 0, jnp.asarray(new), jnp.asarray([S - 1] * B)))
+  np.testing.assert_array_equal(full[0, :, S - 1], new[:, 0])  # the second token is dropped
 
 
 def test_commit():
@@ -50,10 +52,8 @@ def test_commit():
   c = kvc.commit(c, jnp.array([1, 3, 0], jnp.int8))  # any int dtype; stays int32
   assert np.asarray(c.lengths).tolist() == [3, 3, 5] and c.lengths.dtype == jnp.int32
   # the next write lands at each row's committed cursor
-  new = jnp.ones((L, B, 1, H, D))
-  w = kvc.write(c, new, new)
-  k = np.asarray(w.k)
-  assert k[:, 0, 3].min() == 1 and k[:, 1, 3].min() == 1 and k[:, 2, 5].min() == 1
+  k = np.asarray(kvc.write_tokens(c.k, 0, jnp.ones((B, 1, H, D)), c.lengths))
+  assert k[0, 0, 3].min() == 1 and k[0, 1, 3].min() == 1 and k[0, 2, 5].min() == 1
 
 
 def test_gather_path_ragged_rows():

@@ -86,7 +86,7 @@ def _run_loop(models, rule, draft_kind):
   if draft_kind == "sampled":
     drafter = LMDrafter(2, SAMPLING, draft)
   else:
-    drafter = LMTreeDrafter(2, SAMPLING, draft, paths=TREE_PATHS)
+    drafter = LMTreeDrafter(model=draft, paths=TREE_PATHS, sampling=SAMPLING)
   out = speculative_generate(target, tp, drafter, dp, rule, [PROMPT] * N, max_new_tokens=2,
                              sampling=SAMPLING, key=jax.random.key(42), eos_token_id=None)
   toks = np.asarray(out.tokens)

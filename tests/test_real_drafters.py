@@ -69,7 +69,7 @@ def _drafters(ms, sampling):
     head, hp, d2t = ms.eagle
     params = EagleDrafter.make_params(hp, ms.target, ms.target_params, d2t)
     out["eagle3_chain"] = (EagleDrafter(4, sampling, head=head), params)
-    out["eagle3_tree"] = (EagleDrafter(5, sampling, head=head, tree_kind="dynamic", top_k=6,
+    out["eagle3_tree"] = (EagleDrafter(depth=5, sampling=sampling, head=head, tree_kind="dynamic", top_k=6,
                                        total_tokens=16), params)
   return out
 

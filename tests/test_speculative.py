@@ -205,12 +205,12 @@ def test_tree_greedy_equals_target_greedy(pair):
   target, tp, draft, dp = pair
   prompts = _ragged_prompts(6, 32, seed=2)
   ref = generate(target, tp, prompts, max_new_tokens=20, eos_token_id=None).to_lists()
-  tree = LMTreeDrafter(3, GREEDY, draft, paths=TREE_PATHS)
+  tree = LMTreeDrafter(model=draft, paths=TREE_PATHS)
   out = speculative_generate(target, tp, tree, dp, verifiers.get("lossless"), prompts,
                              max_new_tokens=20, eos_token_id=None)
   assert out.to_lists() == ref
   # With the target as its own drafter the rank-0 path is always accepted.
-  same = speculative_generate(target, tp, LMTreeDrafter(3, GREEDY, target, paths=TREE_PATHS),
+  same = speculative_generate(target, tp, LMTreeDrafter(model=target, paths=TREE_PATHS),
                               tp, verifiers.get("lossless"), prompts, max_new_tokens=20,
                               eos_token_id=None)
   assert same.to_lists() == ref
@@ -228,7 +228,7 @@ def test_tree_lossless_reproduces_target_distribution(pair):
   target, tp, draft, dp = pair
   samp = SamplingConfig(temperature=1.0)
   prompt = [5, 9, 11]
-  tree = LMTreeDrafter(3, samp, draft, paths=TREE_PATHS)
+  tree = LMTreeDrafter(model=draft, paths=TREE_PATHS, sampling=samp)
   out = speculative_generate(target, tp, tree, dp, verifiers.get("lossless"), [prompt] * 1500,
                              max_new_tokens=6, sampling=samp, key=jax.random.key(5),
                              eos_token_id=None)
@@ -253,3 +253,37 @@ def test_prepared_decode_params(pair):
     b = run(target.decode_params(tp), draft.decode_params(dp))
     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
       np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_host_loop_of_the_jitted_step_matches_the_while_loop(pair):
+  """The one step, called from a host loop (jit_init / jit_step, as SV calibration
+  and streaming callers do), gives the while_loop's tokens and statistics bit for bit,
+  for a sampled chain and a tree; its records add up to the statistics."""
+  from specjax.decoding.autoregressive import RUNNING
+  from specjax.decoding.drafters import LMTreeDrafter
+  from specjax.decoding.prompts import prepare_prompts
+  target, tp, draft, dp = pair
+  prompts = _ragged_prompts(3, 32, seed=7)
+  samp = SamplingConfig(temperature=1.0)
+  rule, key = verifiers.get("mars", theta=0.5), jax.random.key(4)
+  for drafter in (LMDrafter(3, samp, draft),
+                  LMTreeDrafter(model=draft, paths=TREE_PATHS, sampling=samp)):
+    ref = speculative_generate(target, tp, drafter, dp, rule, prompts, max_new_tokens=9,
+                               sampling=samp, key=key, eos_token_id=None, cache_length=40)
+    tokens, lengths = prepare_prompts(prompts, 32)  # bucket 16 < cache 40
+    loop = spec.SpecLoop(spec.loop_target(target, drafter), None, 9, (), 40)
+    inputs, state = spec.jit_init(loop, drafter, rule, samp, tp, dp, None, jnp.asarray(tokens),
+                                  jnp.asarray(lengths), key, jnp.arange(3, dtype=jnp.int32))
+    accepted, emitted, steps = 0, 0, 0
+    while np.any(np.asarray(state.finish_reason) == RUNNING):
+      state, rec = spec.jit_step(loop, inputs, state)
+      accepted += np.asarray(rec.num_accepted)
+      emitted += np.asarray(rec.num_emitted)
+      steps += 1
+    assert int(np.asarray(rec.step)) == steps  # steps count from 1 (prefill is step 0)
+    np.testing.assert_array_equal(state.tokens[:, :9], ref.tokens)
+    np.testing.assert_array_equal(state.num_tokens, ref.lengths)
+    for x, y in zip(jax.tree.leaves(state.stats), jax.tree.leaves(ref.stats)):
+      np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    np.testing.assert_array_equal(accepted, ref.stats.accepted)
+    np.testing.assert_array_equal(emitted + 1, ref.lengths)  # + the prefill's token

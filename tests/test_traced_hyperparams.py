@@ -215,18 +215,20 @@ def test_sharded_sweep_compiles_once(models, monkeypatch):
 
 
 def test_sv_collection_sweep_compiles_each_step_once(models):
-  """SV calibration records (policies.sv_collect): drafter and target
-  temperature and the verifier's theta are traced arguments of the step."""
+  """SV calibration records (policies.sv_collect) run the loop's own jitted
+  step: drafter and target temperature and the verifier's theta are traced
+  arguments of it, so the sweep compiles the step (and the prefill) once."""
   from specjax.policies import sv_collect
   from specjax.policies.sv import SpeculativeVerification, uninformative_table
   target, tp, draft, dp = models
   pol = SpeculativeVerification(2, companion=draft)
   params = pol.make_params(dp, uninformative_table(0.7), np.array([1.0, 1.1, 1.2]), 3)
-  before = sv_collect._step._cache_size()
+  before = spec.jit_step._cache_size(), spec.jit_init._cache_size()
   for t, theta in ((0.5, 0.3), (1.2, 0.9), (2.0, 0.6)):
     samp = SamplingConfig(temperature=t)
     rec = sv_collect.collect_records(target, tp, LMDrafter(2, samp, draft), dp, pol, params,
                                      Mars(theta=theta), PROMPTS, max_new_tokens=4,
                                      sampling=samp, key=jax.random.key(0), eos_token_id=None)
     assert len(rec["S"]) > 0
-  assert sv_collect._step._cache_size() == before + 1
+  assert (spec.jit_step._cache_size(), spec.jit_init._cache_size()) == (before[0] + 1,
+                                                                       before[1] + 1)

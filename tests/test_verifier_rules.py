@@ -489,14 +489,14 @@ def test_drafter_without_node_distribution_is_refused_for_cos():
     supplies_node_dist = False
 
   greedy, sampled = sampling.SamplingConfig(temperature=0.0), sampling.SamplingConfig()
-  for d in (BlindTreeDrafter(2, sampled, draft, paths=((0,), (0, 0))),
+  for d in (BlindTreeDrafter(draft, ((0,), (0, 0)), sampled),
             BlindChainDrafter(2, greedy, draft)):
     for rule in (CoS(), CoSContrastive(), Mars(base="cos")):
       with pytest.raises(ValueError, match=rf"{type(rule).__name__}.*{type(d).__name__}"):
         validate_pair(target, d, rule)
     validate_pair(target, d, Lossless())
   validate_pair(target, BlindChainDrafter(2, sampled, draft), CoS())
-  validate_pair(target, LMTreeDrafter(2, sampled, draft, paths=((0,), (0, 0))), CoS())
+  validate_pair(target, LMTreeDrafter(draft, ((0,), (0, 0)), sampled), CoS())
 
 
 # --- hyperparameters and the registry -----------------------------------------------------

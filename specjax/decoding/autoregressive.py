@@ -1,8 +1,9 @@
 """Target-only generation: the baseline every speedup divides.
 
 Prefill and the whole decode run inside one jitted function (one
-``lax.while_loop``); prompts are right-padded to a power-of-two bucket, so
-prompts of different lengths within a bucket reuse one compilation.
+``lax.while_loop`` around :func:`generate_step`, ``GenState -> GenState``);
+prompts are right-padded to a power-of-two bucket, so prompts of different
+lengths within a bucket reuse one compilation.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 
 from specjax.checks import ArgumentTypeError, check_int, check_key
 from specjax.decoding.arguments import check_model_params, check_position_range
+from specjax.decoding.loop_state import GenInputs, GenState
 from specjax.decoding.prompts import (eos_tuple, is_eos, prepare_prompts,
                                       resolve_cache_length)
 from specjax.distributions import SamplingConfig, sample_logits
@@ -35,8 +37,8 @@ class GenerationResult:
     tokens: [B, max_new_tokens] int32 generated tokens (0 beyond ``lengths``).
     lengths: [B] int32 number of generated tokens (EOS included).
     finish_reason: [B] int32: 1 max_new_tokens, 2 eos, 3 cache_full (see FINISH_REASONS).
-    target_calls: [B] int32 target forward passes the row's batch ran (prefill
-      included; the same for every row of one device's shard).
+    target_calls: [B] int32 decode forwards while the row was running, prefill
+      excluded (the meaning of ``SpecStats.target_calls``): ``lengths - 1``.
   """
 
   tokens: jax.Array
@@ -68,44 +70,60 @@ def prefill(model: Model, params, tokens, lengths, cache_length: int):
   return kvc.commit(out.cache, lengths), out.logits[:, 0], out.hidden_states
 
 
+@dataclasses.dataclass(frozen=True)
+class GenLoop:
+  """Static configuration of the target-only loop (hashable: a static jit argument)."""
+
+  model: Model
+  max_new_tokens: int
+  eos: tuple
+  cache_length: int
+
+
+def generate_step(loop: GenLoop, inputs: GenInputs, state: GenState) -> GenState:
+  """One decode forward for every row; rows that are not RUNNING idle."""
+  model, max_new_tokens = loop.model, loop.max_new_tokens
+  b = state.last.shape[0]
+  active = state.finish_reason == RUNNING
+  cache, n = state.cache, state.num_tokens
+  o = model.apply(inputs.params, state.last[:, None], cache.lengths[:, None], cache)
+  cache = kvc.commit(o.cache, active.astype(jnp.int32))
+  tok, _ = jax.vmap(lambda k, l: sample_logits(k, l, inputs.sampling))(
+      row_key(inputs.key, inputs.row_ids, state.step), o.logits[:, 0])
+  write = jnp.where(active, n, max_new_tokens)  # out of range -> dropped
+  out = state.tokens.at[jnp.arange(b), write].set(tok, mode="drop")
+  n = n + active.astype(jnp.int32)
+  # A row whose cache is now full cannot feed ``tok`` back: stop it here rather
+  # than spend one more forward pass discovering it at the next iteration.
+  reason = jnp.where(active & is_eos(tok, loop.eos), EOS,
+                     jnp.where(active & (n >= max_new_tokens), MAX_TOKENS,
+                               jnp.where(active & (cache.lengths >= loop.cache_length),
+                                         CACHE_FULL, state.finish_reason)))
+  last = jnp.where(active, tok, state.last)
+  return GenState(cache, out, n, reason, last, state.step + 1,
+                  state.target_calls + active.astype(jnp.int32))
+
+
 @functools.partial(jax.jit, static_argnames=("model", "max_new_tokens", "eos", "cache_length"))
 def _generate(model: Model, params, sampling: SamplingConfig, tokens, lengths, key, row_ids, *,
               max_new_tokens: int, eos: tuple, cache_length: int) -> GenerationResult:
-  """Jitted body of :func:`generate`.  ``sampling`` is a traced pytree argument:
-  one compilation serves every temperature > 0 (see ``SamplingConfig``)."""
+  """Jitted body of :func:`generate`: prefill, then :func:`generate_step` in a
+  ``lax.while_loop``.  ``sampling`` is a traced pytree argument: one
+  compilation serves every temperature > 0 (see ``SamplingConfig``)."""
+  loop = GenLoop(model, max_new_tokens, eos, cache_length)
   b = tokens.shape[0]
   cache, logits, _ = prefill(model, params, tokens, lengths, cache_length)
   first, _ = jax.vmap(lambda k, l: sample_logits(k, l, sampling))(row_key(key, row_ids, 0), logits)
   out = jnp.zeros((b, max_new_tokens), jnp.int32).at[:, 0].set(first)
   n = jnp.ones((b,), jnp.int32)
   reason = jnp.where(is_eos(first, eos), EOS, jnp.where(n >= max_new_tokens, MAX_TOKENS, RUNNING))
-  step_params = model.decode_params(params)  # once, not per step (Model.decode_params)
-
-  def cond(s):
-    return jnp.any(s[3] == RUNNING)
-
-  def body(s):
-    cache, out, n, reason, last, step, calls = s
-    active = reason == RUNNING
-    o = model.apply(step_params, last[:, None], cache.lengths[:, None], cache)
-    cache = kvc.commit(o.cache, active.astype(jnp.int32))
-    tok, _ = jax.vmap(lambda k, l: sample_logits(k, l, sampling))(
-        row_key(key, row_ids, step), o.logits[:, 0])
-    write = jnp.where(active, n, max_new_tokens)  # out of range -> dropped
-    out = out.at[jnp.arange(b), write].set(tok, mode="drop")
-    n = n + active.astype(jnp.int32)
-    # A row whose cache is now full cannot feed ``tok`` back: stop it here rather
-    # than spend one more forward pass discovering it at the next iteration.
-    reason = jnp.where(active & is_eos(tok, eos), EOS,
-                       jnp.where(active & (n >= max_new_tokens), MAX_TOKENS,
-                                 jnp.where(active & (cache.lengths >= cache_length), CACHE_FULL,
-                                           reason)))
-    last = jnp.where(active, tok, last)
-    return cache, out, n, reason, last, step + 1, calls + 1
-
-  state = (cache, out, n, reason, first, jnp.int32(1), jnp.int32(1))
-  _, out, n, reason, _, _, calls = jax.lax.while_loop(cond, body, state)
-  return GenerationResult(out, n, reason, jnp.full((b,), calls, jnp.int32))
+  # Decode params once, not per step (Model.decode_params).
+  inputs = GenInputs(model.decode_params(params), sampling, key, row_ids)
+  state = GenState(cache, out, n, reason, first, jnp.int32(1), jnp.zeros((b,), jnp.int32))
+  state = jax.lax.while_loop(lambda s: jnp.any(s.finish_reason == RUNNING),
+                             lambda s: generate_step(loop, inputs, s), state)
+  return GenerationResult(state.tokens, state.num_tokens, state.finish_reason,
+                          state.target_calls)
 
 
 def generate(model: Model, params, prompts, *, max_new_tokens: int,

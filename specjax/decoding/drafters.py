@@ -7,14 +7,21 @@ static); its params and state are pytrees passed in and out.  The protocol::
 
     state = drafter.prefill(params, tokens[B,P], lengths[B], cache_length,
                             target_hidden)            # [n_sel, B, P, H] or None
-    # chains (drafter.tree == False):
+    # chains (drafter.strategy is strategies.CHAIN, drafter.tree == False):
     x[B,K], q[B,K,V], q_node[B,K,V], state = drafter.draft(params, state, prev[B], last[B],
                                                            keys[B])
-    # trees (drafter.tree == True), see decoding/tree.py for the layout:
+    # trees (drafter.strategy is strategies.TREE), see decoding/tree.py for the layout:
     tree: TreeDraft, q[B,N,V], q_node[B,N+1,V], state = drafter.draft_tree(params, state, prev,
                                                                            last, keys)
-    state = drafter.commit(state, target_lengths[B], committed[B,W], num_committed[B],
-                           target_hidden)             # [n_sel, B, W, H] or None
+    state = drafter.commit(state, target_lengths[B], committed[B,D+1], num_committed[B],
+                           target_hidden)             # [n_sel, B, D+1, H] or None
+
+Sizes have one name each: a chain drafter's ``num_draft`` is K, the drafts
+per step; a tree drafter's ``depth`` is the longest path (N, the node count,
+follows from its shape).  ``max_accepted`` (D) is what the loop needs from
+either -- the most drafts one step can accept: K, or the depth -- and
+``tokens_per_step`` is K + 1 or N + 1.  ``strategy`` (chain or tree,
+:mod:`specjax.decoding.strategies`) is how the loop drafts and verifies.
 
 ``prev`` is the last token already in the target's cache (position L-1, L the
 target's committed length), ``last`` the token emitted by the previous step
@@ -44,6 +51,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.checks import ArgumentTypeError, check_int
+from specjax.decoding.strategies import CHAIN, TREE
 from specjax.decoding.tree import TreeDraft, static_tree
 from specjax.distributions import SamplingConfig, probs_from_logits, sample_logits
 from specjax.hyperparams import Hyperparams
@@ -67,22 +75,32 @@ def node_distribution(logits: jax.Array, sampling: SamplingConfig) -> jax.Array:
 
 @dataclasses.dataclass(frozen=True)
 class Drafter(Hyperparams):
-  """Base class: ``num_draft`` (K) tokens per step, drawn under ``sampling``.
+  """Base class of drafters (the protocol in the module docstring).
 
   A drafter is a pytree (:mod:`specjax.hyperparams`): its ``sampling``
   config's continuous values (temperature, top-p, ...) are traced leaves, so
   the speculative loop compiles once for a temperature sweep; everything that
   fixes shapes (K, the model, a tree's shape, top-k) is static.
+
+  Subclasses define ``sampling`` (the processors drafts are drawn under; for
+  tree drafters, whose drafts are deterministic top-k choices, it only sets
+  ``q_node``), ``max_accepted`` and, for trees, ``strategy = TREE``.
   """
 
-  num_draft: int
-  sampling: SamplingConfig
-
-  # A tree drafter sets ``tree = True`` and implements ``draft_tree``;
-  # ``num_draft`` is then the tree depth (the longest acceptable path).
-  tree = False
+  # How the loop drafts and verifies (strategies.CHAIN or strategies.TREE).
+  strategy = CHAIN
   # Whether draft / draft_tree return the node distributions q_node (else None).
   supplies_node_dist = False
+
+  @property
+  def tree(self) -> bool:
+    """Whether the drafter proposes trees (``strategy`` is ``TREE``)."""
+    return self.strategy.tree
+
+  @property
+  def max_accepted(self) -> int:
+    """D: the most drafts one step can accept -- K for a chain, the depth for a tree."""
+    raise NotImplementedError
 
   @property
   def vocab_size(self) -> int:
@@ -96,7 +114,7 @@ class Drafter(Hyperparams):
   @property
   def tokens_per_step(self) -> int:
     """Tokens the target processes per verify step: K + 1 (chain) or N + 1 (tree)."""
-    return self.num_draft + 1
+    return self.max_accepted + 1
 
   def prefill(self, params, tokens, lengths, cache_length: int, target_hidden=None) -> Any:
     raise NotImplementedError
@@ -107,7 +125,7 @@ class Drafter(Hyperparams):
     return params
 
   def draft(self, params, state, prev, last, keys):
-    raise NotImplementedError
+    raise NotImplementedError(f"{type(self).__name__} drafts trees only")
 
   def draft_tree(self, params, state, prev, last, keys):
     raise NotImplementedError(f"{type(self).__name__} drafts chains only")
@@ -116,9 +134,35 @@ class Drafter(Hyperparams):
     raise NotImplementedError
 
 
+def _check_model(owner: str, model) -> None:
+  if not isinstance(model, Model):
+    raise ArgumentTypeError(f"{owner} needs model=Model(...), got {type(model).__name__}"
+                            + (" (a params pytree? params go to speculative_generate)"
+                               if isinstance(model, dict) else ""))
+
+
+def _check_sampling(sampling) -> None:
+  if not isinstance(sampling, SamplingConfig):
+    raise ArgumentTypeError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}")
+
+
+def _lm_prefill(model: Model, params, tokens, lengths, cache_length: int) -> kvc.KVCache:
+  """The draft LM reads the prompts; its cache keeps ``prompt[:-1]`` (``[B, P]`` -> lengths - 1)."""
+  b, p = tokens.shape
+  cache = model.init_cache(b, cache_length)
+  positions = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (b, p))
+  out = model.apply(params, tokens, positions, cache, logits_index=jnp.zeros((b, 1), jnp.int32))
+  return kvc.commit(out.cache, lengths - 1)
+
+
 @dataclasses.dataclass(frozen=True)
 class LMDrafter(Drafter):
   """Independent small LM (vanilla speculative decoding, Leviathan et al. 2023).
+
+  Attributes:
+    num_draft: K, the chain length (drafts per step).
+    sampling: the processors the drafts are sampled under (T = 0: greedy).
+    model: the draft :class:`Model`.
 
   Its cache holds the committed context except the target's last cached
   token: at each step it re-reads ``[prev, last]`` (2 tokens, one of them
@@ -126,18 +170,20 @@ class LMDrafter(Drafter):
   Commit rolls the cache back to ``target_length - 1``.
   """
 
+  num_draft: int
+  sampling: SamplingConfig
   model: Model = None
 
   supplies_node_dist = True
 
   def __post_init__(self):
-    if not isinstance(self.model, Model):
-      raise ArgumentTypeError(f"LMDrafter needs model=Model(...), got {type(self.model).__name__}"
-                      + (" (a params pytree? params go to speculative_generate)"
-                         if isinstance(self.model, dict) else ""))
+    _check_model("LMDrafter", self.model)
     check_int("num_draft (K)", self.num_draft, low=1)
-    if not isinstance(self.sampling, SamplingConfig):
-      raise ArgumentTypeError(f"sampling must be a SamplingConfig, got {type(self.sampling).__name__}")
+    _check_sampling(self.sampling)
+
+  @property
+  def max_accepted(self) -> int:
+    return self.num_draft
 
   @property
   def vocab_size(self) -> int:
@@ -148,11 +194,7 @@ class LMDrafter(Drafter):
 
   def prefill(self, params, tokens, lengths, cache_length: int, target_hidden=None
               ) -> kvc.KVCache:
-    b, p = tokens.shape
-    cache = self.model.init_cache(b, cache_length)
-    positions = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (b, p))
-    out = self.model.apply(params, tokens, positions, cache, logits_index=jnp.zeros((b, 1), jnp.int32))
-    return kvc.commit(out.cache, lengths - 1)
+    return _lm_prefill(self.model, params, tokens, lengths, cache_length)
 
   def draft(self, params, state: kvc.KVCache, prev, last, keys):
     k = self.num_draft
@@ -207,14 +249,17 @@ class PendingState:
 
 
 @dataclasses.dataclass(frozen=True)
-class LMTreeDrafter(LMDrafter):
+class LMTreeDrafter(Drafter):
   """Independent LM drafting a *static* token tree (SpecInfer / Medusa style).
 
-  ``paths`` lists choice paths (``decoding.tree.static_tree``): node
-  ``[r_1, .., r_d]`` takes the rank-``r_d`` token of its parent's draft
-  distribution.  Drafts are deterministic top-k candidates, so ``q`` is
-  one-hot (SPEC §1); ``q_node`` is :func:`node_distribution` of every node's
-  logits (row 0 the root).  ``num_draft`` must equal the tree depth.
+  Attributes:
+    model: the draft :class:`Model`.
+    paths: choice paths (``decoding.tree.static_tree``): node ``[r_1, .., r_d]``
+      takes the rank-``r_d`` token of its parent's draft distribution.  The
+      tree's ``depth`` is its longest path; N = ``len(paths)`` nodes.
+    sampling: only shapes ``q_node`` (:func:`node_distribution`; default
+      greedy: the model's softmax at T = 1).  Drafts are deterministic top-k
+      candidates, so ``q`` is one-hot (SPEC §1) whatever ``sampling`` says.
 
   Each step first reads the tokens the target committed last step (the
   accepted path, kept as ``pending``) and the new root, then drafts the tree
@@ -222,24 +267,43 @@ class LMTreeDrafter(LMDrafter):
   the ancestor mask.  Tree nodes are never committed to the drafter cache.
   """
 
+  model: Model = None
   paths: tuple = ((0,), (1,), (0, 0))
-  tree = True
+  sampling: SamplingConfig = SamplingConfig(temperature=0.0)
+
+  strategy = TREE
+  supplies_node_dist = True
 
   def __post_init__(self):
-    super().__post_init__()
-    parents, depths, _ = static_tree(self.paths)
-    if int(depths.max()) != self.num_draft:
-      raise ValueError(f"num_draft={self.num_draft} must equal the depth of the static tree "
-                       f"({int(depths.max())})")
+    _check_model("LMTreeDrafter", self.model)
+    _check_sampling(self.sampling)
+    static_tree(self.paths)  # ValueError on a malformed tree
+    object.__setattr__(self, "paths", tuple(tuple(int(r) for r in p) for p in self.paths))
+
+  @property
+  def depth(self) -> int:
+    """The longest path of the tree (the most drafts one step can accept)."""
+    return max(len(p) for p in self.paths)
+
+  @property
+  def max_accepted(self) -> int:
+    return self.depth
+
+  @property
+  def vocab_size(self) -> int:
+    return self.model.config.vocab_size
 
   @property
   def tokens_per_step(self) -> int:
     return len(self.paths) + 1
 
+  def decode_params(self, params):
+    return self.model.decode_params(params)
+
   def prefill(self, params, tokens, lengths, cache_length: int, target_hidden=None):
-    cache = super().prefill(params, tokens, lengths, cache_length)
+    cache = _lm_prefill(self.model, params, tokens, lengths, cache_length)
     b = tokens.shape[0]
-    pending = jnp.zeros((b, self.num_draft + 1), jnp.int32)
+    pending = jnp.zeros((b, self.depth + 1), jnp.int32)
     last_prompt = jnp.take_along_axis(tokens, (lengths - 1)[:, None], 1)[:, 0]
     return PendingState(cache, pending.at[:, 0].set(last_prompt), jnp.ones((b,), jnp.int32))
 

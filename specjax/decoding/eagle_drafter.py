@@ -10,8 +10,8 @@ the target committed in its last step (and the tokens after them).  ``draft``
 first runs the head over the pending entries (closing them with ``last``),
 which leaves the head exactly L entries long, then drafts:
 
-* chain: K single-entry steps, each feeding the head's own output feature
-  back (EAGLE-1: as f; EAGLE-3: as the fused hidden); the token is sampled
+* chain (``num_draft`` = K): K single-entry steps, each feeding the head's
+  own output feature back (EAGLE-1: as f; EAGLE-3: as the fused hidden); the token is sampled
   from the head's distribution under ``sampling`` and q is that distribution
   (one-hot when greedy).
 * dynamic tree (EAGLE-2, Li et al. 2024b, Alg. 1): expand the top_k children
@@ -45,6 +45,7 @@ import numpy as np
 
 from specjax.checks import ArgumentTypeError, check_int
 from specjax.decoding.drafters import Drafter, node_distribution
+from specjax.decoding.strategies import CHAIN, TREE
 from specjax.distributions import SamplingConfig, sample_logits
 from specjax.decoding.tree import TreeDraft, static_tree
 from specjax.models import kv_cache as kvc
@@ -85,41 +86,61 @@ def _fit(x, width: int, axis: int):
 class EagleDrafter(Drafter):
   """An EAGLE head as a drafter.
 
-  Attributes (besides ``num_draft`` and ``sampling``):
+  Attributes:
+    num_draft: K, the chain length (``tree_kind="chain"`` only).
+    sampling: the processors chain drafts are sampled under (required for a
+      chain); for trees, whose drafts are deterministic top-k choices, it only
+      shapes ``q_node`` (default greedy: the head's softmax at T = 1).
     head: the :class:`~specjax.models.eagle.EagleHead`.
     tree_kind: "chain" | "dynamic" (EAGLE-2) | "static".
     top_k: children per frontier node and frontier width (dynamic trees).
     total_tokens: draft nodes N kept per dynamic tree.
     tree_paths: tuple of rank paths for a static tree, e.g. ((0,), (1,), (0, 0)).
+    depth: the tree depth (trees only; a dynamic tree expands ``depth``
+      levels; a static tree's depth is its longest path and may be omitted).
 
-  ``num_draft`` is the chain length K, or the tree depth (for a static tree:
-  its longest path).  Params: ``EagleDrafter.make_params(head_params, target,
-  target_params, d2t)``.
+  Params: ``EagleDrafter.make_params(head_params, target, target_params, d2t)``.
   """
 
+  num_draft: Optional[int] = None
+  sampling: Optional[SamplingConfig] = None
   head: EagleHead = None
   tree_kind: str = "chain"
   top_k: int = 10
   total_tokens: int = 60
   tree_paths: Optional[tuple] = None
+  depth: Optional[int] = None
 
   supplies_node_dist = True
 
   def __post_init__(self):
     if not isinstance(self.head, EagleHead):
       raise ArgumentTypeError(f"EagleDrafter needs head=EagleHead(...), got {type(self.head).__name__}")
-    check_int("num_draft (chain length or tree depth)", self.num_draft, low=1)
+    if self.tree_kind not in TREE_KINDS:
+      raise ValueError(f"tree_kind={self.tree_kind!r}; choose one of {TREE_KINDS}")
+    if self.tree_kind == "chain":
+      check_int("num_draft (K)", self.num_draft, low=1)
+      if self.depth is not None:
+        raise ValueError(f"depth={self.depth!r} is for trees; a chain's length is "
+                         f"num_draft (K={self.num_draft})")
+      if self.sampling is None:
+        raise ArgumentTypeError("an EagleDrafter chain needs sampling=SamplingConfig(...)")
+    else:
+      if self.num_draft is not None:
+        raise ValueError(f"num_draft={self.num_draft!r} is a chain's K; a {self.tree_kind} "
+                         f"tree takes depth= (its longest path)")
+      if self.sampling is None:  # only shapes q_node (trees draft top-k, deterministically)
+        object.__setattr__(self, "sampling", SamplingConfig(temperature=0.0))
     if not isinstance(self.sampling, SamplingConfig):
       raise ArgumentTypeError(f"sampling must be a SamplingConfig, got {type(self.sampling).__name__}")
     check_int("top_k", self.top_k, low=1)
     check_int("total_tokens", self.total_tokens, low=1)
-    if self.tree_kind not in TREE_KINDS:
-      raise ValueError(f"tree_kind={self.tree_kind!r}; choose one of {TREE_KINDS}")
     vd = self.head.config.draft_vocab_size
     if self.tree_kind == "dynamic":
+      check_int("depth", self.depth, low=1)
       if not 1 <= self.top_k <= vd:
         raise ValueError(f"top_k={self.top_k} must lie in [1, draft vocab {vd}]")
-      cap = self.top_k + (self.num_draft - 1) * self.top_k ** 2
+      cap = self.top_k + (self.depth - 1) * self.top_k ** 2
       if not 1 <= self.total_tokens <= cap:
         raise ValueError(f"total_tokens={self.total_tokens} must lie in [1, {cap}] "
                          f"(top_k + (depth - 1) * top_k**2 candidates)")
@@ -127,16 +148,23 @@ class EagleDrafter(Drafter):
       if not self.tree_paths:
         raise ValueError("a static tree needs tree_paths, e.g. ((0,), (1,), (0, 0))")
       _, depths, ranks = static_tree(self.tree_paths)
-      if int(depths.max()) != self.num_draft:
-        raise ValueError(f"num_draft={self.num_draft} must equal the static tree depth "
-                         f"{int(depths.max())}")
+      if self.depth is None:
+        object.__setattr__(self, "depth", int(depths.max()))
+      check_int("depth", self.depth, low=1)
+      if int(depths.max()) != self.depth:
+        raise ValueError(f"depth={self.depth} must equal the static tree depth "
+                         f"{int(depths.max())} (or be omitted)")
       if int(ranks.max()) >= vd:
         raise ValueError(f"static tree rank {int(ranks.max())} >= draft vocab {vd}")
 
   # ---- protocol attributes ---------------------------------------------------------------
   @property
-  def tree(self) -> bool:
-    return self.tree_kind != "chain"
+  def strategy(self):
+    return CHAIN if self.tree_kind == "chain" else TREE
+
+  @property
+  def max_accepted(self) -> int:
+    return self.num_draft if self.tree_kind == "chain" else self.depth
 
   @property
   def vocab_size(self) -> int:
@@ -160,13 +188,13 @@ class EagleDrafter(Drafter):
 
   @property
   def pending_width(self) -> int:
-    return self.num_draft + 1
+    return self.max_accepted + 1
 
   @property
   def _extra_slots(self) -> int:
     """Head cache slots needed beyond the target's cache (tree regions)."""
     if self.tree_kind == "dynamic":
-      return (self.num_draft - 1) * self.top_k + self.pending_width
+      return (self.depth - 1) * self.top_k + self.pending_width
     return self.num_nodes + self.pending_width
 
   @staticmethod
@@ -303,7 +331,7 @@ class EagleDrafter(Drafter):
 
   def _dynamic_tree(self, params, state: EagleState, last):
     """EAGLE-2 dynamic tree (expand top_k per frontier node, keep global top_k)."""
-    k, depth, n = self.top_k, self.num_draft, self.total_tokens
+    k, depth, n = self.top_k, self.depth, self.total_tokens
     h_root, z, cache = self._consume_pending(params, state, last)
     base = cache.lengths
     b = last.shape[0]

@@ -1,18 +1,37 @@
 """speculative_generate(): the whole speculative generation in ONE jitted
-``lax.while_loop`` (DESIGN.md "Loop").
+``lax.while_loop`` (DESIGN.md "Loop") around ONE step function.
 
-Per step, for every row:  draft K tokens (drafter) -> one target forward over
-``[last, x_1..x_K]`` -> verify with the node rule's chain driver -> commit
-``n + 1`` tokens to the target cache (per-row cursor) -> roll the drafter back.
-Rows advance by different amounts; finished rows idle (static shapes).
-Per-row randomness comes from ``fold_in(fold_in(key, global_row), step)``, so
-results do not depend on how rows are split over devices.
+:func:`speculative_step` ``(loop, inputs, state) -> (state, record)`` is the
+step, for every row: the drafter's strategy (``drafter.strategy``, chain or
+tree, :mod:`specjax.decoding.strategies`) proposes drafts -> an optional
+verify-length policy picks gamma -> the strategy runs one target forward and
+verifies -> the drafter and policy commit what the target kept -> the tokens
+are appended and EOS / length / cache limits applied.  Rows advance by
+different amounts; finished rows idle (static shapes).  Per-row randomness
+comes from ``fold_in(fold_in(key, global_row), step)``, so results do not
+depend on how rows are split over devices.
+
+The same step serves three callers: the ``lax.while_loop`` of
+:func:`speculative_core` (no host round trip), SV calibration
+(``policies/sv_collect.py``) and any streaming host loop::
+
+    loop = SpecLoop(loop_target(target, drafter), policy, max_new_tokens, eos, cache_length)
+    inputs, state = jit_init(loop, drafter, verifier, sampling, target_params,
+                             draft_params, policy_params, tokens, lengths, key, row_ids)
+    while np.any(np.asarray(state.finish_reason) == RUNNING):
+      state, record = jit_step(loop, inputs, state)   # state buffers donated
+
+``loop`` (:class:`SpecLoop`) holds only static configuration; the state
+(:class:`~specjax.decoding.loop_state.SpecState`) and the loop-invariant
+traced inputs (:class:`~specjax.decoding.loop_state.SpecInputs`) are typed
+pytrees.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
@@ -24,57 +43,16 @@ from specjax.checks import ArgumentTypeError, check_int, check_key
 from specjax.decoding.arguments import (check_model_params, check_position_range,
                                         check_tokenizers)
 from specjax.decoding.drafters import Drafter
+from specjax.decoding.loop_state import SpecInputs, SpecState, SpecStats, StepRecord
 from specjax.decoding.prompts import (eos_tuple, is_eos, prepare_prompts,
                                       resolve_cache_length)
-from specjax.distributions import SamplingConfig, probs_from_logits, sample_logits
-from specjax.models import kv_cache as kvc
+from specjax.distributions import SamplingConfig, sample_logits
 from specjax.models.transformer import Model
-from specjax.decoding.tree import ancestor_mask, with_root
-from specjax.verifiers.base import NodeRule, verify_chain, verify_tree
+from specjax.verifiers.base import NodeRule
 
-
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass(frozen=True)
-class SpecStats:
-  """Per-row statistics (all ``[B]`` or ``[B, K]``; sum over rows for totals).
-
-  Attributes:
-    target_calls: [B] verify forwards while the row was active (prefill excluded).
-    accepted: [B] accepted draft tokens.
-    relaxed: [B] acceptances that only a lossy relaxation allowed.
-    accept_counts: [B, K] times draft position i was accepted.
-    offered_counts: [B, K] times draft position i was reached and offered (i <= accepted
-      and i < gamma).
-    verified_tokens: [B] draft tokens offered to the target (sum of gamma; K per
-      step without a verify-length policy).
-    processed_tokens: [B] tokens the target forward processed for the row
-      (bucket + 1 per chain step, N + 1 per tree step).
-  """
-
-  target_calls: jax.Array
-  accepted: jax.Array
-  relaxed: jax.Array
-  accept_counts: jax.Array
-  offered_counts: jax.Array
-  verified_tokens: jax.Array
-  processed_tokens: jax.Array
-
-  @property
-  def tau(self) -> np.ndarray:
-    """Tokens per target verify call, per row: (accepted + calls) / calls."""
-    calls = np.maximum(np.asarray(self.target_calls), 1)
-    return (np.asarray(self.accepted) + np.asarray(self.target_calls)) / calls
-
-  def summary(self) -> dict:
-    calls = int(np.sum(self.target_calls))
-    acc = int(np.sum(self.accepted))
-    return {"target_calls": calls, "accepted": acc, "relaxed": int(np.sum(self.relaxed)),
-            "tau": (acc + calls) / max(calls, 1),
-            "relaxed_rate": int(np.sum(self.relaxed)) / max(acc, 1),
-            "verified_per_call": int(np.sum(self.verified_tokens)) / max(calls, 1),
-            "processed_per_emitted": int(np.sum(self.processed_tokens)) / max(acc + calls, 1),
-            "accept_rate_per_position": (np.sum(self.accept_counts, 0) /
-                                         np.maximum(np.sum(self.offered_counts, 0), 1)).tolist()}
+__all__ = ["SpecLoop", "SpecResult", "SpecStats", "SpecState", "SpecInputs", "StepRecord",
+           "speculative_init", "speculative_step", "jit_init", "jit_step", "speculative_core",
+           "speculative_generate", "validate_pair", "loop_target"]
 
 
 @jax.tree_util.register_dataclass
@@ -100,7 +78,8 @@ class SpecResult:
 def _append(out, n, reason, new, num_new, eos, max_new_tokens):
   """Append ``new[b, :num_new[b]]`` to the output rows; apply EOS / max length.
 
-  out: [B, W] buffer (W >= max_new + K + 1); n: [B] tokens so far.
+  out: [B, W] buffer (W >= max_new + D + 1); n: [B] tokens so far;
+  new: [B, D+1] candidate tokens; num_new: [B] how many of them the row emits.
   Returns (out, n, reason).
   """
   b, w = new.shape
@@ -142,163 +121,164 @@ def _sharded_core(target: Model, policy, drafter: Drafter, verifier: NodeRule,
                           **statics)
 
 
-def _pad_axis(x, size: int, axis: int):
-  pad = [(0, 0)] * x.ndim
-  pad[axis] = (0, size - x.shape[axis])
-  return jnp.pad(x, pad)
+@dataclasses.dataclass(frozen=True)
+class SpecLoop:
+  """Static configuration of the speculative loop (hashable: a static jit argument).
+
+  Attributes:
+    target: the target :class:`Model` (its config selecting the hidden layers
+      the drafter reads: :func:`loop_target`).
+    policy: optional verify-length policy (chains only), or None.
+    max_new_tokens: tokens to generate per row.
+    eos: tuple of EOS token ids (may be empty).
+    cache_length: KV slots S of the target (and drafter) caches.
+  """
+
+  target: Model
+  policy: Optional[Any]
+  max_new_tokens: int
+  eos: tuple
+  cache_length: int
 
 
-def _verify_forward_chain(target, target_params, t_cache, last, x, gamma, policy):
-  """Target forward over ``[last, x_1..x_b]``; ``b`` = the smallest policy bucket
-  covering every row's ``gamma`` (``lax.switch``: the target really processes
-  fewer tokens).  Outputs are padded to K + 1 positions.
+def loop_target(target: Model, drafter: Drafter) -> Model:
+  """``target`` with ``hidden_layers`` = the drafter's ``target_hidden_layers``: the
+  drafter decides which target features the loop carries."""
+  if drafter.target_hidden_layers != target.config.hidden_layers:
+    return Model(target.config.replace(hidden_layers=tuple(drafter.target_hidden_layers)))
+  return target
 
-  Returns ``(logits [B, K+1, V], hidden or None, cache, tokens processed per row)``."""
-  k = x.shape[1]
-  t_in = jnp.concatenate([last[:, None], x], axis=1)  # [B, K+1]
-  pos = t_cache.lengths[:, None] + jnp.arange(k + 1)[None, :]
 
-  def forward(b):
-    def run(_):
-      o = target.apply(target_params, t_in[:, :b + 1], pos[:, :b + 1], t_cache)
-      hidden = None if o.hidden_states is None else _pad_axis(o.hidden_states, k + 1, 2)
-      return _pad_axis(o.logits, k + 1, 1), hidden, o.cache, jnp.int32(b + 1)
-    return run
+def speculative_init(loop: SpecLoop, drafter: Drafter, verifier: NodeRule,
+                     sampling: SamplingConfig, target_params, draft_params, policy_params,
+                     tokens, lengths, key, row_ids) -> tuple[SpecInputs, SpecState]:
+  """Prefill: the target emits the first token; the drafter caches ``prompt[:-1]``.
 
+  Args:
+    tokens: [B, P] int32 right-padded prompts; lengths: [B] int32.
+    key: [] PRNG key; row_ids: [B] int32 global row indices.
+
+  Returns ``(inputs, state)``: the loop-invariant inputs (params prepared once
+  for the loop's forwards, ``Model.decode_params``) and the state at step 1.
+  A row that cannot fit one step in ``cache_length`` starts CACHE_FULL
+  (``speculative_generate`` refuses such prompts before tracing).
+  """
+  target, policy = loop.target, loop.policy
+  b = tokens.shape[0]
+  width = loop.max_new_tokens + drafter.max_accepted + 1
+  t_cache, logits, t_hidden = prefill(target, target_params, tokens, lengths,
+                                      loop.cache_length)
+  first, _ = jax.vmap(lambda kk, l: sample_logits(kk, l, sampling))(
+      row_key(key, row_ids, 0), logits)
+  d_state = drafter.prefill(draft_params, tokens, lengths, loop.cache_length, t_hidden)
+  p_state = (None if policy is None
+             else policy.init(policy_params, tokens, lengths, loop.cache_length))
+  inputs = SpecInputs(drafter, verifier, sampling, target.decode_params(target_params),
+                      drafter.decode_params(draft_params), policy_params, key, row_ids)
+  prev = jnp.take_along_axis(tokens, (lengths - 1)[:, None], 1)[:, 0]
+  out = jnp.zeros((b, width), jnp.int32)
+  reason = jnp.full((b,), RUNNING, jnp.int32)
+  out, n, reason = _append(out, jnp.zeros((b,), jnp.int32), reason, first[:, None],
+                           jnp.ones((b,), jnp.int32), loop.eos, loop.max_new_tokens)
+  reason = _stop_if_full(reason, t_cache.lengths, drafter.tokens_per_step, loop.cache_length)
+  zeros = jnp.zeros((b,), jnp.int32)
+  d = drafter.max_accepted
+  stats = SpecStats(zeros, zeros, zeros, jnp.zeros((b, d), jnp.int32),
+                    jnp.zeros((b, d), jnp.int32), zeros, zeros)
+  state = SpecState(t_cache, d_state, p_state, reason, out, n, prev, first, jnp.int32(1),
+                    stats)
+  return inputs, state
+
+
+def _stop_if_full(reason, lengths, per_step: int, cache_length: int):
+  """Running rows whose cache cannot take another step stop (CACHE_FULL)."""
+  full = (reason == RUNNING) & (lengths + per_step > cache_length)
+  return jnp.where(full, CACHE_FULL, reason)
+
+
+def speculative_step(loop: SpecLoop, inputs: SpecInputs, state: SpecState
+                     ) -> tuple[SpecState, StepRecord]:
+  """One speculative step for every row (module docstring); traceable, no host sync.
+
+  Rows that are not RUNNING idle: their caches, tokens and counters are unchanged.
+  Returns the next state and a :class:`StepRecord` of the step ([B] / [B, D]).
+  """
+  target, policy = loop.target, loop.policy
+  drafter, verifier, sampling = inputs.drafter, inputs.verifier, inputs.sampling
+  strategy = drafter.strategy
+  depth = drafter.max_accepted
+  last, prev = state.last, state.prev
+  b = last.shape[0]
+  active = state.finish_reason == RUNNING
+  keys = row_key(inputs.key, inputs.row_ids, state.step)  # [B]
+  split = jax.vmap(lambda kk: jax.random.split(kk, 3))(keys)  # [B, 3]
+  proposal, d_state = strategy.propose(drafter, inputs.draft_params, state.drafter, prev,
+                                       last, split[:, 0])
+  p_state = state.policy
   if policy is None:
-    return forward(k)(None)
-  buckets = tuple(sorted(set(int(b) for b in policy.buckets)))
-  need = jnp.max(gamma)
-  idx = jnp.sum(jnp.asarray(buckets)[None, :] < need).astype(jnp.int32)
-  idx = jnp.minimum(idx, len(buckets) - 1)
-  return jax.lax.switch(idx, [forward(b) for b in buckets], None)
+    gamma = jnp.full((b,), proposal.tokens.shape[1], jnp.int32)  # K, or N tree nodes
+    signals = {}
+  else:
+    gamma, p_state, signals = policy.choose(inputs.policy_params, p_state, prev, last,
+                                            proposal.tokens, proposal.q, active)
+  v = strategy.verify(target, inputs.target_params, state.target_cache, verifier, sampling,
+                      last, proposal, gamma, split[:, 1], split[:, 2], active, depth,
+                      None if policy is None else policy.buckets)
+  nacc, t_cache = v.num_accepted, v.cache
+  # --- commit: drafter / policy learn what the target kept.
+  committed = jnp.concatenate([last[:, None], v.path_tokens], 1)  # [B, D+1]
+  d_state = drafter.commit(d_state, t_cache.lengths, committed, jnp.where(active, nacc + 1, 0),
+                           v.hidden)
+  if policy is not None:
+    p_state = policy.commit(p_state, t_cache.lengths)
+  new = jnp.concatenate([v.path_tokens, jnp.zeros((b, 1), jnp.int32)], 1)
+  new = jnp.where(jnp.arange(depth + 1)[None, :] == nacc[:, None], v.token[:, None], new)
+  out, n, reason = _append(state.tokens, state.num_tokens, state.finish_reason, new, nacc + 1,
+                           loop.eos, loop.max_new_tokens)
+  # A row that cannot fit another step stops now (entry validation guarantees
+  # the first step fits), so no iteration is spent on rows that are all full.
+  reason = _stop_if_full(reason, t_cache.lengths, drafter.tokens_per_step, loop.cache_length)
+  last_acc = jnp.take_along_axis(v.path_tokens, jnp.maximum(nacc - 1, 0)[:, None], 1)[:, 0]
+  new_prev = jnp.where(active, jnp.where(nacc > 0, last_acc, last), prev)
+  new_last = jnp.where(active, v.token, last)
+  a = active.astype(jnp.int32)
+  st = state.stats
+  pos = jnp.arange(depth)[None, :]
+  accepted = v.accepted & active[:, None]
+  offered = (pos <= nacc[:, None]) & (pos < gamma[:, None]) & active[:, None]
+  stats = SpecStats(
+      st.target_calls + a, st.accepted + nacc * a, st.relaxed + v.num_relaxed * a,
+      st.accept_counts + accepted.astype(jnp.int32),
+      st.offered_counts + offered.astype(jnp.int32),
+      st.verified_tokens + jnp.where(active, gamma, 0),
+      st.processed_tokens + v.processed * a)
+  new_state = SpecState(t_cache, d_state, p_state, reason, out, n, new_prev, new_last,
+                        state.step + 1, stats)
+  record = StepRecord(state.step, active, jnp.where(active, gamma, 0), nacc * a, accepted,
+                      offered, n - state.num_tokens, signals)
+  return new_state, record
+
+
+# Host-side callers (SV calibration, streaming): the same functions, jitted.  The
+# step donates the state's buffers (caches update in place across host steps).
+jit_init = jax.jit(speculative_init, static_argnums=0)
+jit_step = jax.jit(speculative_step, static_argnums=0, donate_argnums=2)
 
 
 def speculative_core(target: Model, drafter: Drafter, verifier: NodeRule, policy, target_params,
                      draft_params, policy_params, tokens, lengths, key, row_ids, *,
                      sampling: SamplingConfig, max_new_tokens: int, eos: tuple,
                      cache_length: int) -> SpecResult:
-  """Traceable body of :func:`speculative_generate` (no validation; see there)."""
-  b = tokens.shape[0]
-  k = drafter.num_draft  # chain length, or tree depth
-  per_step = drafter.tokens_per_step
-  width = max_new_tokens + k + 1
-  # --- prefill: the target emits the first token; the drafter caches prompt[:-1].
-  t_cache, logits, t_hidden = prefill(target, target_params, tokens, lengths, cache_length)
-  first, _ = jax.vmap(lambda kk, l: sample_logits(kk, l, sampling))(
-      row_key(key, row_ids, 0), logits)
-  d_state = drafter.prefill(draft_params, tokens, lengths, cache_length, t_hidden)
-  # The loop's forwards read params prepared once (Model.decode_params).
-  target_params = target.decode_params(target_params)
-  draft_params = drafter.decode_params(draft_params)
-  p_state = None if policy is None else policy.init(policy_params, tokens, lengths, cache_length)
-  prev = jnp.take_along_axis(tokens, (lengths - 1)[:, None], 1)[:, 0]
-  out = jnp.zeros((b, width), jnp.int32)
-  reason = jnp.full((b,), RUNNING, jnp.int32)
-  out, n, reason = _append(out, jnp.zeros((b,), jnp.int32), reason, first[:, None],
-                           jnp.ones((b,), jnp.int32), eos, max_new_tokens)
-  zeros = jnp.zeros((b,), jnp.int32)
-  stats = SpecStats(zeros, zeros, zeros, jnp.zeros((b, k), jnp.int32),
-                    jnp.zeros((b, k), jnp.int32), zeros, zeros)
-
-  def cond(s):
-    return jnp.any(s["reason"] == RUNNING)
-
-  def body(s):
-    t_cache, d_state, p_state, reason = s["t_cache"], s["d_state"], s["p_state"], s["reason"]
-    active = reason == RUNNING
-    keys = row_key(key, row_ids, s["step"])  # [B]
-    split = jax.vmap(lambda kk: jax.random.split(kk, 3))(keys)  # [B, 3]
-    last = s["last"]
-    if drafter.tree:
-      tree, q, q_node, d_state = drafter.draft_tree(draft_params, d_state, s["prev"], last,
-                                                    split[:, 0])
-      n_nodes = tree.tokens.shape[1]
-      x_full = jnp.concatenate([last[:, None], tree.tokens], 1)  # [B, N+1]
-      parents = with_root(tree.parents)  # [B, N+1]
-      depths = jnp.concatenate([jnp.zeros((b, 1), jnp.int32), tree.depths], 1)
-      mask = jax.vmap(ancestor_mask)(parents)  # [B, N+1, N+1]
-      o = target.apply(target_params, x_full, t_cache.lengths[:, None] + depths, t_cache,
-                       attn_mask=mask)
-      z = o.logits  # [B, N+1, V]
-      p = probs_from_logits(z, sampling)
-      q_full = jnp.concatenate([jnp.zeros_like(q[:, :1]), q], 1)
-      u = jax.vmap(lambda kk: jax.random.uniform(kk, (n_nodes + 1,)))(split[:, 1])
-      if q_node is None:  # validate_pair: the verifier does not need it
-        res = jax.vmap(lambda *a: verify_tree(verifier, *a))(z, p, q_full, x_full, parents, u,
-                                                              split[:, 2])
-      else:
-        res = jax.vmap(lambda *a, qn: verify_tree(verifier, *a, q_node=qn))(
-            z, p, q_full, x_full, parents, u, split[:, 2], qn=q_node)
-      nacc = jnp.minimum(res.num_accepted, k)
-      path = res.path[:, :k]  # [B, k] tree indices of accepted nodes
-      gathered = kvc.gather_path(o.cache, path, jnp.where(active, nacc, 0))
-      t_cache = dataclasses.replace(
-          gathered, lengths=jnp.where(active, gathered.lengths, t_cache.lengths))
-      node_ids = jnp.concatenate([jnp.zeros((b, 1), jnp.int32), path], 1)  # [B, k+1]
-      path_tokens = jnp.take_along_axis(x_full, path, 1)  # [B, k]
-      num_relaxed = res.num_relaxed
-      accepted_pos = jnp.arange(k)[None, :] < nacc[:, None]
-      gamma = jnp.full((b,), n_nodes, jnp.int32)
-      processed = jnp.int32(n_nodes + 1)
-    else:
-      x, q, q_node, d_state = drafter.draft(draft_params, d_state, s["prev"], last, split[:, 0])
-      q_node = q if q_node is None else q_node  # validate_pair: q is the node dist. then
-      if policy is None:
-        gamma = jnp.full((b,), k, jnp.int32)
-      else:
-        gamma, p_state, _ = policy.choose(policy_params, p_state, s["prev"], last, x, q, active)
-      z, hidden, o_cache, processed = _verify_forward_chain(target, target_params, t_cache,
-                                                            last, x, gamma, policy)
-      p = probs_from_logits(z, sampling)
-      u = jax.vmap(lambda kk: jax.random.uniform(kk, (k,)))(split[:, 1])
-      res = jax.vmap(lambda zz, pp, qq, xx, uu, kk, g, qn: verify_chain(
-          verifier, zz, pp, qq, xx, uu, kk, num_valid=g, q_node=qn))(
-              z, p, q, x, u, split[:, 2], gamma, q_node)
-      nacc = res.num_accepted
-      t_cache = kvc.commit(o_cache, jnp.where(active, nacc + 1, 0))
-      node_ids = jnp.broadcast_to(jnp.arange(k + 1)[None, :], (b, k + 1))
-      path_tokens = x
-      num_relaxed = jnp.sum(res.relaxed, 1).astype(jnp.int32)
-      accepted_pos = res.accepted
-      o = None
-    # --- commit: drafter / policy learn what the target kept.
-    committed = jnp.concatenate([last[:, None], path_tokens], 1)  # [B, k+1]
-    if drafter.target_hidden_layers:
-      hid = o.hidden_states if o is not None else hidden  # [n_sel, B, *, H]
-      hid = jnp.take_along_axis(hid, node_ids[None, :, :, None], axis=2)  # [n_sel, B, k+1, H]
-    else:
-      hid = None
-    d_state = drafter.commit(d_state, t_cache.lengths, committed, jnp.where(active, nacc + 1, 0),
-                             hid)
-    if policy is not None:
-      p_state = policy.commit(p_state, t_cache.lengths)
-    new = jnp.concatenate([path_tokens, jnp.zeros((b, 1), jnp.int32)], 1)
-    new = jnp.where(jnp.arange(k + 1)[None, :] == nacc[:, None], res.token[:, None], new)
-    out, n, reason2 = _append(s["out"], s["n"], reason, new, nacc + 1, eos, max_new_tokens)
-    # A row that cannot fit another step stops now (entry validation guarantees
-    # the first step fits), so no iteration is spent on rows that are all full.
-    full = (reason2 == RUNNING) & (t_cache.lengths + per_step > cache_length)
-    reason2 = jnp.where(full, CACHE_FULL, reason2)
-    last_acc = jnp.take_along_axis(path_tokens, jnp.maximum(nacc - 1, 0)[:, None], 1)[:, 0]
-    prev = jnp.where(active, jnp.where(nacc > 0, last_acc, last), s["prev"])
-    new_last = jnp.where(active, res.token, last)
-    a = active.astype(jnp.int32)
-    st = s["stats"]
-    offered = (jnp.arange(k)[None, :] <= nacc[:, None]) & (jnp.arange(k)[None, :] < gamma[:, None])
-    stats = SpecStats(
-        st.target_calls + a, st.accepted + nacc * a, st.relaxed + num_relaxed * a,
-        st.accept_counts + (accepted_pos & active[:, None]).astype(jnp.int32),
-        st.offered_counts + (offered & active[:, None]).astype(jnp.int32),
-        st.verified_tokens + jnp.where(active, gamma, 0),
-        st.processed_tokens + processed * a)
-    return dict(t_cache=t_cache, d_state=d_state, p_state=p_state, reason=reason2, out=out,
-                n=n, prev=prev, last=new_last, step=s["step"] + 1, stats=stats)
-
-  state = dict(t_cache=t_cache, d_state=d_state, p_state=p_state, reason=reason, out=out, n=n,
-               prev=prev, last=first, step=jnp.int32(1), stats=stats)
-  s = jax.lax.while_loop(cond, body, state)
-  return SpecResult(s["out"][:, :max_new_tokens], s["n"], s["reason"], s["stats"])
+  """Traceable body of :func:`speculative_generate` (no validation; see there):
+  :func:`speculative_init`, then :func:`speculative_step` in a ``lax.while_loop``
+  until no row is RUNNING."""
+  loop = SpecLoop(target, policy, max_new_tokens, eos, cache_length)
+  inputs, state = speculative_init(loop, drafter, verifier, sampling, target_params,
+                                   draft_params, policy_params, tokens, lengths, key, row_ids)
+  state = jax.lax.while_loop(lambda s: jnp.any(s.finish_reason == RUNNING),
+                             lambda s: speculative_step(loop, inputs, s)[0], state)
+  return SpecResult(state.tokens[:, :max_new_tokens], state.num_tokens, state.finish_reason,
+                    state.stats)
 
 
 def validate_pair(target: Model, drafter: Drafter, verifier: NodeRule,
@@ -338,14 +318,16 @@ def speculative_generate(target: Model, target_params, drafter: Drafter, draft_p
 
   Args:
     target, target_params: the target model.
-    drafter, draft_params: e.g. ``LMDrafter(num_draft=K, sampling=..., model=draft_model)``.
+    drafter, draft_params: e.g. ``LMDrafter(num_draft=K, sampling=..., model=draft_model)``
+      (a chain of K drafts) or ``LMTreeDrafter(model=draft_model, paths=...)`` (a tree).
     verifier: a node rule (``specjax.verifiers.get(name, **hparams)``).
     prompts: list of token-id lists or ``(tokens [B, P], lengths [B])``.
     max_new_tokens: tokens to generate per row.
     sampling: the target's temperature / processors (T = 0: greedy).
     key: PRNG key (required for T > 0 or sampled drafts).
     eos_token_id: int, list, None or "config".
-    cache_length: KV slots; default prompt bucket + max_new_tokens + K + 1.
+    cache_length: KV slots; default prompt bucket + max_new_tokens +
+      ``drafter.tokens_per_step`` (K + 1 for a chain, N + 1 for a tree of N nodes).
       A row that cannot fit one more step stops with finish_reason CACHE_FULL.
     row_offset: global index of the first row (per-row RNG).
     prompt_bucket: pad prompts to at least this length's power-of-two bucket, so
@@ -376,16 +358,14 @@ def speculative_generate(target: Model, target_params, drafter: Drafter, draft_p
   if not isinstance(sampling, SamplingConfig):
     raise ArgumentTypeError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}")
   if key is None:
-    if not (sampling.greedy and drafter.sampling.greedy):
+    # Tree drafts are deterministic top-k choices: only a sampled chain draws.
+    if not (sampling.greedy and (drafter.tree or drafter.sampling.greedy)):
       raise ValueError("a PRNG key is required when the target or drafter samples (T > 0)")
     key = jax.random.key(0)
   check_key("key", key)
   if policy is not None and drafter.tree:
     raise ValueError("a verify-length policy applies to chain drafters only (drafter.tree=True)")
-  if drafter.target_hidden_layers != target.config.hidden_layers:
-    # The drafter decides which target features the loop carries.
-    target = Model(target.config.replace(hidden_layers=tuple(drafter.target_hidden_layers)))
-  k = drafter.num_draft
+  target = loop_target(target, drafter)
   eos = eos_tuple(target.config.eos_token_id if eos_token_id == "config" else eos_token_id)
   tokens, lengths = prepare_prompts(prompts, target.config.vocab_size,
                                     min_bucket=prompt_bucket)
@@ -394,7 +374,9 @@ def speculative_generate(target: Model, target_params, drafter: Drafter, draft_p
   cache_length, bucket = resolve_cache_length(lengths, tokens.shape[1],
                                               max_new_tokens + per_step, cache_length)
   if int(lengths.max()) + per_step > cache_length:
-    raise ValueError(f"num_draft K={k} is too large for cache_length={cache_length}: a step "
+    what = (f"a tree of {per_step - 1} nodes" if drafter.tree
+            else f"num_draft K={drafter.num_draft}")
+    raise ValueError(f"{what} is too large for cache_length={cache_length}: a step "
                      f"needs {per_step} free slots after the longest prompt "
                      f"({int(lengths.max())} tokens)")
   tokens = tokens[:, :bucket]

@@ -58,16 +58,6 @@ def write_tokens(buf: jax.Array, layer, new: jax.Array, offsets: jax.Array) -> j
   return buf.at[layer, rows, slots].set(new.astype(buf.dtype), mode="drop")
 
 
-def write(cache: KVCache, layer_k: jax.Array, layer_v: jax.Array) -> KVCache:
-  """Write new keys/values for all layers ``[L, B, T, KVH, D]`` at each row's cursor
-  (uncommitted: lengths are unchanged), layer by layer with :func:`write_tokens`."""
-  k, v = cache.k, cache.v
-  for layer in range(k.shape[0]):
-    k = write_tokens(k, layer, layer_k[layer], cache.lengths)
-    v = write_tokens(v, layer, layer_v[layer], cache.lengths)
-  return KVCache(k, v, cache.lengths)
-
-
 def commit(cache: KVCache, num_tokens: jax.Array) -> KVCache:
   """Keep the first ``num_tokens[b]`` written-but-uncommitted tokens of each row."""
   return dataclasses.replace(cache, lengths=cache.lengths + num_tokens.astype(jnp.int32))

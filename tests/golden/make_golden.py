@@ -71,7 +71,7 @@ def _loop_outputs() -> dict:
     out.update(_result_arrays(name, res))
 
   chain = lambda s: LMDrafter(3, s, draft)
-  tree = lambda s: LMTreeDrafter(3, s, draft, paths=TREE_PATHS)
+  tree = lambda s: LMTreeDrafter(model=draft, paths=TREE_PATHS, sampling=s)
   run("chain_greedy_lossless", chain(greedy), verifiers.get("lossless"), greedy)
   run("chain_greedy_mars", chain(greedy), verifiers.get("mars", theta=0.5), greedy)
   run("chain_sampled_lossless", chain(hot), verifiers.get("lossless"), hot, seed=1)
@@ -116,7 +116,7 @@ def _eagle_outputs() -> dict:
       rule, key = verifiers.get("lossless"), None
     else:  # sampled EAGLE-2 dynamic tree, CoS (needs the node distribution)
       s = SamplingConfig(temperature=1.0)
-      drafter = EagleDrafter(num_draft=3, sampling=s, head=head, tree_kind="dynamic", top_k=3,
+      drafter = EagleDrafter(depth=3, sampling=s, head=head, tree_kind="dynamic", top_k=3,
                              total_tokens=8)
       rule, key = verifiers.get("cos", lam=0.5), jax.random.key(7)
     res = speculative_generate(target, tp, drafter, params, rule, prompts, max_new_tokens=12,

@@ -1,0 +1,146 @@
+"""Typed loop states of the two decode loops (STYLE.md "Loop state: typed, one
+step function").
+
+Each loop is ``state = init(...)`` then ``state = step(state)`` until no row
+is RUNNING; the ``lax.while_loop`` inside ``generate`` /
+``speculative_generate`` and host loops (SV calibration, streaming) call the
+same step.  The states are registered frozen dataclasses (pytrees); every
+field carries its shape.  Loop-invariant *traced* inputs (params, keys,
+hyperparameter pytrees) travel separately in ``*Inputs``; static
+configuration (models, lengths, EOS ids) lives in the hashable loop objects
+of ``autoregressive.py`` / ``speculative.py``.
+
+Shapes: B rows, S cache slots, W = max_new_tokens + D + 1 output slots
+(D = ``drafter.max_accepted``: K for a chain, the tree depth for a tree).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import numpy as np
+
+from specjax.models import kv_cache as kvc
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class GenState:
+  """Target-only decoding (``autoregressive.generate_step``)."""
+
+  cache: kvc.KVCache         # k, v [L, B, S, KVH, D]; lengths [B] int32
+  tokens: jax.Array          # [B, max_new_tokens] int32 generated (0 beyond num_tokens)
+  num_tokens: jax.Array      # [B] int32 generated tokens per row
+  finish_reason: jax.Array   # [B] int32 RUNNING until the row stops (FINISH_REASONS)
+  last: jax.Array            # [B] int32 last generated token (not yet in the cache)
+  step: jax.Array            # [] int32 next decode step (RNG stream; prefill is step 0)
+  target_calls: jax.Array    # [B] int32 decode forwards while the row ran (prefill excluded)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class GenInputs:
+  """Loop-invariant traced inputs of ``generate_step``."""
+
+  params: Any                # the model's decode params (Model.decode_params)
+  sampling: Any              # SamplingConfig pytree (temperature etc. traced)
+  key: jax.Array             # [] PRNG key
+  row_ids: jax.Array         # [B] int32 global row indices (per-row RNG)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class SpecStats:
+  """Per-row statistics (all ``[B]`` or ``[B, D]``; sum over rows for totals).
+
+  Attributes:
+    target_calls: [B] verify forwards while the row was active (prefill
+      excluded, as ``GenerationResult.target_calls``).
+    accepted: [B] accepted draft tokens.
+    relaxed: [B] acceptances that only a lossy relaxation allowed.
+    accept_counts: [B, D] times draft position i was accepted.
+    offered_counts: [B, D] times draft position i was reached and offered (i <= accepted
+      and i < gamma).
+    verified_tokens: [B] draft tokens offered to the target (sum of gamma; K per
+      chain step without a verify-length policy, N per tree step).
+    processed_tokens: [B] tokens the target forward processed for the row
+      (bucket + 1 per chain step, N + 1 per tree step).
+  """
+
+  target_calls: jax.Array
+  accepted: jax.Array
+  relaxed: jax.Array
+  accept_counts: jax.Array
+  offered_counts: jax.Array
+  verified_tokens: jax.Array
+  processed_tokens: jax.Array
+
+  @property
+  def tau(self) -> np.ndarray:
+    """Tokens per target verify call, per row: (accepted + calls) / calls."""
+    calls = np.maximum(np.asarray(self.target_calls), 1)
+    return (np.asarray(self.accepted) + np.asarray(self.target_calls)) / calls
+
+  def summary(self) -> dict:
+    calls = int(np.sum(self.target_calls))
+    acc = int(np.sum(self.accepted))
+    return {"target_calls": calls, "accepted": acc, "relaxed": int(np.sum(self.relaxed)),
+            "tau": (acc + calls) / max(calls, 1),
+            "relaxed_rate": int(np.sum(self.relaxed)) / max(acc, 1),
+            "verified_per_call": int(np.sum(self.verified_tokens)) / max(calls, 1),
+            "processed_per_emitted": int(np.sum(self.processed_tokens)) / max(acc + calls, 1),
+            "accept_rate_per_position": (np.sum(self.accept_counts, 0) /
+                                         np.maximum(np.sum(self.offered_counts, 0), 1)).tolist()}
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class SpecState:
+  """Speculative decoding (``speculative.speculative_step``)."""
+
+  target_cache: kvc.KVCache  # k, v [L, B, S, KVH, D]; lengths [B] int32 committed tokens
+  drafter: Any               # the drafter's state pytree (its caches, pending buffers)
+  policy: Any                # the verify-length policy's state (None without a policy)
+  finish_reason: jax.Array   # [B] int32 RUNNING until the row stops (FINISH_REASONS)
+  tokens: jax.Array          # [B, W] int32 generated (0 beyond num_tokens)
+  num_tokens: jax.Array      # [B] int32 generated tokens per row
+  prev: jax.Array            # [B] int32 last token in the target cache (position L-1)
+  last: jax.Array            # [B] int32 last generated token (position L, in no cache yet)
+  step: jax.Array            # [] int32 next step (RNG stream; prefill is step 0)
+  stats: SpecStats           # per-row counters, [B] / [B, D]
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class SpecInputs:
+  """Loop-invariant traced inputs of ``speculative_step``."""
+
+  drafter: Any               # Drafter pytree (sampling values traced, shapes static)
+  verifier: Any              # NodeRule pytree (theta, lam, ... traced)
+  sampling: Any              # the target's SamplingConfig pytree
+  target_params: Any         # target decode params (Model.decode_params)
+  draft_params: Any          # drafter decode params (Drafter.decode_params)
+  policy_params: Any         # verify-length policy params (None without a policy)
+  key: jax.Array             # [] PRNG key
+  row_ids: jax.Array         # [B] int32 global row indices (per-row RNG)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class StepRecord:
+  """What one speculative step did, per row (for SV calibration and streaming).
+
+  Idle rows (not RUNNING when the step began) have ``active`` False and zero
+  counts; their ``signals`` entries are whatever the policy computed.
+  """
+
+  step: jax.Array            # [] int32 the step's index (its RNG stream)
+  active: jax.Array          # [B] bool row was RUNNING when the step began
+  gamma: jax.Array           # [B] int32 drafts offered to the verifier
+  num_accepted: jax.Array    # [B] int32 accepted drafts
+  accepted: jax.Array        # [B, D] bool draft position i accepted
+  offered: jax.Array         # [B, D] bool position i reached and offered (i <= n, i < gamma)
+  num_emitted: jax.Array     # [B] int32 tokens appended to state.tokens this step
+  signals: dict              # policy statistics, e.g. SV's S, A, p_hat [B, K]; {} without

@@ -1,0 +1,208 @@
+"""Chain vs tree speculation: the part of one speculative step that depends on
+the draft's shape, supplied by the drafter (``drafter.strategy``).
+
+A strategy is a stateless, hashable object with two methods that the one
+speculative step (:func:`specjax.decoding.speculative.speculative_step`)
+calls in order::
+
+    proposal, d_state = strategy.propose(drafter, draft_params, d_state,
+                                         prev[B], last[B], keys[B])
+    verdict = strategy.verify(target, target_params, target_cache, verifier,
+                              sampling, last[B], proposal, gamma[B], u_keys[B],
+                              verify_keys[B], active[B], depth, buckets)
+
+* :data:`CHAIN` -- ``drafter.draft`` proposes K tokens; the target runs over
+  ``[last, x_1..x_b]`` (``b`` the smallest verify-length bucket covering
+  ``max(gamma)``, K without a policy); ``verify_chain`` accepts a prefix;
+  ``n + 1`` tokens are committed to the target cache (per-row cursor).
+* :data:`TREE` -- ``drafter.draft_tree`` proposes N nodes (``tree.py``
+  layout); the target runs over the root and every node under the ancestor
+  mask at positions prefix + depth; ``verify_tree`` accepts one root-to-node
+  path, which ``kv_cache.gather_path`` moves to contiguous slots and commits.
+
+Either way the step gets the same :class:`Verdict`, so everything after
+verification (drafter / policy commit, output, statistics) is shared.
+``depth`` below is ``drafter.max_accepted``: the most drafts one step can
+accept (K for a chain, the tree depth for a tree).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+
+from specjax.decoding.tree import ancestor_mask, with_root
+from specjax.distributions import probs_from_logits
+from specjax.models import kv_cache as kvc
+from specjax.verifiers.base import verify_chain, verify_tree
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Proposal:
+  """One step's drafts for every row (N = K for a chain, the node count for a tree).
+
+  Attributes:
+    tokens: [B, N] int32 draft tokens (tree: node j has tree index j + 1).
+    q: [B, N, V] distribution each draft was drawn from (one-hot for top-k drafts).
+    q_node: [B, N, V] (chain) or [B, N+1, V] (tree, row 0 the root) the
+      drafter's full distribution at each position / node; a chain without one
+      uses ``q``; None for a tree drafter that does not supply it.
+    parents: [B, N] int32 tree index of each node's parent (0 = root); None for chains.
+    depths: [B, N] int32 depth of each node (root = 0); None for chains.
+  """
+
+  tokens: jax.Array
+  q: jax.Array
+  q_node: Optional[jax.Array]
+  parents: Optional[jax.Array] = None
+  depths: Optional[jax.Array] = None
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+  """What the target kept this step, per row (D = ``depth``, the most drafts a step accepts).
+
+  Attributes:
+    cache: the target's KV cache with ``num_accepted + 1`` tokens committed for
+      active rows (``last`` and the accepted drafts); idle rows unchanged.
+    num_accepted: [B] int32 accepted drafts, ``0..D``.
+    token: [B] int32 the token emitted after them (correction or bonus).
+    path_tokens: [B, D] int32 the accepted drafts in order (valid up to ``num_accepted``).
+    accepted: [B, D] bool draft position i accepted.
+    num_relaxed: [B] int32 acceptances only a lossy relaxation allowed.
+    hidden: [n_sel, B, D+1, H] the target's selected hidden states at ``last``
+      and the path (what the drafter commits), or None when none are selected.
+    processed: [] int32 tokens the target forward processed per row.
+  """
+
+  cache: kvc.KVCache
+  num_accepted: jax.Array
+  token: jax.Array
+  path_tokens: jax.Array
+  accepted: jax.Array
+  num_relaxed: jax.Array
+  hidden: Optional[jax.Array]
+  processed: jax.Array
+
+
+def _pad_axis(x, size: int, axis: int):
+  pad = [(0, 0)] * x.ndim
+  pad[axis] = (0, size - x.shape[axis])
+  return jnp.pad(x, pad)
+
+
+def _chain_forward(target, target_params, t_cache, last, x, gamma, buckets):
+  """Target forward over ``[last, x_1..x_b]``; ``b`` = the smallest of ``buckets``
+  covering every row's ``gamma`` (``lax.switch``: the target really processes
+  fewer tokens; ``buckets=None``: b = K).  Outputs are padded to K + 1 positions.
+
+  Returns ``(logits [B, K+1, V], hidden [n_sel, B, K+1, H] or None, cache,
+  tokens processed per row [])``."""
+  k = x.shape[1]
+  t_in = jnp.concatenate([last[:, None], x], axis=1)  # [B, K+1]
+  pos = t_cache.lengths[:, None] + jnp.arange(k + 1)[None, :]
+
+  def forward(b):
+    def run(_):
+      o = target.apply(target_params, t_in[:, :b + 1], pos[:, :b + 1], t_cache)
+      hidden = None if o.hidden_states is None else _pad_axis(o.hidden_states, k + 1, 2)
+      return _pad_axis(o.logits, k + 1, 1), hidden, o.cache, jnp.int32(b + 1)
+    return run
+
+  if buckets is None:
+    return forward(k)(None)
+  buckets = tuple(sorted(set(int(b) for b in buckets)))
+  need = jnp.max(gamma)
+  idx = jnp.sum(jnp.asarray(buckets)[None, :] < need).astype(jnp.int32)
+  idx = jnp.minimum(idx, len(buckets) - 1)
+  return jax.lax.switch(idx, [forward(b) for b in buckets], None)
+
+
+def _hidden_at(hidden, node_ids):
+  """``hidden [n_sel, B, T, H]`` at ``node_ids [B, D+1]`` -> ``[n_sel, B, D+1, H]``
+  (None stays None)."""
+  if hidden is None:
+    return None
+  return jnp.take_along_axis(hidden, node_ids[None, :, :, None], axis=2)
+
+
+class ChainStrategy:
+  """K drafts in a row, verified by ``verify_chain`` (see the module docstring)."""
+
+  tree = False
+
+  def propose(self, drafter, params, state, prev, last, keys):
+    x, q, q_node, state = drafter.draft(params, state, prev, last, keys)
+    # A sampled chain's q is its node distribution (validate_pair checks the rest).
+    return Proposal(x, q, q if q_node is None else q_node), state
+
+  def verify(self, target, target_params, t_cache, verifier, sampling, last,
+             proposal: Proposal, gamma, u_keys, verify_keys, active, depth: int,
+             buckets) -> Verdict:
+    x, q = proposal.tokens, proposal.q
+    b, k = x.shape
+    z, hidden, o_cache, processed = _chain_forward(target, target_params, t_cache, last, x,
+                                                   gamma, buckets)
+    p = probs_from_logits(z, sampling)
+    u = jax.vmap(lambda kk: jax.random.uniform(kk, (k,)))(u_keys)
+    res = jax.vmap(lambda zz, pp, qq, xx, uu, kk, g, qn: verify_chain(
+        verifier, zz, pp, qq, xx, uu, kk, num_valid=g, q_node=qn))(
+            z, p, q, x, u, verify_keys, gamma, proposal.q_node)
+    nacc = res.num_accepted
+    cache = kvc.commit(o_cache, jnp.where(active, nacc + 1, 0))
+    node_ids = jnp.broadcast_to(jnp.arange(k + 1)[None, :], (b, k + 1))
+    return Verdict(cache, nacc, res.token, x, res.accepted,
+                   jnp.sum(res.relaxed, 1).astype(jnp.int32), _hidden_at(hidden, node_ids),
+                   processed)
+
+
+class TreeStrategy:
+  """A draft tree verified by ``verify_tree`` (see the module docstring)."""
+
+  tree = True
+
+  def propose(self, drafter, params, state, prev, last, keys):
+    tree, q, q_node, state = drafter.draft_tree(params, state, prev, last, keys)
+    return Proposal(tree.tokens, q, q_node, tree.parents, tree.depths), state
+
+  def verify(self, target, target_params, t_cache, verifier, sampling, last,
+             proposal: Proposal, gamma, u_keys, verify_keys, active, depth: int,
+             buckets) -> Verdict:
+    del gamma, buckets  # every node is verified (no verify-length policy for trees)
+    q, q_node = proposal.q, proposal.q_node
+    b, n_nodes = proposal.tokens.shape
+    x_full = jnp.concatenate([last[:, None], proposal.tokens], 1)  # [B, N+1]
+    parents = with_root(proposal.parents)  # [B, N+1]
+    depths = jnp.concatenate([jnp.zeros((b, 1), jnp.int32), proposal.depths], 1)
+    mask = jax.vmap(ancestor_mask)(parents)  # [B, N+1, N+1]
+    o = target.apply(target_params, x_full, t_cache.lengths[:, None] + depths, t_cache,
+                     attn_mask=mask)
+    z = o.logits  # [B, N+1, V]
+    p = probs_from_logits(z, sampling)
+    q_full = jnp.concatenate([jnp.zeros_like(q[:, :1]), q], 1)
+    u = jax.vmap(lambda kk: jax.random.uniform(kk, (n_nodes + 1,)))(u_keys)
+    if q_node is None:  # validate_pair: the verifier does not need it
+      res = jax.vmap(lambda *a: verify_tree(verifier, *a))(z, p, q_full, x_full, parents, u,
+                                                            verify_keys)
+    else:
+      res = jax.vmap(lambda *a, qn: verify_tree(verifier, *a, q_node=qn))(
+          z, p, q_full, x_full, parents, u, verify_keys, qn=q_node)
+    nacc = jnp.minimum(res.num_accepted, depth)
+    path = res.path[:, :depth]  # [B, D] tree indices of accepted nodes
+    gathered = kvc.gather_path(o.cache, path, jnp.where(active, nacc, 0))
+    cache = dataclasses.replace(
+        gathered, lengths=jnp.where(active, gathered.lengths, t_cache.lengths))
+    node_ids = jnp.concatenate([jnp.zeros((b, 1), jnp.int32), path], 1)  # [B, D+1]
+    path_tokens = jnp.take_along_axis(x_full, path, 1)  # [B, D]
+    accepted = jnp.arange(depth)[None, :] < nacc[:, None]
+    return Verdict(cache, nacc, res.token, path_tokens, accepted, res.num_relaxed,
+                   _hidden_at(o.hidden_states, node_ids), jnp.int32(n_nodes + 1))
+
+
+CHAIN = ChainStrategy()
+TREE = TreeStrategy()
