@@ -94,7 +94,10 @@ def param_shardings(model, params, mesh: Mesh, rules=None):
     raise ArgumentTypeError(f"model must be a specjax Model, got {type(model).__name__}{hint}")
   check_mesh(mesh, axes=())
   rules = sharding.current_rules() if rules is None else sharding.check_rules(rules)
-  absent = [a for a in sharding.mesh_axes_of(rules) if a not in mesh.axis_names]
+  axes = model.logical_axes(params)
+  used = {n for spec in jax.tree.leaves(axes, is_leaf=lambda x: isinstance(x, P)) for n in spec}
+  absent = sorted({m for name, m in rules
+                   if name in used and m is not None and m not in mesh.axis_names})
   if absent:
     raise ValueError(f"rules map logical axes to mesh axes {absent} that mesh (axes "
                      f"{tuple(mesh.axis_names)}) lacks; build the mesh with "
@@ -108,7 +111,7 @@ def param_shardings(model, params, mesh: Mesh, rules=None):
     spec = sharding.partition_spec(tuple(names), shape, units, mesh_shape, rules)
     return NamedSharding(mesh, spec)
 
-  return jax.tree.map(place, params, model.logical_axes(params))
+  return jax.tree.map(place, params, axes)
 
 
 def shard_params(model, params, mesh: Mesh, rules=None):

@@ -7,10 +7,12 @@ does the KV cache (``transformer.CACHE_AXES``).  A rules table maps logical
 axes to mesh axes::
 
     DEFAULT_RULES = (("vocab", "model"), ("heads", "model"),
-                     ("kv_heads", "model"), ("mlp", "model"))
+                     ("kv_heads", "model"), ("mlp", "model"), ("batch", "data"))
 
 Logical axes not in the table (``embed``, ``head_dim``, ``layers``, norms)
-are replicated.  With the default rules this is Megatron-style tensor
+are replicated; ``batch`` (cache rows) goes over ``data`` -- inside the
+loops' shard_map ``data`` is manual and rows are already split, so only the
+``model`` rules act there.  With the default rules this is Megatron-style tensor
 parallelism: q/k/v and gate/up are column-parallel (split over heads / mlp),
 o and down row-parallel (their inputs split, XLA all-reduces the partial
 sums), the embedding and LM head vocab-parallel.
@@ -41,7 +43,7 @@ from jax.sharding import PartitionSpec as P
 Rules = tuple  # ((logical axis, mesh axis or None), ...)
 
 DEFAULT_RULES: Rules = (("vocab", "model"), ("heads", "model"), ("kv_heads", "model"),
-                        ("mlp", "model"))
+                        ("mlp", "model"), ("batch", "data"))
 
 _RULES = contextvars.ContextVar("specjax_axis_rules", default=DEFAULT_RULES)
 
@@ -80,11 +82,6 @@ def axis_rules(rules):
 
 def current_rules() -> Rules:
   return _RULES.get()
-
-
-def mesh_axes_of(rules: Rules) -> tuple:
-  """The mesh axes a rules table shards over (sorted)."""
-  return tuple(sorted({m for _, m in rules if m is not None}))
 
 
 def partition_spec(names: Sequence[str], shape: Sequence[int], units: Mapping[str, int],
