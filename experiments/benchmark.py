@@ -21,6 +21,12 @@ output, agreement with target greedy at T = 0) and writes ``benchmark.jsonl``,
 evaluated by :mod:`experiments.evaluation` (one definition of every
 metric and of the paired timing protocol); a rerun resumes, skipping finished
 rows, and rows of other settings are never reused.
+
+Parallel: ``--mesh_data=D --mesh_model=M`` shards rows over D and the target /
+draft LM weights and KV caches over M (tensor parallel). Several processes
+(hosts, or one machine's CPUs) run the same command with
+``--coordinator_address=host:port --num_processes=N --process_id=i``; the mesh
+spans every process's devices and process 0 writes the reports.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ import os
 import time
 
 from absl import app, flags, logging
+
+from experiments import cli
 
 REAL_DEFAULT = "smollm2-135m-instruct"
 
@@ -65,10 +73,13 @@ flags.DEFINE_integer("max_new_tokens", 0, "tokens generated per prompt (0: 128 f
 flags.DEFINE_integer("repeats", 1, "paired timing repeats (median; 1 keeps the default run under 10 minutes on 2 cores)")
 flags.DEFINE_integer("seed", 0, "PRNG seed (sampling) and prompt-selection seed")
 flags.DEFINE_integer("mesh_data", 0, "data-parallel devices (0 = no mesh, plain jit)")
-flags.DEFINE_integer("mesh_model", 1, "tensor-parallel devices for the target params")
+flags.DEFINE_integer("mesh_model", 1, "tensor-parallel devices: target and draft LM params "
+                     "and KV caches sharded over a 'model' mesh axis (needs --mesh_data)")
 flags.DEFINE_enum("kl", "auto", ["auto", "on", "off"], "first-token KL to the matched baseline "
                   "at T > 0 (auto: on for the default models only -- it costs 512 prefills)")
-flags.DEFINE_string("output_dir", "outputs/benchmark", "where JSONL / markdown / PNG go")
+flags.DEFINE_string("output_dir", "outputs/benchmark", "where JSONL / markdown / PNG go "
+                    "(process i > 0 of a multi-process run: under process_<i>/)")
+cli.define_distributed_flags()
 
 
 def _is_default() -> bool:
@@ -100,6 +111,9 @@ def _validate_flags() -> None:
       check_int(f"--{name}", getattr(FLAGS, name), low=low)
     except ValueError as e:
       raise app.UsageError(str(e)) from None
+  if FLAGS.mesh_model > 1 and not FLAGS.mesh_data:
+    raise app.UsageError(f"--mesh_model={FLAGS.mesh_model} needs a mesh: give --mesh_data "
+                         f"(rows; 1 for tensor parallelism only)")
   bad = [s for s in FLAGS.prompt_sets if s not in PROMPT_SETS]
   if bad or not FLAGS.prompt_sets:
     raise app.UsageError(f"--prompt_sets={FLAGS.prompt_sets}: choose from {PROMPT_SETS}")
@@ -125,11 +139,15 @@ def _drafters_in_use():
 
 
 def _config():
+  import jax
+
   from experiments.configs import compare
   _validate_flags()
   c = compare.get_config()
   c.name = "benchmark"
   c.workdir = FLAGS.output_dir
+  if jax.process_index() > 0:  # every process computes every row; only process 0 owns the dir
+    c.workdir = os.path.join(FLAGS.output_dir, f"process_{jax.process_index()}")
   c.rules = FLAGS.verifiers
   c.drafters = tuple(FLAGS.drafters)
   c.num_draft = FLAGS.k
@@ -212,17 +230,24 @@ def _context(c):
                                 seed=d.prompt_seed,
                                 corpus=CorpusConfig(root=d.root, heldout_fraction=d.heldout_fraction,
                                                     split_seed=d.split_seed))
-  tp = ms.target_params
+  tp, dp = ms.target_params, ms.draft_params
   mesh = None
   if FLAGS.mesh_data:
-    mesh = parallel.make_mesh(FLAGS.mesh_data, FLAGS.mesh_model)
-    tp = parallel.shard_params(tp, mesh)
+    try:
+      mesh = parallel.make_mesh(FLAGS.mesh_data, FLAGS.mesh_model)
+    except ValueError as e:
+      raise app.UsageError(f"--mesh_data / --mesh_model: {e}") from None
+    tp = parallel.shard_params(ms.target, tp, mesh)  # tensor parallel over "model"
+    if ms.draft is not None:
+      dp = parallel.shard_params(ms.draft, dp, mesh)
   head = None
   if ms.eagle is not None:
     h, hp, d2t = ms.eagle
+    if mesh is not None:  # EAGLE heads are small: replicated (their shared embedding stays
+      hp = parallel.replicate(hp, mesh)  # sharded like the target's)
     head = (h, EagleDrafter.make_params(hp, ms.target, tp, d2t))
   logging.info("model set %s: %s; %d prompts", ms.name, ms.sources, len(prompts))
-  return evaluation.Context(c, ms.target, tp, ms.draft, ms.draft_params, ms.tokenizer, prompts, head,
+  return evaluation.Context(c, ms.target, tp, ms.draft, dp, ms.tokenizer, prompts, head,
                     mesh=mesh, code_prompts=not ms.is_chat)
 
 
@@ -236,6 +261,7 @@ COLUMNS = [("method", "method", None), ("drafter", "drafter", None), ("T", "temp
 def run() -> dict:
   """Entry point (also the ``specjax-bench`` console script)."""
   from experiments import evaluation, reports, rows as rows_lib
+  cli.initialize_distributed()  # before any JAX computation; a no-op for one process
   t_start = time.time()
   c = _config()
   try:
@@ -252,6 +278,9 @@ def run() -> dict:
   table = reports.markdown_table(records, COLUMNS)
   with open(files["markdown"], "w") as f:
     f.write(table + "\n")
+  from specjax.distributed import is_coordinator
+  if not is_coordinator():
+    return {"records": records, "jsonl": path, **files}
   print()
   print(table)
   print(f"\n{FLAGS.model}: {len(ctx.prompts)} prompts x {c.data.max_new_tokens} new tokens, "

@@ -65,3 +65,29 @@ def run_config_binary(run, help_text: str, default: str | None = None) -> None:
     run(config.value)
 
   app.run(main, flags_parser=parse_flags)
+
+
+def define_distributed_flags() -> None:
+  """``--coordinator_address``, ``--num_processes``, ``--process_id`` (idempotent:
+  several binaries share one process in the tests)."""
+  if "num_processes" in flags.FLAGS:
+    return
+  flags.DEFINE_string("coordinator_address", None, "multi-process runs: 'host:port' of "
+                      "process 0 (jax.distributed); every process gets the same flags")
+  flags.DEFINE_integer("num_processes", 1, "multi-process runs: number of processes")
+  flags.DEFINE_integer("process_id", 0, "multi-process runs: this process's index in "
+                       "[0, num_processes)")
+
+
+def initialize_distributed() -> bool:
+  """``specjax.distributed.initialize`` from the flags of
+  :func:`define_distributed_flags`; a bad value is an ``app.UsageError``.
+  Call before any JAX computation."""
+  from absl import app
+
+  from specjax import distributed
+  f = flags.FLAGS
+  try:
+    return distributed.initialize(f.coordinator_address, f.num_processes, f.process_id)
+  except ValueError as e:
+    raise app.UsageError(f"--{str(e)}") from None

@@ -54,8 +54,12 @@ def test_main_job_on_default_models(tmp_path):
     ("--eagle=eagle9", "--eagle='eagle9'"),
     ("--prompt_sets=wiki", "--prompt_sets="),
     ("--verifiers=lossless,nosuch", "nosuch"),
+    ("--mesh_model=2", "--mesh_model=2 needs a mesh"),
+    ("--num_processes=2", "--coordinator_address=None must be 'host:port'"),
+    ("--num_processes=2 --coordinator_address=localhost:1 --process_id=5",
+     "--process_id=5 must be an integer in [0, 2)"),
 ])
 def test_bad_flags_name_the_flag(flag, message, tmp_path):
-  r = _run("--model=default", flag, f"--output_dir={tmp_path}", timeout=120)
+  r = _run("--model=default", *flag.split(), f"--output_dir={tmp_path}", timeout=120)
   assert r.returncode != 0
   assert message in r.stderr and "Traceback" not in r.stderr

@@ -174,7 +174,7 @@ def test_same_result_on_1_and_8_devices(pair):
   assert one.to_lists() == eight.to_lists()
   np.testing.assert_array_equal(one.stats.accepted, eight.stats.accepted)
   mesh = parallel.make_mesh(4, 2)
-  tensor = speculative_generate(target, parallel.shard_params(tp, mesh), d, dp,
+  tensor = speculative_generate(target, parallel.shard_params(target, tp, mesh), d, dp,
                                 verifiers.get("lossless"), prompts, mesh=mesh, **kw)
   assert one.to_lists() == tensor.to_lists()
   # Target-only generation shards the same way.

@@ -27,7 +27,37 @@ import jax
 import jax.numpy as jnp
 
 from specjax.models import kv_cache as kvc
+from specjax.models import sharding
 from specjax.models.config import ModelConfig, llama3_inv_freq
+
+# Logical axes of every param, declared once (leaf path -> one name per dim);
+# specjax.models.sharding maps them to mesh axes with one rules table.
+# "heads" / "kv_heads" name the flattened ``heads * head_dim`` projection dims
+# (head-major: a split between whole heads); the layer stack adds a leading
+# "layers" dim.  A param without an entry here is an error in shard_params.
+PARAM_AXES = {
+    "embed_tokens/embedding": ("vocab", "embed"),  # also the tied LM head
+    "norm/weight": ("embed",),
+    "lm_head/kernel": ("embed", "vocab"),  # vocab-parallel
+}
+LAYER_PARAM_AXES = {
+    "input_layernorm/weight": ("embed",),
+    "post_attention_layernorm/weight": ("embed",),
+    "self_attn/q_proj/kernel": ("embed", "heads"),  # column-parallel
+    "self_attn/q_proj/bias": ("heads",),
+    "self_attn/k_proj/kernel": ("embed", "kv_heads"),
+    "self_attn/k_proj/bias": ("kv_heads",),
+    "self_attn/v_proj/kernel": ("embed", "kv_heads"),
+    "self_attn/v_proj/bias": ("kv_heads",),
+    "self_attn/o_proj/kernel": ("heads", "embed"),  # row-parallel
+    "self_attn/o_proj/bias": ("embed",),
+    "self_attn/q_norm/weight": ("head_dim",),
+    "self_attn/k_norm/weight": ("head_dim",),
+    "mlp/gate_proj/kernel": ("embed", "mlp"),  # column-parallel
+    "mlp/up_proj/kernel": ("embed", "mlp"),
+    "mlp/down_proj/kernel": ("mlp", "embed"),  # row-parallel
+}
+CACHE_AXES = ("layers", "batch", "length", "kv_heads", "head_dim")  # KVCache.k / .v
 
 
 class ModelOutput(NamedTuple):
@@ -212,9 +242,48 @@ class Model:
     return self.module.init(key, tok, tok, cache)["params"]
 
   def init_cache(self, batch: int, max_length: int, dtype=None) -> kvc.KVCache:
+    """An empty cache; under a mesh (the loops' shard_map) its KV heads are
+    placed by the current axis rules (:func:`sharding.constrain`)."""
     c = self.config
-    return kvc.init_cache(c.num_hidden_layers, batch, max_length, c.num_key_value_heads,
-                          c.head_dim, dtype or c.compute_dtype)
+    cache = kvc.init_cache(c.num_hidden_layers, batch, max_length, c.num_key_value_heads,
+                           c.head_dim, dtype or c.compute_dtype)
+    place = lambda buf: sharding.constrain(buf, CACHE_AXES, self.axis_units)
+    return kvc.KVCache(place(cache.k), place(cache.v), cache.lengths)
+
+  @property
+  def axis_units(self) -> dict:
+    """Indivisible units of the logical axes that are not counted in entries:
+    a head dim splits only between whole heads."""
+    return {"heads": self.config.num_attention_heads,
+            "kv_heads": self.config.num_key_value_heads}
+
+  def logical_axes(self, params):
+    """A pytree like ``params`` (stored, or :meth:`decode_params` form) whose
+    leaves are ``PartitionSpec``s of logical axis names (:data:`PARAM_AXES`).
+    ``ValueError`` naming a leaf without a declaration or of another rank."""
+
+    def names(path, leaf):
+      keys = [str(getattr(k, "key", getattr(k, "idx", k))) for k in path]
+      stacked = False
+      if keys and keys[0] == "layers":
+        stacked = not (len(keys) > 1 and keys[1].isdigit())
+        keys = keys[1:] if stacked else keys[2:]
+        table = LAYER_PARAM_AXES
+      else:
+        table = PARAM_AXES
+      axes = table.get("/".join(keys))
+      where = jax.tree_util.keystr(path)
+      if axes is None:
+        raise ValueError(f"param {where} has no declared logical axes "
+                         f"(transformer.PARAM_AXES / LAYER_PARAM_AXES)")
+      axes = (("layers",) if stacked else ()) + axes
+      shape = tuple(getattr(leaf, "shape", ()))
+      if len(axes) != len(shape):
+        raise ValueError(f"param {where} has shape {shape} but its logical axes "
+                         f"{axes} name {len(axes)} dims")
+      return jax.sharding.PartitionSpec(*axes)
+
+    return jax.tree_util.tree_map_with_path(names, params)
 
   def apply(self, params, tokens, positions, cache, attn_mask=None, logits_index=None
             ) -> ModelOutput:
