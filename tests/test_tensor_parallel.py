@@ -235,7 +235,7 @@ def run_program(program, target, tp, dp, prompts, mesh):
   if kind == "generate":
     return generate(target, tp, prompts, **kw).to_lists()
   drafter = (LMDrafter(3, samp, target) if kind == "chain" else
-             LMTreeDrafter(2, GREEDY, target, paths=((0,), (1,), (0, 0))))
+             LMTreeDrafter(target, paths=((0,), (1,), (0, 0)), sampling=GREEDY))
   return speculative_generate(target, tp, drafter, dp, verifiers.get("lossless"), prompts,
                               **kw).to_lists()
 
