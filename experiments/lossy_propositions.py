@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 
-from absl import app, flags
+from absl import flags
 
 from experiments import cli
 from experiments.proposition_reports import markdown_tables, summary_table
@@ -33,8 +33,7 @@ _OUTPUT_DIR = None  # defined in __main__ only: importing this module defines no
 _CHECKPOINT_DIR = None  # defined in __main__ only: importing this module defines no flags
 
 
-def main(argv):
-  del argv
+def main():
   c = _CONFIG.value
   output_dir = _OUTPUT_DIR.value or c.output_dir
   models = _CHECKPOINT_DIR.value or c.models
@@ -59,5 +58,4 @@ def _define_flags():
 
 
 if __name__ == "__main__":
-  _define_flags()
-  app.run(main, flags_parser=cli.parse_flags)
+  cli.run_binary(main, define_flags=_define_flags, flags_parser=cli.parse_flags)
