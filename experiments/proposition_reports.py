@@ -169,6 +169,16 @@ def summary_table(records: list[dict], theta: float = 0.9) -> str:
   return "\n".join(lines)
 
 
+def _table(header: list[str], rows) -> list[str]:
+  """Markdown lines of a table (and a blank line): one row per list of cell strings."""
+  return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+          + ["| " + " | ".join(cells) + " |" for cells in rows] + [""])
+
+
+def _nearest(values, x) -> int:
+  return min(range(len(values)), key=lambda j: abs(values[j] - x))
+
+
 def markdown_tables(records: list[dict]) -> str:
   """Markdown tables of the records (for ``benchmarks/RESULTS.md``)."""
   recs = _latest(records)
@@ -178,61 +188,51 @@ def markdown_tables(records: list[dict]) -> str:
               key=lambda r: (r["source"], r["rule"], r["part"] != "sd", r["family"],
                              r.get("top_k", 0)))
   if kl:
-    out += ["| source | rule | drafts | q_ref | n | KL(P‖p_A) t=1 | t=0.1 | t=0 | TV t=0 | "
-            "E[log Z_A/p(argmax)] |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in kl:
-      ts = r["ts"]
-      i01 = min(range(len(ts)), key=lambda j: abs(ts[j] - 0.1))
-      i1 = min(range(len(ts)), key=lambda j: abs(ts[j] - 1.0))
-      i0 = min(range(len(ts)), key=lambda j: abs(ts[j]))
-      d = "SD (sampled)" if r["part"] == "sd" else f"EAGLE top-{r['top_k']}"
-      out.append(f"| {r['source']} | {r['rule']} | {d} | {r['family']} | {r['n']} | "
-                 f"{f4(r['kl_mean'][i1])} | {f4(r['kl_mean'][i01])} | {f4(r['kl_mean'][i0])} | "
-                 f"{f4(r['tv_mean'][i0])} | {f4(r['limit'])} |")
-    out.append("")
+    out += _table(
+        ["source", "rule", "drafts", "q_ref", "n", "KL(P‖p_A) t=1", "t=0.1", "t=0", "TV t=0",
+         "E[log Z_A/p(argmax)]"],
+        ([r["source"], r["rule"], "SD (sampled)" if r["part"] == "sd" else
+          f"EAGLE top-{r['top_k']}", r["family"], str(r["n"]),
+          f4(r["kl_mean"][_nearest(r["ts"], 1.0)]), f4(r["kl_mean"][_nearest(r["ts"], 0.1)]),
+          f4(r["kl_mean"][_nearest(r["ts"], 0.0)]), f4(r["tv_mean"][_nearest(r["ts"], 0.0)]),
+          f4(r["limit"])] for r in kl))
   tr = sorted((r for r in recs if r["part"] == "truncation"),
               key=lambda r: (r["source"], r["kind"]))
   if tr:
-    out += [f"| source | kind | value | alpha(p,q) | alpha(p_A,q) | alpha(p_A,q_A) | alpha gate "
-            f"q(A) | BE(p,q) | dBE(p_A,q) | dBE(p_A,q_A) | dBE gate |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in tr:
-      for i, v in enumerate(r["values"]):
-        out.append(f"| {r['source']} | {r['kind']} | {v:g} | {r['alpha_pq']:.3f} | "
-                   f"{r['alpha_paq'][i]:.3f} | {r['alpha_paqa'][i]:.3f} | "
-                   f"{r['alpha_gate'][i]:.3f} | {r['be_pq']:.3f} | "
-                   f"{r['delta_be_paq'][i]:+.3f} | {r['delta_be_paqa'][i]:+.3f} | "
-                   f"{r['delta_be_gate'][i]:+.3f} |")
-    out.append("")
+    out += _table(
+        ["source", "kind", "value", "alpha(p,q)", "alpha(p_A,q)", "alpha(p_A,q_A)",
+         "alpha gate q(A)", "BE(p,q)", "dBE(p_A,q)", "dBE(p_A,q_A)", "dBE gate"],
+        ([r["source"], r["kind"], f"{v:g}", f"{r['alpha_pq']:.3f}",
+          *(f"{r[k][i]:.3f}" for k in ("alpha_paq", "alpha_paqa", "alpha_gate")),
+          f"{r['be_pq']:.3f}",
+          *(f"{r[k][i]:+.3f}" for k in ("delta_be_paq", "delta_be_paqa", "delta_be_gate"))]
+         for r in tr for i, v in enumerate(r["values"])))
   ms = sorted((r for r in recs if r["part"] == "mars"), key=lambda r: (r["source"], r["draft"]))
   if ms:
-    out += ["| source | draft | n | theta | KL(P_MARS‖p) | TV | accept (lossless → MARS) | "
-            "relaxed | positions r>theta | strict-rejection share r>theta |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in ms:
-      for i, th in enumerate(r["thetas"]):
-        out.append(f"| {r['source']} | {r['draft']} | {r['n']} | {th:g} | "
-                   f"{f4(r['kl_mean'][i])} | {r['tv_mean'][i]:.4f} | "
-                   f"{r['lossless_accept_mean']:.3f} → {r['accept_mean'][i]:.3f} | "
-                   f"{r['relaxed_mean'][i]:.3f} | {r['active_frac'][i]:.3f} | "
-                   f"{r['reject_share'][i]:.3f} |")
-    out.append("")
+    out += _table(
+        ["source", "draft", "n", "theta", "KL(P_MARS‖p)", "TV", "accept (lossless → MARS)",
+         "relaxed", "positions r>theta", "strict-rejection share r>theta"],
+        ([r["source"], r["draft"], str(r["n"]), f"{th:g}", f4(r["kl_mean"][i]),
+          f"{r['tv_mean'][i]:.4f}", f"{r['lossless_accept_mean']:.3f} → {r['accept_mean'][i]:.3f}",
+          *(f"{r[k][i]:.3f}" for k in ("relaxed_mean", "active_frac", "reject_share"))]
+         for r in ms for i, th in enumerate(r["thetas"])))
   mg_recs = sorted((r for r in recs if r["part"] == "margins"), key=lambda r: r["source"])
   if mg_recs:
-    out += ["| source | n | z1 < 0 | z1 median | r median | p2/p1 median | r > theta | "
-            "greedy reject rate | P(greedy reject \\| r > theta) (Fig. 1d) | "
-            "greedy rejections in r > theta | rescued by MARS | "
-            "sampled rejection mass in r > theta |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in mg_recs:
+    def row(r):
       s = r["summary"]
       g = lambda k: (f"{s[k]:.3f}" if isinstance(s.get(k), float) and math.isfinite(s[k])
                      else "–")
-      out.append(f"| {r['source']} | {s['n']} | {s['frac_negative_top1']:.3f} | "
-                 f"{s['z1'].get('q50', float('nan')):.2f} | {s['ratio'].get('q50', float('nan')):.3f} | "
-                 f"{s['prob_ratio'].get('q50', float('nan')):.3f} | {s['frac_relaxed']:.3f} "
-                 f"(theta={s['theta']:g}) | {g('greedy_reject_rate')} | "
-                 f"{g('greedy_reject_rate_relaxed')} | {g('greedy_reject_share')} | "
-                 f"{g('greedy_rescued_share')} | {g('sampled_reject_share')} |")
-    out.append("")
+      return [r["source"], str(s["n"]), f"{s['frac_negative_top1']:.3f}",
+              f"{s['z1'].get('q50', float('nan')):.2f}",
+              f"{s['ratio'].get('q50', float('nan')):.3f}",
+              f"{s['prob_ratio'].get('q50', float('nan')):.3f}",
+              f"{s['frac_relaxed']:.3f} (theta={s['theta']:g})",
+              *(g(k) for k in ("greedy_reject_rate", "greedy_reject_rate_relaxed",
+                               "greedy_reject_share", "greedy_rescued_share",
+                               "sampled_reject_share"))]
+    out += _table(
+        ["source", "n", "z1 < 0", "z1 median", "r median", "p2/p1 median", "r > theta",
+         "greedy reject rate", "P(greedy reject \\| r > theta) (Fig. 1d)",
+         "greedy rejections in r > theta", "rescued by MARS",
+         "sampled rejection mass in r > theta"], map(row, mg_recs))
   return "\n".join(out)
