@@ -99,19 +99,18 @@ def _checkpoint_pair_set(path: str, draft: str, dtype: str) -> ModelSet:
   tdir = os.path.join(path, "target")
   t, tp = hf.load_pretrained(tdir, dtype=dtype)
   ms = ModelSet(path, t, tp, None, sources={"target": tdir})
-  dirs = [tdir]
+  ddir = os.path.join(path, "draft") if draft in ("draft", "") else draft
   if draft:
-    ddir = os.path.join(path, "draft") if draft == "draft" else draft
     ms.draft, ms.draft_params = hf.load_pretrained(ddir, dtype=dtype)
     ms.sources["draft"] = ddir
-    dirs.append(ddir)
-  found = [d for d in dirs if os.path.isfile(os.path.join(d, hf.TOKENIZER_FILE))]
+  found = [d for d in (tdir, ddir) if os.path.isfile(os.path.join(d, hf.TOKENIZER_FILE))]
   ms.tokenizer = (hf.load_tokenizer(os.path.join(found[0], hf.TOKENIZER_FILE)) if found
                   else defaults.default_tokenizer())
   return ms
 
 
 def is_checkpoint_pair(path: str) -> bool:
+  """Whether ``path`` is a checkpoint pair directory (holds ``target/``)."""
   return os.path.isdir(os.path.join(path, "target"))
 
 
@@ -253,6 +252,8 @@ def _load_target_and_drafters(name, draft, eagle, dtype, seed, tiny, companion) 
   if name in RANDOM_SETS or is_checkpoint_pair(name):
     if name in RANDOM_SETS:
       ms = _tiny_set(tiny, seed, companion) if name == "tiny" else _stand_in_set(seed)
+      if not draft:
+        ms.draft, ms.draft_params = None, None
     else:
       ms = _checkpoint_pair_set(name, draft, dtype)
     if eagle:
