@@ -184,11 +184,6 @@ def run() -> list:
   return records
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  run()
-
-
 if __name__ == "__main__":
-  app.run(main)
+  from experiments import cli
+  cli.run_binary(run)

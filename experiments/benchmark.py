@@ -290,15 +290,9 @@ def run() -> dict:
   return {"records": records, "jsonl": path, **files}
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  run()
-
-
 def _console():
-  app.run(main)
+  cli.run_binary(run)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  _console()

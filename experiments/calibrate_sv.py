@@ -33,49 +33,41 @@ import time
 
 from absl import logging
 
-from experiments.model_sets import perturbed
+from experiments.model_sets import TinySpec, load_model_set
+
+
+# The smoke-test "tiny" triple: 64 random token ids, target matrices x5, draft = target +
+# 0.05 N(0, 1) (key seed + 1), companion = target + 0.03 N(0, 1) (key seed + 2).
+TINY = TinySpec(vocab_size=64, scale=5.0, draft_noise=0.05, companion_noise=0.03,
+                eos_token_id=None)
 
 
 def load_models(c):
-  """``{name: (model, params)}`` for target, draft and companion.
+  """``{name: (model, params)}`` for target, draft and companion (and ``"set"``, the
+  :class:`~experiments.model_sets.ModelSet`, for a real target), from
+  :func:`experiments.model_sets.load_model_set`.
 
   ``c.models``: "default" (the embedded stdlib triple), "tiny" (random, smoke
-  test) or a real model (registry name / ``.gguf`` / HF dir) with ``c.drafter``
-  ("draft": its shipped draft LM, "eagle3": its shipped EAGLE-3 head) and
-  ``c.companion`` ("early_exit:N": the target's first N layers with its norm and
+  test: :data:`TINY`) or a real model (registry name / ``.gguf`` / HF dir) with
+  ``c.drafter`` ("draft": its shipped draft LM, "eagle3": its shipped EAGLE-3 head)
+  and ``c.companion`` ("early_exit:N": the target's first N layers with its norm and
   head, :mod:`specjax.models.early_exit`).
   """
-  if c.models == "default":
-    from specjax.models.defaults import load_default
-    return {n: load_default(n) for n in ("target", "draft", "companion")}
-  if c.models == "tiny":
-    import jax
-    from specjax.models.config import ModelConfig
-    from specjax.models.transformer import Model
-    m = Model(ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
-                          num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
-                          head_dim=16))
-    tp = jax.tree.map(lambda x: x * 5.0 if x.ndim > 1 else x, m.init_params(jax.random.key(c.seed)))
-    return {"target": (m, tp), "draft": (m, perturbed(tp, 1, 0.05)),
-            "companion": (m, perturbed(tp, 2, 0.03))}
-  from experiments.model_sets import load_model_set
-  from specjax.models.early_exit import early_exit
-  if c.drafter not in ("draft", "eagle3"):
+  real = c.models not in ("default", "tiny")
+  if real and c.drafter not in ("draft", "eagle3"):
     raise ValueError(f"drafter={c.drafter!r}; choose 'draft' or 'eagle3'")
-  kind, _, n = str(c.companion).partition(":")
-  if kind != "early_exit" or not n.isdigit():
-    raise ValueError(f"companion={c.companion!r}; give early_exit:N (the target's first N "
-                     "layers) for a real target")
-  ms = load_model_set(c.models, draft="draft" if c.drafter == "draft" else "",
-                      eagle="eagle3" if c.drafter == "eagle3" else "")
-  out = {"target": (ms.target, ms.target_params),
-         "companion": early_exit(ms.target, ms.target_params, int(n)), "set": ms}
-  if c.drafter == "draft":
-    out["draft"] = (ms.draft, ms.draft_params)
-  else:
+  eagle = real and c.drafter == "eagle3"
+  ms = load_model_set(c.models, draft="" if eagle else "draft", eagle="eagle3" if eagle else "",
+                      companion=c.companion if real else "companion", seed=int(c.seed),
+                      tiny=TINY)
+  out = {"target": (ms.target, ms.target_params), "draft": (ms.draft, ms.draft_params),
+         "companion": (ms.companion, ms.companion_params)}
+  if eagle:
     from specjax.decoding.eagle_drafter import EagleDrafter
     head, hp, d2t = ms.eagle
     out["draft"] = (head, EagleDrafter.make_params(hp, ms.target, ms.target_params, d2t))
+  if real:
+    out["set"] = ms
   return out
 
 

@@ -1,4 +1,5 @@
-"""Command-line parsing for the experiment binaries: a bad flag is one clear line.
+"""Command-line parsing for the experiment binaries: a bad flag is one clear line,
+and one ``main`` for all of them (:func:`run_binary`, :func:`run_config_binary`).
 
 absl reports unknown ``--flags`` itself, but an ml_collections override such
 as ``--config.nosuch=1`` or ``--config.seed=abc`` fails *inside* flag parsing
@@ -13,6 +14,7 @@ before anything is loaded.
 from __future__ import annotations
 
 import sys
+from typing import Any, Callable
 
 from absl import flags
 
@@ -48,23 +50,34 @@ def parse_flags(argv: list[str]) -> list[str]:
     _fail_override(e, argv)
 
 
-def run_config_binary(run, help_text: str, default: str | None = None) -> None:
-  """The ``__main__`` of a config-file binary: define ``--config`` (required when
-  there is no ``default``; bad overrides are one line), parse, call ``run(config)``.
+def run_binary(run: Callable[[], Any], *, define_flags: Callable[[], Any] | None = None,
+               flags_parser: Callable[[list[str]], list[str]] | None = None) -> None:
+  """The ``__main__`` of an absl binary: ``define_flags()`` (flags are defined here,
+  never at import, because several binaries share one process in the tests), parse,
+  refuse positional arguments, call ``run()``.
 
-  Flags are defined here, never at import, because several binaries share one
-  process in the tests."""
+  ``run`` checks its flags first, raising ``app.UsageError`` naming the flag (absl
+  prints it with the usage line), then makes its one library call and reports.
+  ``flags_parser``: e.g. :func:`parse_flags` (default: absl's)."""
   from absl import app
-  config = define_config_file("config", default, help_text, lock_config=True)
-  if default is None:
-    flags.mark_flags_as_required(["config"])
 
   def main(argv):
     if len(argv) > 1:
       raise app.UsageError(f"unexpected arguments {argv[1:]}")
-    run(config.value)
+    run()
 
-  app.run(main, flags_parser=parse_flags)
+  if define_flags is not None:
+    define_flags()
+  app.run(main, **({"flags_parser": flags_parser} if flags_parser else {}))
+
+
+def run_config_binary(run, help_text: str, default: str | None = None) -> None:
+  """The ``__main__`` of a config-file binary: define ``--config`` (required when
+  there is no ``default``; bad overrides are one line), parse, call ``run(config)``."""
+  config = define_config_file("config", default, help_text, lock_config=True)
+  if default is None:
+    flags.mark_flags_as_required(["config"])
+  run_binary(lambda: run(config.value), flags_parser=parse_flags)
 
 
 def define_distributed_flags() -> None:

@@ -14,16 +14,17 @@ for at most ``num_positions`` positions, sampled without replacement from
 the windows (deterministic given ``seed``).  Forward passes are batched and
 jitted (one compilation per model and window shape).
 
-Sources of models (:func:`load_models`):
+Models come from :func:`load_models`, the one loader
+:func:`experiments.model_sets.load_model_set` without an EAGLE head:
 
 * ``"default"`` -- the embedded default set (:mod:`specjax.models.defaults`);
   text: the held-out split of the default corpus (the interpreter's stdlib,
   :mod:`specjax.data.corpus`), tokenized with the default tokenizer.
 * a directory -- Hugging Face checkpoints ``<dir>/target`` and ``<dir>/draft``
   (``config.json`` + ``model.safetensors`` [+ ``tokenizer.json``]).
-* ``"tiny"`` -- random small models (a target and a perturbed copy as draft)
-  and random token windows: for tests and for development without trained
-  models.  Not meaningful as language, only as shapes and code paths.
+* ``"tiny"`` -- random small models (:data:`TINY`: a target and a perturbed copy
+  as draft) and random token windows: for tests and for development without
+  trained models.  Not meaningful as language, only as shapes and code paths.
 
 Example::
 
@@ -34,19 +35,16 @@ Example::
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import os
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from experiments.model_sets import ModelSet, TinySpec, load_model_set
 from specjax.distributions import SamplingConfig, probs_from_logits
 from specjax.models.transformer import Model
-
-MODEL_SOURCES = ("default", "tiny")
 
 
 class Contexts(NamedTuple):
@@ -83,88 +81,21 @@ class Contexts(NamedTuple):
     return Contexts(*(None if a is None else a[:n] for a in self))
 
 
-@dataclasses.dataclass
-class ModelSet:
-  """A target, an optional draft, and where held-out text comes from.
-
-  Attributes:
-    target, target_params: the target model.
-    draft, draft_params: the draft model (None for none).
-    tokenizer: a ``tokenizers.Tokenizer`` (None for random "tiny" models).
-    source: "default", "tiny" or the checkpoint directory.
-  """
-
-  target: Model
-  target_params: object
-  draft: Model | None = None
-  draft_params: object = None
-  tokenizer: object = None
-  source: str = "default"
-
-  @property
-  def vocab_size(self) -> int:
-    return self.target.config.vocab_size
-
-
 # --- models --------------------------------------------------------------------------
 
-
-def tiny_models(vocab: int = 64, seed: int = 0, scale: float = 5.0, noise: float = 0.03
-                ) -> ModelSet:
-  """Random tiny target + draft (the target's params plus noise) over ``vocab`` tokens."""
-  from specjax.models.config import ModelConfig
-  cfg = ModelConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64,
-                    num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
-                    head_dim=16)
-  m = Model(cfg)
-
-  @jax.jit
-  def make(key):
-    kt, kd = jax.random.split(key)
-    tp = jax.tree.map(lambda x: x * scale if x.ndim > 1 else x, m.init_params(kt))
-    leaves, tree = jax.tree.flatten(tp)
-    keys = jax.random.split(kd, len(leaves))
-    dp = jax.tree.unflatten(tree, [l + noise * jax.random.normal(k, l.shape) if l.ndim > 1
-                                   else l for l, k in zip(leaves, keys)])
-    return tp, dp
-
-  tp, dp = make(jax.random.key(seed))
-  return ModelSet(m, tp, m, dp, None, "tiny")
+# The analyses' "tiny" set: 64 random token ids (no tokenizer), target matrices x5,
+# draft = target + 0.03 N(0, 1), both drawn in one jitted call from split(key(seed)).
+TINY = TinySpec(vocab_size=64, scale=5.0, draft_noise=0.03, eos_token_id=None, keys="split")
 
 
 def load_models(source: str = "default", *, with_draft: bool = True, seed: int = 0
                 ) -> ModelSet:
-  """Load a :class:`ModelSet`: ``"default"``, ``"tiny"`` or a checkpoint directory.
-
-  A directory must hold ``target/`` (and ``draft/`` when ``with_draft``) Hugging
-  Face checkpoints; the tokenizer is the first ``tokenizer.json`` found in
-  them, else the default tokenizer.
-  """
-  if source == "tiny":
-    ms = tiny_models(seed=seed)
-    if not with_draft:
-      ms.draft, ms.draft_params = None, None
-    return ms
-  if source == "default":
-    from specjax.models.defaults import default_tokenizer, load_default
-    target, tp = load_default("target")
-    draft, dp = load_default("draft") if with_draft else (None, None)
-    return ModelSet(target, tp, draft, dp, default_tokenizer(), "default")
-  if not os.path.isdir(source):
-    raise ValueError(f"model source {source!r} is neither one of {MODEL_SOURCES} nor a directory")
-  from specjax.models import hf
-  target, tp = hf.load_pretrained(os.path.join(source, "target"))
-  draft, dp = (hf.load_pretrained(os.path.join(source, "draft")) if with_draft else (None, None))
-  tok = None
-  for name in ("target", "draft"):
-    path = os.path.join(source, name, hf.TOKENIZER_FILE)
-    if os.path.isfile(path):
-      tok = hf.load_tokenizer(path)
-      break
-  if tok is None:
-    from specjax.models.defaults import default_tokenizer
-    tok = default_tokenizer()
-  return ModelSet(target, tp, draft, dp, tok, source)
+  """The analyses' :class:`~experiments.model_sets.ModelSet` (no EAGLE head):
+  ``"default"``, ``"tiny"`` (built by :data:`TINY`), a checkpoint pair directory
+  (``<dir>/target``, ``<dir>/draft``) or a real model -- one
+  :func:`experiments.model_sets.load_model_set` call."""
+  return load_model_set(source, draft="draft" if with_draft else "", eagle="", seed=seed,
+                        tiny=TINY)
 
 
 # --- text ----------------------------------------------------------------------------

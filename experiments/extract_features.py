@@ -54,9 +54,7 @@ def check_flags():
   return layers
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments {argv[1:]}")
+def main():
   layers = check_flags()
   from specjax.data import chat_tokenize, sharegpt
   from specjax.models import registry
@@ -86,5 +84,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  define_flags()
-  app.run(main)
+  from experiments import cli
+  cli.run_binary(main, define_flags=define_flags)

@@ -62,9 +62,7 @@ def check_flags():
                          f"parallelism only)")
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments {argv[1:]}")
+def main():
   check_flags()
   cli.initialize_distributed()  # before any JAX computation; a no-op for one process
   import jax
@@ -106,5 +104,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  define_flags()
-  app.run(main)
+  cli.run_binary(main, define_flags=define_flags)

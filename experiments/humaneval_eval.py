@@ -90,9 +90,7 @@ def summarize(records: list[dict]) -> list[dict]:
   return rows
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments {argv[1:]}")
+def main():
   temps = check_flags()
   import jax
 
@@ -150,5 +148,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  define_flags()
-  app.run(main)
+  from experiments import cli
+  cli.run_binary(main, define_flags=define_flags)

@@ -73,13 +73,12 @@ def ship(workdir: str, budget_mb: float = 60.0) -> str:
   return dst
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+def main():
   if not FLAGS.workdir:
     raise app.UsageError("--workdir is required")
   ship(os.path.expanduser(FLAGS.workdir), FLAGS.budget_mb)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  from experiments import cli
+  cli.run_binary(main)

@@ -1,11 +1,13 @@
-"""experiments/lossy_propositions.py end to end at a tiny setting (random tiny models)."""
+"""experiments/lossy_propositions.py (proposition_sweep + proposition_reports) end to end at a
+tiny setting (random tiny models)."""
 
 import json
 import os
 
 import numpy as np
 
-from experiments import lossy_propositions as lp
+from experiments import proposition_reports as reports
+from experiments import proposition_sweep as lp
 from experiments.configs import propositions as cfg_lib
 from experiments import contexts as ctx_lib
 
@@ -55,7 +57,7 @@ def test_binary_end_to_end_and_restart(tmp_path):
   keys = [r["key"] for r in records]
   assert len(keys) == len(set(keys))
   assert all(set(r) == {"key", "config", "result"} for r in records)  # experiments.sweep format
-  flat = lp.flatten(records)
+  flat = reports.flatten(records)
   parts = {(r["part"], r["source"]) for r in flat}
   for part in ("sd", "eagle", "truncation"):
     assert (part, "synthetic") in parts and (part, "real") in parts
@@ -87,8 +89,8 @@ def test_binary_end_to_end_and_restart(tmp_path):
   new = [r for r in records3 if r["key"] not in set(keys)]
   assert len(new) == 1 and new[0]["config"]["part"] == "mars"
   assert all(json.loads(l)["key"] for l in open(path).read().splitlines()[-1:])
-  assert "mars" in lp.summary_table(records3)
-  assert "| source |" in lp.markdown_tables(records)
+  assert "mars" in reports.summary_table(records3)
+  assert "| source |" in reports.markdown_tables(records)
 
 
 def test_parse_rule():

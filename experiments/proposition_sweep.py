@@ -1,0 +1,307 @@
+"""The lossy-verification propositions (SPEC §6, issue 7) as a resumable sweep: which
+configurations there are and how one is computed, on synthetic and real contexts.
+
+Parts (each on synthetic families and on real contexts of the default models):
+
+(a) ``sd``: standard SD with a truncation rule, ``KL(P_SD || p_A)`` vs t for
+    ``q_t = (1 - t) p + t u`` and for q interpolated from the real draft
+    towards p (``family`` "uniform" / "draft") -- tends to 0 as t -> 0.
+(b) ``eagle``: deterministic top-k drafts, ``KL(P_EAGLE || p_A)`` vs t,
+    tending to ``E[log(Z_A / p(argmax))] > 0`` (recorded as ``limit``).
+(c) ``truncation``: acceptance rate and block efficiency for (p, q), (p_A, q),
+    (p_A, q_A) and the hard gate, across p_base (min-p) and eta sweeps, with
+    the sign of the change in block efficiency.
+(d) ``mars``: ``KL(P_MARS || p)`` vs theta (sampled and greedy top-1 drafts)
+    and the share of strict rejections in ``r > theta``.
+    ``margins``: logit- vs probability-ratio statistics
+    (:mod:`specjax.analysis.margins`).
+
+:func:`run` writes ``<output_dir>/records.jsonl`` -- one JSON line per
+configuration ``{"key", "config", "result"}`` written by the generic resumable
+runner :mod:`experiments.sweep` (atomic append; a restart skips configurations
+whose key is already there -- the key includes a hash of the settings that
+produce it; non-finite floats are stored as ``null``, i.e. ``KL = +inf``
+appears as ``null``) -- and rebuilds the figures of
+:mod:`experiments.proposition_reports` from the records.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+
+from absl import logging
+
+RECORDS = "records.jsonl"
+
+
+# --- records -------------------------------------------------------------------------
+
+
+def settings_hash(settings: dict) -> str:
+  return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()
+                        ).hexdigest()[:10]
+
+
+def parse_rule(spec: str):
+  """``"name:k=v,k=v"`` -> (canonical spec, NodeRule).  Values: int, float, bool, None or str."""
+  from specjax import verifiers
+  name, _, rest = spec.partition(":")
+  kw = {}
+  for item in filter(None, (s.strip() for s in rest.split(","))):
+    k, _, v = item.partition("=")
+    v = v.strip()
+    if v in ("True", "False", "true", "false"):
+      val = v.lower() == "true"
+    elif v in ("None", "none"):
+      val = None
+    else:
+      try:
+        val = int(v)
+      except ValueError:
+        try:
+          val = float(v)
+        except ValueError:
+          val = v
+    kw[k.strip()] = val
+  rule = verifiers.get(name.strip(), **kw)
+  canon = name.strip() + (":" + ",".join(f"{k}={kw[k]}" for k in sorted(kw)) if kw else "")
+  return canon, rule
+
+
+# --- contexts ------------------------------------------------------------------------
+
+
+class Sources:
+  """Lazily built context sets: ``"synthetic"`` (Dirichlet p), ``"synthetic_logits"``
+  (Gaussian logits with an LM-like offset, for MARS) and ``"real"``."""
+
+  def __init__(self, c, models: str):
+    self.c = c
+    self.models = models
+    self._cache = {}
+
+  def settings(self, source: str) -> dict:
+    c = self.c
+    if source == "real":
+      return {"models": self.models, **{k: c.real[k] for k in
+              ("num_positions", "seq_len", "min_position", "temperature",
+               "draft_temperature", "sd_contexts")}, "seed": c.seed}
+    return {"seed": c.seed, **c.synthetic.to_dict(), "family": source}
+
+  def get(self, source: str):
+    """``(z, p, q, q_sd_slice)``: arrays [B, V] and the number of contexts for V^2 work."""
+    if source in self._cache:
+      return self._cache[source]
+    import jax
+    import jax.numpy as jnp
+    from specjax.analysis import propositions as props
+    c = self.c
+    s = c.synthetic
+    if source == "synthetic":
+      kp, kq = jax.random.split(jax.random.key(c.seed))
+      z, p = props.dirichlet_contexts(kp, s.num_contexts, s.vocab, s.concentration)
+      q = jax.nn.softmax(z + s.draft_noise * jax.random.normal(kq, z.shape), axis=-1)
+      out = (z, p, q, s.num_contexts)
+    elif source == "synthetic_logits":
+      kp, kq = jax.random.split(jax.random.key(c.seed + 1))
+      z, p = props.gaussian_logit_contexts(kp, s.num_contexts, s.vocab, scale=s.logit_scale,
+                                           shift=s.logit_shift)
+      q = jax.nn.softmax(z + s.draft_noise * jax.random.normal(kq, z.shape), axis=-1)
+      out = (z, p, q, s.num_contexts)
+    elif source == "real":
+      from experiments import contexts as ctx_lib
+      t0 = time.time()
+      ms = ctx_lib.load_models(self.models, seed=c.seed)
+      r = c.real
+      ctx = ctx_lib.extract_contexts(
+          ms, num_positions=r.num_positions, seq_len=r.seq_len, min_position=r.min_position,
+          temperature=r.temperature, draft_temperature=r.draft_temperature,
+          batch_size=r.batch_size, seed=c.seed, cache_dir=r.cache_dir)
+      logging.info("real contexts: %d positions, V=%d (%.1fs)", ctx.num, ctx.vocab_size,
+                   time.time() - t0)
+      self._cache["real_contexts"] = ctx
+      out = (jnp.asarray(ctx.z), jnp.asarray(ctx.p), jnp.asarray(ctx.q),
+             min(r.sd_contexts, ctx.num))
+    else:
+      raise ValueError(source)
+    self._cache[source] = out
+    return out
+
+  def real_contexts(self):
+    self.get("real")
+    return self._cache["real_contexts"]
+
+
+# --- configurations ------------------------------------------------------------------
+
+
+def _mean(x):
+  import numpy as np
+  x = np.asarray(x, np.float64)
+  return [float(v) for v in x.mean(axis=-1)] if x.ndim > 1 else float(x.mean())
+
+
+def _median(x):
+  import numpy as np
+  return [float(v) for v in np.median(np.asarray(x, np.float64), axis=-1)]
+
+
+def plan(c, models: str, sources: Sources) -> list[dict]:
+  """All configurations: dicts with ``key``, ``part``, ``source`` and their parameters."""
+  out = []
+  srcs = [s for s in c.sources if not (s == "real" and models == "none")]
+  common = {"ts": list(c.ts), "chunk_size": c.chunk_size}
+
+  def add(part, source, settings, **params):
+    st = {"source": sources.settings(source), **settings}
+    h = settings_hash(st)
+    name = "|".join([part, source] + [f"{k}={params[k]}" for k in sorted(params)])
+    out.append({"key": f"{name}|{h}", "part": part, "source": source, **params})
+
+  for src in srcs:
+    base_src = "synthetic" if src == "synthetic" else "real"
+    families = ("uniform",) if src == "synthetic" else ("uniform", "draft")
+    for spec in c.rules:
+      canon, _ = parse_rule(spec)
+      for fam in families:
+        if "sd" in c.parts:
+          add("sd", base_src, common, rule=canon, family=fam)
+        if "eagle" in c.parts:
+          for k in c.eagle_top_k:
+            add("eagle", base_src, {"ts": list(c.ts)}, rule=canon, family=fam, top_k=int(k))
+    if "truncation" in c.parts:
+      if src == "synthetic":
+        fams = ("noisy",)
+      else:
+        fams = ("draft",)
+      for fam in fams:
+        add("truncation", base_src, {"values": list(c.p_base_values), "gamma": c.gamma},
+            kind="min_p", family=fam)
+        add("truncation", base_src, {"values": list(c.eta_values), "gamma": c.gamma},
+            kind="eta", family=fam)
+    mars_src = "synthetic_logits" if src == "synthetic" else "real"
+    if "mars" in c.parts:
+      for d in c.mars_drafts:
+        add("mars", mars_src, {"thetas": list(c.thetas), "chunk_size": c.chunk_size}, draft=d)
+    if "margins" in c.parts:
+      add("margins", mars_src, {"thetas": list(c.thetas), "theta": c.theta})
+  return out
+
+
+def run_config(cfg: dict, c, sources: Sources, output_dir: str) -> dict:
+  """Compute one configuration's record."""
+  import jax.numpy as jnp
+  import numpy as np
+  from specjax.analysis import divergences as dv
+  from specjax.analysis import propositions as props
+
+  z, p, q, n_sd = sources.get(cfg["source"])
+  part = cfg["part"]
+  rec = {k: v for k, v in cfg.items()}
+  rec["models"] = sources.models if cfg["source"] == "real" else "synthetic"
+  rec["vocab"] = int(z.shape[-1])
+  cb = c.context_batch
+
+  if part in ("sd", "eagle"):
+    _, rule = parse_rule(cfg["rule"])
+    q_ref = props.uniform_like(p) if cfg["family"] == "uniform" else q
+    if part == "sd":
+      zz, pp, qq = z[:n_sd], p[:n_sd], q_ref[:n_sd]
+      curve = props.sd_kl_curve(rule, zz, pp, qq, list(c.ts), chunk_size=c.chunk_size,
+                                context_batch=cb)
+    else:
+      zz, pp, qq = z, p, q_ref
+      curve = props.eagle_kl_curve(rule, zz, pp, qq, list(c.ts), top_k=cfg["top_k"],
+                                   context_batch=cb)
+    mask = dv.matched_allowed_set(rule, pp)
+    limit = props.eagle_kl_limit(pp, mask)
+    rec.update(n=int(zz.shape[0]), ts=[float(t) for t in curve.ts],
+               kl_mean=_mean(curve.kl), kl_median=_median(curve.kl),
+               kl_reverse_mean=_mean(curve.kl_reverse), tv_mean=_mean(curve.tv),
+               accept_mean=_mean(curve.accept_rate), limit=float(jnp.mean(limit)),
+               allowed_size_mean=float(jnp.mean(jnp.sum(mask, -1))),
+               allowed_mass_mean=float(jnp.mean(dv.allowed_mass(pp, mask))))
+  elif part == "truncation":
+    values = list(c.p_base_values if cfg["kind"] == "min_p" else c.eta_values)
+    sw = props.truncation_sweep(p, q, cfg["kind"], values, gamma=c.gamma)
+    d_paq = np.asarray(sw.delta_be_paq)
+    d_paqa = np.asarray(sw.delta_be_paqa)
+    rec.update(n=int(p.shape[0]), values=values, gamma=c.gamma,
+               alpha_pq=_mean(sw.alpha_pq), alpha_paq=_mean(sw.alpha_paq),
+               alpha_paqa=_mean(sw.alpha_paqa), alpha_gate=_mean(sw.alpha_gate),
+               be_pq=float(sw.be_pq), be_paq=[float(x) for x in sw.be_paq],
+               be_paqa=[float(x) for x in sw.be_paqa], be_gate=[float(x) for x in sw.be_gate],
+               delta_be_paq=d_paq.tolist(), delta_be_paqa=d_paqa.tolist(),
+               delta_be_gate=(np.asarray(sw.be_gate) - float(sw.be_pq)).tolist(),
+               sign_delta_be_paq=np.sign(d_paq).astype(int).tolist(),
+               sign_delta_be_paqa=np.sign(d_paqa).astype(int).tolist())
+  elif part == "mars":
+    if cfg["draft"] == "sampled":
+      zz, pp, qq = z[:n_sd], p[:n_sd], q[:n_sd]
+      sw = props.mars_sweep(zz, pp, qq, list(c.thetas), draft="sampled",
+                            chunk_size=c.chunk_size, context_batch=cb)
+    else:
+      zz, pp, qq = z, p, q
+      sw = props.mars_sweep(zz, pp, qq, list(c.thetas), draft="topk", top_k=1,
+                            context_batch=cb)
+    from specjax.analysis.induced import induced_parts
+    from specjax.verifiers import Lossless
+    kw = (dict(draft="sampled", chunk_size=c.chunk_size) if cfg["draft"] == "sampled"
+          else dict(draft="topk", top_k=1))
+    base = induced_parts(Lossless(), zz, pp, qq, context_batch=cb, **kw)
+    rec.update(n=int(zz.shape[0]), thetas=[float(t) for t in sw.thetas],
+               kl_mean=_mean(sw.kl), kl_median=_median(sw.kl), tv_mean=_mean(sw.tv),
+               accept_mean=_mean(sw.accept_rate), relaxed_mean=_mean(sw.relaxed_rate),
+               active_frac=_mean(sw.active.astype(jnp.float32)),
+               strict_reject_mean=float(jnp.mean(sw.strict_reject)),
+               reject_share=[float(x) for x in sw.reject_share],
+               reject_given_active=[float(x) for x in sw.reject_given_active],
+               lossless_accept_mean=float(jnp.mean(base.accept_rate)))
+  elif part == "margins":
+    from specjax.analysis import margins as mg
+    temp = c.real.temperature if cfg["source"] == "real" else 1.0
+    zn, pn, qn = np.asarray(z), np.asarray(p), np.asarray(q)
+    rec["summary"] = mg.margin_summary(zn, q=qn, p=pn, temperature=temp, thetas=list(c.thetas),
+                                       theta=c.theta)
+    rec["n"] = int(zn.shape[0])
+    if c.figures:  # the scatter needs the raw logits, so it is drawn now
+      import matplotlib.pyplot as plt
+      fig = mg.plot_ratio_scatter(zn, theta=c.theta, draft_token=qn.argmax(-1),
+                                  title=f"z2 vs z1 ({cfg['source']})")
+      fig.savefig(os.path.join(output_dir, f"margins_scatter_{cfg['source']}.png"), dpi=110)
+      plt.close(fig)
+  else:
+    raise ValueError(part)
+  return rec
+
+
+# --- the sweep -----------------------------------------------------------------------
+
+
+def run(c, output_dir: str, models: str) -> list[dict]:
+  """Run every configuration not yet in ``<output_dir>/records.jsonl``; return all records.
+
+  Uses :func:`experiments.sweep.run_sweep`; returns the sweep records
+  (``{"key", "config", "result"}``) of this run's plan.
+  """
+  from experiments import sweep
+  os.makedirs(output_dir, exist_ok=True)
+  path = os.path.join(output_dir, RECORDS)
+  sources = Sources(c, models)
+  todo = plan(c, models, sources)
+
+  def evaluate(cfg):
+    t0 = time.time()
+    rec = run_config(cfg, c, sources, output_dir)
+    logging.info("done %s (%.1fs)", cfg["key"], time.time() - t0)
+    return {k: v for k, v in rec.items() if k not in cfg}
+
+  records = sweep.run_sweep(todo, evaluate, path, desc="propositions", progress=c.progress)
+  if c.figures:
+    from experiments.proposition_reports import make_figures
+    for f in make_figures(records, output_dir):
+      logging.info("figure %s", f)
+  return records
