@@ -20,13 +20,20 @@ def tiny_pair(vocab: int = 32, eos: int | None = None, scale: float = 6.0, noise
   cfg = ModelConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64,
                     num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                     head_dim=8, eos_token_id=eos)
+  target, tp, dp = noisy_pair(cfg, seed, noise, scale)
+  return target, tp, Model(cfg), dp
+
+
+def noisy_pair(cfg: ModelConfig, seed: int = 0, noise: float = 0.02, scale: float = 6.0):
+  """``(Model(cfg), target params, draft params)``: draft = target + noise, kernels
+  scaled by ``scale`` so next-token distributions are peaked."""
   target = Model(cfg)
   tp = scaled_params(target, seed, scale)
   leaves, tree = jax.tree.flatten(tp)
   keys = jax.random.split(jax.random.key(seed + 100), len(leaves))
   dp = jax.tree.unflatten(tree, [l + noise * scale * jax.random.normal(k, l.shape)
                                  if l.ndim > 1 else l for l, k in zip(leaves, keys)])
-  return target, tp, Model(cfg), dp
+  return target, tp, dp
 
 
 def independent_draft(vocab: int = 32, eos: int | None = None, seed: int = 7):

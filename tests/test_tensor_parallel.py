@@ -23,7 +23,7 @@ from specjax.distributions import SamplingConfig
 from specjax.models import sharding
 from specjax.models.config import ModelConfig
 from specjax.models.transformer import Model
-from tests.helpers import scaled_params
+from tests.helpers import noisy_pair
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GREEDY = SamplingConfig(temperature=0.0)
@@ -36,13 +36,7 @@ SMOLLM2_135M = ModelConfig(vocab_size=49152, hidden_size=576, intermediate_size=
 def _pair(cfg: ModelConfig, seed: int = 0, noise: float = 0.02, scale: float = 6.0):
   """Target and draft of one architecture (draft = target + noise), peaked enough
   that TP's reordered float sums cannot flip a token."""
-  target = Model(cfg)
-  tp = scaled_params(target, seed, scale)
-  leaves, tree = jax.tree.flatten(tp)
-  keys = jax.random.split(jax.random.key(seed + 100), len(leaves))
-  dp = jax.tree.unflatten(tree, [l + noise * scale * jax.random.normal(k, l.shape)
-                                 if l.ndim > 1 else l for l, k in zip(leaves, keys)])
-  return target, tp, dp
+  return noisy_pair(cfg, seed, noise, scale)
 
 
 # 4 heads / 2 KV heads: on model=4 the KV heads do not divide (replicated), on 2 they do.
