@@ -167,7 +167,8 @@ def build(m: Method, ms, eagle_params, temperature: float):
   rule = m.verifier_rule()
   verifier, target_samp = rule, samp
   if m.baseline:
-    verifier, target_samp = matched_baseline(rule, samp)
+    base = matched_baseline(rule, samp)
+    verifier, target_samp = base.verifier, base.sampling
   s = dict(m.drafter_settings)
   if m.drafter == "draft_chain":
     return LMDrafter(s["k"], samp, ms.draft), ms.draft_params, verifier, target_samp

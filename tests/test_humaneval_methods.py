@@ -152,3 +152,21 @@ def test_bad_methods_flag_fails_before_loading():
   assert out.returncode != 0
   assert "--methods=target,eagle3_chain:nosuch" in out.stderr and "available:" in out.stderr
   assert "methods:" not in out.stdout  # nothing loaded
+
+
+def test_build_gives_the_rule_and_its_matched_baseline():
+  """draft_chain methods on a random pair: the rule verifies with itself under plain
+  sampling; its baseline verifies losslessly under the min-p processor."""
+  import types
+
+  from experiments.humaneval_methods import build
+  from specjax.verifiers import Lossless, SpecCascade
+  from tests.helpers import tiny_pair
+  _, _, draft, dp = tiny_pair()
+  ms = types.SimpleNamespace(draft=draft, draft_params=dp)
+  rule = parse_method("draft_chain:spec_cascade:p_base=0.3", k=3)
+  _, _, v, samp = build(rule, ms, None, 1.0)
+  assert isinstance(v, SpecCascade) and samp.min_p == 0.0 and samp.temperature == 1.0
+  drafter, params, v, samp = build(parse_method("baseline:" + rule.spec, k=3), ms, None, 1.0)
+  assert isinstance(v, Lossless) and samp.min_p == 0.3 and samp.temperature == 1.0
+  assert drafter.num_draft == 3 and params is dp
