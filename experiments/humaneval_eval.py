@@ -5,12 +5,11 @@ r"""HumanEval pass@1 of a real model's generations, checked in the sandbox: targ
     python -m experiments.humaneval_eval                         # greedy, chat prompts
     python -m experiments.humaneval_eval --temperatures=0,1 --samples=3 --limit=40
     # Revisiting Lossy Verification, Tables 2/3 pattern (typical vs eta, SpecCascade vs
-    # min-p; chains vs trees), pass@1 as the quality:
-    python -m experiments.humaneval_eval --temperatures=0,1 --samples=3 \
-        --methods=eagle3_chain:lossless,eagle3_tree:lossless,eagle3_chain:mars:theta=0.9,\
-eagle3_chain:typical:eps=0.09,eagle3_tree:typical:eps=0.09,\
-eagle3_chain:spec_cascade:p_base=0.3,eagle3_tree:spec_cascade:p_base=0.3,\
-draft_chain:spec_cascade:p_base=0.3
+    # min-p; chains vs trees) with pass@1 as the quality; target-only records resume:
+    M=eagle3_chain:lossless,eagle3_tree:lossless,eagle3_chain:mars:theta=0.9
+    M=$M,eagle3_chain:typical:eps=0.09,eagle3_tree:typical:eps=0.09
+    M=$M,eagle3_chain:spec_cascade:p_base=0.3,eagle3_tree:spec_cascade:p_base=0.3
+    python -m experiments.humaneval_eval --temperatures=0,1 --samples=3 --methods=$M
 
 ``--methods`` (syntax in :mod:`experiments.humaneval_methods`): ``target``
 (target-only ``generate()``, always run: it is every method's reference),

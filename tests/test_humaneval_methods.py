@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from experiments.humaneval_eval import batch_configs
-from experiments.humaneval_methods import Method, parse_method, parse_methods
+from experiments.humaneval_methods import parse_method, parse_methods
 from experiments.humaneval_summary import markdown, paired_difference, summarize
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
