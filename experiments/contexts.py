@@ -25,6 +25,14 @@ Models come from :func:`load_models`, the one loader
 * ``"tiny"`` -- random small models (:data:`TINY`: a target and a perturbed copy
   as draft) and random token windows: for tests and for development without
   trained models.  Not meaningful as language, only as shapes and code paths.
+* a real chat model (``"smollm2-135m-instruct"``: the registry target and its
+  shipped distilled draft LM) -- text: held-out ShareGPT conversations
+  (:mod:`specjax.data.sharegpt`, the split the draft never trained on), the
+  first ``num_windows`` in file order, rendered with the model's chat template
+  and teacher-forced (:func:`heldout_chat_windows`); only *assistant positions*
+  are sampled -- positions whose next token is assistant content or its
+  end-of-turn marker (:mod:`specjax.data.chat_tokenize`'s loss mask), i.e. where
+  the target would be generating.
 
 Example::
 
@@ -127,11 +135,59 @@ def random_windows(vocab: int, num_windows: int, seq_len: int, seed: int = 0) ->
   return np.random.RandomState(seed).randint(0, vocab, (num_windows, seq_len)).astype(np.int32)
 
 
+def chat_windows(tokenizer, template, conversations, num_windows: int, seq_len: int, *,
+                 pad_id: int = 0) -> tuple[np.ndarray, np.ndarray]:
+  """``(windows [W, seq_len] int32, eligible [W, seq_len] bool)`` from conversations.
+
+  Each conversation (``.messages``; :class:`specjax.data.sharegpt.Conversation`)
+  is rendered with ``template`` and tokenized (:func:`specjax.data.chat_tokenize.tokenize_chat`,
+  cut at ``seq_len`` tokens, padded with ``pad_id`` -- padding comes after the
+  text, so causal attention never sees it).  ``eligible[w, i]`` is True iff token
+  ``i + 1`` is assistant content (or its end-of-turn marker): position ``i`` is
+  one where the model generates.  Conversations without such a position are
+  skipped; ``W <= num_windows``.
+  """
+  from specjax.data.chat_tokenize import tokenize_chat
+  windows, eligible = [], []
+  for conv in conversations:
+    if len(windows) >= num_windows:
+      break
+    tc = tokenize_chat(tokenizer, template, list(conv.messages), max_len=seq_len)
+    n = len(tc.ids)
+    ok = np.zeros(seq_len, bool)
+    ok[:n - 1] = tc.loss_mask[1:n].astype(bool)
+    if not ok.any():
+      continue
+    ids = np.full(seq_len, pad_id, np.int32)
+    ids[:n] = tc.ids
+    windows.append(ids)
+    eligible.append(ok)
+  if not windows:
+    raise ValueError("no conversation has an assistant position within seq_len tokens")
+  return np.stack(windows), np.stack(eligible)
+
+
+def heldout_chat_windows(models: ModelSet, num_windows: int, seq_len: int, *,
+                         sharegpt_path: str | None = None, heldout_fraction: float = 0.05,
+                         split_seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+  """:func:`chat_windows` over the held-out ShareGPT split (first ``num_windows`` usable
+  conversations in file order: deterministic), in ``models``' chat template."""
+  from specjax.data import sharegpt
+  convs = sharegpt.iter_conversations(sharegpt_path, split="heldout",
+                                      heldout_fraction=heldout_fraction, split_seed=split_seed)
+  pad = int(models.target.config.eos_token_id or 0)
+  return chat_windows(models.tokenizer, models.chat_template, convs, num_windows, seq_len,
+                      pad_id=pad)
+
+
 def model_windows(models: ModelSet, num_windows: int, seq_len: int, seed: int = 0,
                   **heldout_kwargs) -> np.ndarray:
-  """Held-out windows for a model set with a tokenizer, random ones otherwise."""
+  """Held-out windows for a model set with a tokenizer, random ones otherwise (a chat
+  model: :func:`heldout_chat_windows`' windows; its assistant mask is dropped here)."""
   if models.tokenizer is None:
     return random_windows(models.vocab_size, num_windows, seq_len, seed)
+  if models.is_chat:
+    return heldout_chat_windows(models, num_windows, seq_len, **heldout_kwargs)[0]
   return heldout_windows(models.tokenizer, num_windows, seq_len, **heldout_kwargs)
 
 
@@ -173,17 +229,22 @@ def window_logits(model: Model, params, windows: np.ndarray, rows: np.ndarray,
 
 
 def sample_positions(num_windows: int, seq_len: int, num_positions: int, *,
-                     min_position: int = 8, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+                     min_position: int = 8, seed: int = 0, eligible: np.ndarray | None = None
+                     ) -> tuple[np.ndarray, np.ndarray]:
   """``(rows, cols)`` of up to ``num_positions`` distinct (window, position) pairs.
 
   Positions ``< min_position`` (short prefixes) are skipped and the last one is
-  excluded (it has no next token in the window).  A uniform sample without
-  replacement, in random order, so a prefix ``[:n]`` is itself a uniform sample.
+  excluded (it has no next token in the window); with ``eligible [W, S]`` only
+  positions where it is True are used.  A uniform sample without replacement,
+  in random order, so a prefix ``[:n]`` is itself a uniform sample.
   """
   lo = min(max(0, min_position), seq_len - 2)
   cols = np.arange(lo, seq_len - 1)
   grid_r, grid_c = np.meshgrid(np.arange(num_windows), cols, indexing="ij")
   grid_r, grid_c = grid_r.reshape(-1), grid_c.reshape(-1)
+  if eligible is not None:
+    keep = np.asarray(eligible, bool)[grid_r, grid_c]
+    grid_r, grid_c = grid_r[keep], grid_c[keep]
   n = min(num_positions, len(grid_r))
   pick = np.random.RandomState(seed).permutation(len(grid_r))[:n]
   return grid_r[pick].astype(np.int32), grid_c[pick].astype(np.int32)
@@ -191,7 +252,7 @@ def sample_positions(num_windows: int, seq_len: int, num_positions: int, *,
 
 def extract_contexts(models: ModelSet, *, num_positions: int = 1000, seq_len: int = 128,
                      num_windows: int | None = None, windows: np.ndarray | None = None,
-                     temperature: float = 1.0, draft_temperature: float | None = None,
+                     eligible: np.ndarray | None = None, temperature: float = 1.0, draft_temperature: float | None = None,
                      target_sampling: SamplingConfig | None = None,
                      draft_sampling: SamplingConfig | None = None, min_position: int = 8,
                      batch_size: int = 8, seed: int = 0, **heldout_kwargs) -> Contexts:
@@ -204,13 +265,16 @@ def extract_contexts(models: ModelSet, *, num_positions: int = 1000, seq_len: in
     num_windows: windows to read; default enough for ``num_positions`` at
       about 8 positions per window (spread over the held-out text).
     windows: explicit ``[W, S]`` token windows (overrides the corpus).
+    eligible: ``[W, S]`` bool, the positions that may be sampled (default all; a
+      chat model's held-out windows bring their assistant positions).
     temperature: target temperature for p (ignored if ``target_sampling`` given).
     draft_temperature: draft temperature for q (default ``temperature``).
     target_sampling, draft_sampling: full :class:`SamplingConfig` (processors).
     min_position: shortest prefix used.
     batch_size: windows per forward pass.
     seed: position sampling seed (and random windows for tiny models).
-    **heldout_kwargs: passed to :func:`heldout_windows` (``corpus_root``, ``cache_dir``, ...).
+    **heldout_kwargs: passed to :func:`heldout_windows` (``corpus_root``, ``cache_dir``, ...)
+      or, for a chat model, :func:`heldout_chat_windows` (``sharegpt_path``, ...).
   """
   if target_sampling is None:
     target_sampling = SamplingConfig(temperature=temperature)
@@ -220,10 +284,15 @@ def extract_contexts(models: ModelSet, *, num_positions: int = 1000, seq_len: in
   if windows is None:
     if num_windows is None:
       num_windows = max(1, -(-num_positions // 8))
-    windows = model_windows(models, num_windows, seq_len, seed=seed, **heldout_kwargs)
+    if models.is_chat:
+      heldout_kwargs.pop("cache_dir", None)  # BPE-corpus cache; not used by chat text
+      windows, eligible = heldout_chat_windows(models, num_windows, seq_len, **heldout_kwargs)
+    else:
+      windows = model_windows(models, num_windows, seq_len, seed=seed, **heldout_kwargs)
   windows = np.asarray(windows, np.int32)
   w, s = windows.shape
-  rows, cols = sample_positions(w, s, num_positions, min_position=min_position, seed=seed)
+  rows, cols = sample_positions(w, s, num_positions, min_position=min_position, seed=seed,
+                                eligible=eligible)
   z = window_logits(models.target, models.target_params, windows, rows, cols, batch_size)
   p = np.asarray(probs_from_logits(jnp.asarray(z), target_sampling))
   q = zq = None

@@ -3,9 +3,13 @@ r"""Lossy-verification propositions (SPEC §6, issue 7), on synthetic and real c
   python -m experiments.lossy_propositions --config=experiments/configs/propositions.py \
       [--output_dir=/tmp/props] [--checkpoint_dir=DIR_WITH_target_AND_draft]
   python -m experiments.lossy_propositions --config=experiments/configs/propositions.py:tiny
+  python -m experiments.lossy_propositions --config=experiments/configs/propositions.py:smollm2
 
-Parts (a) ``sd``, (b) ``eagle``, (c) ``truncation``, (d) ``mars`` and ``margins``,
-each on synthetic families and on real contexts of the default models: see
+Parts (a) ``sd``, (b) ``eagle``, (c) ``truncation`` and ``alignment``, (d) ``mars`` and
+``margins``; the ``smollm2`` config runs them on SmolLM2-135M-Instruct's real logits
+(held-out ShareGPT chats) and writes its figures to ``docs/figures/*_smollm2.png``.
+
+Each part runs on synthetic families and on real contexts: see
 :mod:`experiments.proposition_sweep` (configurations and their computation);
 :mod:`experiments.proposition_reports` draws the figures and writes the tables.
 
@@ -15,7 +19,7 @@ runner :mod:`experiments.sweep` (atomic append; a restart skips configurations
 whose key is already there -- the key includes a hash of the settings that
 produce it; non-finite floats are stored as ``null``, i.e. ``KL = +inf``
 appears as ``null``); PNG figures rebuilt from the records each run;
-``tables.md`` (markdown tables); a summary table on stdout.
+``tables.md`` (markdown tables, and the wall time per part); a summary table on stdout.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import os
 from absl import flags
 
 from experiments import cli
-from experiments.proposition_reports import markdown_tables, summary_table
+from experiments.proposition_reports import markdown_tables, summary_table, timing_table
 from experiments.proposition_sweep import RECORDS, run
 
 _CONFIG = None  # defined in __main__ only: importing this module defines no flags
@@ -39,7 +43,9 @@ def main():
   models = _CHECKPOINT_DIR.value or c.models
   records = run(c, output_dir, models)
   print(summary_table(records, c.theta))
-  md = markdown_tables(records)
+  timing = timing_table(records)
+  print("\n" + timing)
+  md = markdown_tables(records) + "\n" + timing
   with open(os.path.join(output_dir, "tables.md"), "w") as f:
     f.write(md)
   print(f"\nrecords: {os.path.join(output_dir, RECORDS)}")

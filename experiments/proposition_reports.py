@@ -39,16 +39,20 @@ def _latest(records):
   return list(out.values())
 
 
-def make_figures(records: list[dict], output_dir: str) -> list[str]:
-  """PNG figures from the records; returns the written paths."""
+def make_figures(records: list[dict], output_dir: str, path_of=None) -> list[str]:
+  """PNG figures from the records; returns the written paths.
+
+  ``path_of(name) -> path`` places each figure (default ``<output_dir>/<name>``).
+  """
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
   from specjax.analysis import margins as mg
   written = []
+  path_of = path_of or (lambda name: os.path.join(output_dir, name))
 
   def save(fig, name):
-    path = os.path.join(output_dir, name)
+    path = path_of(name)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     written.append(path)
@@ -105,6 +109,25 @@ def make_figures(records: list[dict], output_dir: str) -> list[str]:
       fig.tight_layout()
       save(fig, f"truncation_be_{source}.png")
 
+    al = sorted((r for r in recs if r["part"] == "alignment" and r["source"] == source),
+                key=lambda r: (r["kind"], not r["truncate_draft"]))
+    if al:
+      fig, axes = plt.subplots(1, len(al), figsize=(4.4 * len(al), 3.8), squeeze=False)
+      for ax, r in zip(axes[0], al):
+        for i, v in enumerate(r["values"]):
+          ax.plot(r["rhos"], [row[i] for row in r["delta_be"]], "o-", ms=3,
+                  label=("p_base" if r["kind"] == "min_p" else "eps") + f"={v:g}")
+        ax.axhline(0.0, color="k", lw=0.8)
+        ax.set_xlabel("alignment ratio rho  (q = rho p + (1-rho) q_draft)")
+        ax.set_ylabel(f"net Delta BE (gamma={r['gamma']})")
+        pair = "(p_A, q_A)" if r["truncate_draft"] else "(p_A, q)"
+        ax.set_title(f"{r['kind']} {pair}; alpha(p,q): {r['alpha_pq'][0]:.2f}"
+                     f"->{r['alpha_pq'][-1]:.2f}", fontsize=8)
+        ax.legend(fontsize=6)
+      fig.suptitle(f"Truncation: net block-efficiency change vs draft-target alignment ({source})")
+      fig.tight_layout()
+      save(fig, f"alignment_be_{source}.png")
+
   for source in ("synthetic_logits", "real"):
     ms = [r for r in recs if r["part"] == "mars" and r["source"] == source]
     if ms:
@@ -146,6 +169,11 @@ def summary_table(records: list[dict], theta: float = 0.9) -> str:
       res = (f"KL(t={r['ts'][0]:g})={kl_s(r['kl_mean'][0])} "
              f"KL(t={r['ts'][-1]:g})={kl_s(r['kl_mean'][-1])} "
              f"TV(t={r['ts'][-1]:g})={r['tv_mean'][-1]:.4f} eagle_limit={r['limit']:.4f}")
+    elif part == "alignment":
+      pair = "(pA,qA)" if r["truncate_draft"] else "(pA,q)"
+      cfg = f"{r['kind']} {pair} rho={r['rhos'][0]:g}..{r['rhos'][-1]:g}"
+      res = (f"dBE(rho={r['rhos'][0]:g})={[round(x, 3) for x in r['delta_be'][0]]} "
+             f"dBE(rho={r['rhos'][-1]:g})={[round(x, 3) for x in r['delta_be'][-1]]}")
     elif part == "truncation":
       cfg = f"{r['kind']} {r['values']}"
       res = (f"BE(p,q)={r['be_pq']:.3f} dBE(pA,q)={[round(x, 3) for x in r['delta_be_paq']]} "
@@ -207,6 +235,17 @@ def markdown_tables(records: list[dict]) -> str:
           f"{r['be_pq']:.3f}",
           *(f"{r[k][i]:+.3f}" for k in ("delta_be_paq", "delta_be_paqa", "delta_be_gate"))]
          for r in tr for i, v in enumerate(r["values"])))
+  al = sorted((r for r in recs if r["part"] == "alignment"),
+              key=lambda r: (r["source"], r["kind"], not r["truncate_draft"]))
+  if al:
+    out += _table(
+        ["source", "kind", "pair", "value", "rho", "alpha(p,q)", "alpha trunc", "gain",
+         "loss", "BE(p,q)", "net dBE"],
+        ([r["source"], r["kind"], "(p_A, q_A)" if r["truncate_draft"] else "(p_A, q)", f"{v:g}",
+          f"{rho:g}", f"{r['alpha_pq'][j]:.3f}", f"{r['alpha_trunc'][j][i]:.3f}",
+          f"{r['gain'][j][i]:.3f}", f"{r['loss'][j][i]:.3f}", f"{r['be_pq'][j]:.3f}",
+          f"{r['delta_be'][j][i]:+.3f}"]
+         for r in al for j, rho in enumerate(r["rhos"]) for i, v in enumerate(r["values"])))
   ms = sorted((r for r in recs if r["part"] == "mars"), key=lambda r: (r["source"], r["draft"]))
   if ms:
     out += _table(
@@ -236,3 +275,25 @@ def markdown_tables(records: list[dict]) -> str:
          "greedy rejections in r > theta", "rescued by MARS",
          "sampled rejection mass in r > theta"], map(row, mg_recs))
   return "\n".join(out)
+
+
+def timing_table(records: list[dict]) -> str:
+  """Markdown table of the time per part and source: wall seconds and process CPU
+  seconds (all threads; on a shared machine the CPU time is the load-independent
+  number).  Building a context set is counted in its first configuration and shown
+  apart."""
+  keys = ("seconds", "contexts_seconds", "cpu_seconds", "contexts_cpu_seconds")
+  acc = {}
+  for r in _latest(records):
+    k = (r["part"], r["source"])
+    prev = acc.get(k, (0,) + (0.0,) * len(keys))
+    acc[k] = (prev[0] + 1,) + tuple(a + float(r.get(name) or 0.0)
+                                    for a, name in zip(prev[1:], keys))
+  rows = [[part, src, str(n), f"{sec - ctx:.1f}", f"{cpu - ctx_cpu:.1f}", f"{ctx:.1f}",
+           f"{ctx_cpu:.1f}"]
+          for (part, src), (n, sec, ctx, cpu, ctx_cpu) in sorted(acc.items())]
+  tot = [sum(v[i] for v in acc.values()) for i in range(1, len(keys) + 1)]
+  rows.append(["all", "", str(sum(v[0] for v in acc.values())), f"{tot[0] - tot[1]:.1f}",
+               f"{tot[2] - tot[3]:.1f}", f"{tot[1]:.1f}", f"{tot[3]:.1f}"])
+  return "\n".join(_table(["part", "source", "configs", "wall s (analysis)",
+                            "CPU s (analysis)", "wall s (contexts)", "CPU s (contexts)"], rows))

@@ -10,7 +10,11 @@ Parts (each on synthetic families and on real contexts of the default models):
     tending to ``E[log(Z_A / p(argmax))] > 0`` (recorded as ``limit``).
 (c) ``truncation``: acceptance rate and block efficiency for (p, q), (p_A, q),
     (p_A, q_A) and the hard gate, across p_base (min-p) and eta sweeps, with
-    the sign of the change in block efficiency.
+    the sign of the change in block efficiency (the paper's Fig. 5: block
+    efficiency across the truncation hyperparameter, at the real draft).
+    ``alignment``: Lemma 1's split of that change, ``gain - loss``, and the net
+    block-efficiency change against the draft-target alignment ratio rho
+    (``q_rho = rho p + (1 - rho) q``), one curve per p_base / eps (Fig. 4).
 (d) ``mars``: ``KL(P_MARS || p)`` vs theta (sampled and greedy top-1 drafts)
     and the share of strict rejections in ``r > theta``.
     ``margins``: logit- vs probability-ratio statistics
@@ -82,13 +86,15 @@ class Sources:
     self.c = c
     self.models = models
     self._cache = {}
+    self.seconds = {}  # wall time of building each context set
 
   def settings(self, source: str) -> dict:
     c = self.c
     if source == "real":
+      extra = {k: c.real[k] for k in ("num_windows",) if c.real.get(k) is not None}
       return {"models": self.models, **{k: c.real[k] for k in
               ("num_positions", "seq_len", "min_position", "temperature",
-               "draft_temperature", "sd_contexts")}, "seed": c.seed}
+               "draft_temperature", "sd_contexts")}, "seed": c.seed, **extra}
     return {"seed": c.seed, **c.synthetic.to_dict(), "family": source}
 
   def get(self, source: str):
@@ -113,15 +119,18 @@ class Sources:
       out = (z, p, q, s.num_contexts)
     elif source == "real":
       from experiments import contexts as ctx_lib
-      t0 = time.time()
+      t0, c0 = time.time(), time.process_time()
       ms = ctx_lib.load_models(self.models, seed=c.seed)
       r = c.real
       ctx = ctx_lib.extract_contexts(
           ms, num_positions=r.num_positions, seq_len=r.seq_len, min_position=r.min_position,
-          temperature=r.temperature, draft_temperature=r.draft_temperature,
-          batch_size=r.batch_size, seed=c.seed, cache_dir=r.cache_dir)
+          num_windows=r.get("num_windows"), temperature=r.temperature,
+          draft_temperature=r.draft_temperature, batch_size=r.batch_size, seed=c.seed,
+          cache_dir=r.cache_dir)
+      self.seconds["real_contexts"] = time.time() - t0
+      self.seconds["real_contexts_cpu"] = time.process_time() - c0
       logging.info("real contexts: %d positions, V=%d (%.1fs)", ctx.num, ctx.vocab_size,
-                   time.time() - t0)
+                   self.seconds["real_contexts"])
       self._cache["real_contexts"] = ctx
       out = (jnp.asarray(ctx.z), jnp.asarray(ctx.p), jnp.asarray(ctx.q),
              min(r.sd_contexts, ctx.num))
@@ -153,7 +162,9 @@ def plan(c, models: str, sources: Sources) -> list[dict]:
   """All configurations: dicts with ``key``, ``part``, ``source`` and their parameters."""
   out = []
   srcs = [s for s in c.sources if not (s == "real" and models == "none")]
-  common = {"ts": list(c.ts), "chunk_size": c.chunk_size}
+  form = sampled_form(c)
+  form_setting = {} if form == "enumerate" else {"sampled_form": form}
+  common = {"ts": list(c.ts), "chunk_size": c.chunk_size, **form_setting}
 
   def add(part, source, settings, **params):
     st = {"source": sources.settings(source), **settings}
@@ -182,13 +193,35 @@ def plan(c, models: str, sources: Sources) -> list[dict]:
             kind="min_p", family=fam)
         add("truncation", base_src, {"values": list(c.eta_values), "gamma": c.gamma},
             kind="eta", family=fam)
+    if "alignment" in c.parts:
+      fam = "noisy" if src == "synthetic" else "draft"
+      for kind, values in (("min_p", c.p_base_values), ("eta", c.eta_values)):
+        for trunc_q in (True, False):
+          add("alignment", base_src, {"values": list(values), "rhos": list(c.rhos),
+                                      "gamma": c.gamma},
+              kind=kind, family=fam, truncate_draft=trunc_q)
     mars_src = "synthetic_logits" if src == "synthetic" else "real"
     if "mars" in c.parts:
       for d in c.mars_drafts:
-        add("mars", mars_src, {"thetas": list(c.thetas), "chunk_size": c.chunk_size}, draft=d)
+        add("mars", mars_src, {"thetas": list(c.thetas), "chunk_size": c.chunk_size,
+                               **(form_setting if d == "sampled" else {})}, draft=d)
     if "margins" in c.parts:
       add("margins", mars_src, {"thetas": list(c.thetas), "theta": c.theta})
   return out
+
+
+def sampled_form(c) -> str:
+  """The config's form of the sampled-draft sums: "enumerate" (V^2) or "closed" (O(V))."""
+  return c.get("sampled_form", "enumerate")
+
+
+def figure_path(c, output_dir: str, name: str) -> str:
+  """Where the figure ``name`` (e.g. "kl_vs_t_real.png") is written:
+  ``<figures_dir or output_dir>/<figure_prefix><stem><figure_suffix>.png``."""
+  stem, ext = os.path.splitext(name)
+  d = c.get("figures_dir") or output_dir
+  os.makedirs(d, exist_ok=True)
+  return os.path.join(d, f"{c.get('figure_prefix', '')}{stem}{c.get('figure_suffix', '')}{ext}")
 
 
 def run_config(cfg: dict, c, sources: Sources, output_dir: str) -> dict:
@@ -211,7 +244,7 @@ def run_config(cfg: dict, c, sources: Sources, output_dir: str) -> dict:
     if part == "sd":
       zz, pp, qq = z[:n_sd], p[:n_sd], q_ref[:n_sd]
       curve = props.sd_kl_curve(rule, zz, pp, qq, list(c.ts), chunk_size=c.chunk_size,
-                                context_batch=cb)
+                                context_batch=cb, sampled_form=sampled_form(c))
     else:
       zz, pp, qq = z, p, q_ref
       curve = props.eagle_kl_curve(rule, zz, pp, qq, list(c.ts), top_k=cfg["top_k"],
@@ -238,19 +271,31 @@ def run_config(cfg: dict, c, sources: Sources, output_dir: str) -> dict:
                delta_be_gate=(np.asarray(sw.be_gate) - float(sw.be_pq)).tolist(),
                sign_delta_be_paq=np.sign(d_paq).astype(int).tolist(),
                sign_delta_be_paqa=np.sign(d_paqa).astype(int).tolist())
+  elif part == "alignment":
+    values = list(c.p_base_values if cfg["kind"] == "min_p" else c.eta_values)
+    sw = props.alignment_sweep(p, q, cfg["kind"], values, list(c.rhos), gamma=c.gamma,
+                               truncate_draft=cfg["truncate_draft"])
+    rec.update(n=int(p.shape[0]), values=values, rhos=[float(r) for r in sw.rhos],
+               gamma=c.gamma, alpha_pq=np.asarray(sw.alpha_pq).tolist(),
+               alpha_trunc=np.asarray(sw.alpha_trunc).tolist(),
+               gain=np.asarray(sw.gain).tolist(), loss=np.asarray(sw.loss).tolist(),
+               be_pq=np.asarray(sw.be_pq).tolist(), be_trunc=np.asarray(sw.be_trunc).tolist(),
+               delta_be=np.asarray(sw.delta_be).tolist(),
+               sign_delta_be=np.sign(np.asarray(sw.delta_be)).astype(int).tolist())
   elif part == "mars":
     if cfg["draft"] == "sampled":
       zz, pp, qq = z[:n_sd], p[:n_sd], q[:n_sd]
       sw = props.mars_sweep(zz, pp, qq, list(c.thetas), draft="sampled",
-                            chunk_size=c.chunk_size, context_batch=cb)
+                            chunk_size=c.chunk_size, context_batch=cb,
+                            sampled_form=sampled_form(c))
     else:
       zz, pp, qq = z, p, q
       sw = props.mars_sweep(zz, pp, qq, list(c.thetas), draft="topk", top_k=1,
                             context_batch=cb)
     from specjax.analysis.induced import induced_parts
     from specjax.verifiers import Lossless
-    kw = (dict(draft="sampled", chunk_size=c.chunk_size) if cfg["draft"] == "sampled"
-          else dict(draft="topk", top_k=1))
+    kw = (dict(draft="sampled", chunk_size=c.chunk_size, sampled_form=sampled_form(c))
+          if cfg["draft"] == "sampled" else dict(draft="topk", top_k=1))
     base = induced_parts(Lossless(), zz, pp, qq, context_batch=cb, **kw)
     rec.update(n=int(zz.shape[0]), thetas=[float(t) for t in sw.thetas],
                kl_mean=_mean(sw.kl), kl_median=_median(sw.kl), tv_mean=_mean(sw.tv),
@@ -271,7 +316,7 @@ def run_config(cfg: dict, c, sources: Sources, output_dir: str) -> dict:
       import matplotlib.pyplot as plt
       fig = mg.plot_ratio_scatter(zn, theta=c.theta, draft_token=qn.argmax(-1),
                                   title=f"z2 vs z1 ({cfg['source']})")
-      fig.savefig(os.path.join(output_dir, f"margins_scatter_{cfg['source']}.png"), dpi=110)
+      fig.savefig(figure_path(c, output_dir, f"margins_scatter_{cfg['source']}.png"), dpi=110)
       plt.close(fig)
   else:
     raise ValueError(part)
@@ -294,14 +339,20 @@ def run(c, output_dir: str, models: str) -> list[dict]:
   todo = plan(c, models, sources)
 
   def evaluate(cfg):
-    t0 = time.time()
+    t0, c0 = time.time(), time.process_time()
     rec = run_config(cfg, c, sources, output_dir)
-    logging.info("done %s (%.1fs)", cfg["key"], time.time() - t0)
+    took = time.time() - t0
+    logging.info("done %s (%.1fs)", cfg["key"], took)
+    rec["seconds"] = took  # includes building a context set on its first use
+    rec["cpu_seconds"] = time.process_time() - c0  # all threads: load-independent
+    rec["contexts_seconds"] = sources.seconds.pop("real_contexts", 0.0)
+    rec["contexts_cpu_seconds"] = sources.seconds.pop("real_contexts_cpu", 0.0)
     return {k: v for k, v in rec.items() if k not in cfg}
 
   records = sweep.run_sweep(todo, evaluate, path, desc="propositions", progress=c.progress)
   if c.figures:
     from experiments.proposition_reports import make_figures
-    for f in make_figures(records, output_dir):
+    for f in make_figures(records, output_dir,
+                          path_of=lambda name: figure_path(c, output_dir, name)):
       logging.info("figure %s", f)
   return records

@@ -59,7 +59,7 @@ def test_binary_end_to_end_and_restart(tmp_path):
   assert all(set(r) == {"key", "config", "result"} for r in records)  # experiments.sweep format
   flat = reports.flatten(records)
   parts = {(r["part"], r["source"]) for r in flat}
-  for part in ("sd", "eagle", "truncation"):
+  for part in ("sd", "eagle", "truncation", "alignment"):
     assert (part, "synthetic") in parts and (part, "real") in parts
   assert ("mars", "synthetic_logits") in parts and ("margins", "real") in parts
   by = {r["key"]: r for r in flat}
@@ -70,6 +70,7 @@ def test_binary_end_to_end_and_restart(tmp_path):
       assert abs(r["kl_mean"][-1] - r["limit"]) < 1e-4
   pngs = sorted(f for f in os.listdir(out) if f.endswith(".png"))
   for name in ("kl_vs_t_synthetic.png", "kl_vs_t_real.png", "truncation_be_real.png",
+               "alignment_be_real.png", "alignment_be_synthetic.png",
                "mars_theta_real.png", "margins_hist_real.png"):
     assert name in pngs
   lines = open(path).read().splitlines()
@@ -99,3 +100,47 @@ def test_parse_rule():
   assert rule.eps == 0.05 and rule.gate == "soft"
   canon, rule = lp.parse_rule("lossless")
   assert canon == "lossless"
+
+
+def test_chat_contexts_assistant_positions():
+  """The chat path of experiments.contexts: a tiny random model with a real byte-level BPE
+  and a ChatML template; only positions whose next token is assistant content are used."""
+  from experiments.model_sets import ModelSet, TinySpec, _tiny_set
+  from specjax.data.chat_tokenize import tokenize_chat
+  from specjax.data.sharegpt import Conversation
+  from specjax.models.chat_template import ChatTemplate
+  from tests import gguf_fixtures as fx
+  tok = fx.train_tokenizer()
+  tmpl = ChatTemplate(fx.CHAT_TEMPLATE, eos_token="<|im_end|>")
+  tiny = _tiny_set(TinySpec(vocab_size=fx.VOCAB, keys="split", eos_token_id=None), 0, False)
+  ms = ModelSet("tiny-chat", tiny.target, tiny.target_params, tok, tiny.draft, tiny.draft_params,
+                chat_template=tmpl)
+  convs = [Conversation("a", ({"role": "user", "content": "what is the answer?"},
+                              {"role": "assistant", "content": "The dog sleeps."})),
+           Conversation("b", ({"role": "user", "content": "print it"},)),  # no assistant turn
+           Conversation("c", ({"role": "user", "content": "fox?"},
+                              {"role": "assistant", "content": "The quick brown fox runs."},
+                              {"role": "user", "content": "and?"},
+                              {"role": "assistant", "content": "It jumps."}))]
+  windows, eligible = ctx_lib.chat_windows(tok, tmpl, convs, num_windows=5, seq_len=40)
+  assert windows.shape == eligible.shape == (2, 40)  # "b" is skipped
+  for w, conv in zip(windows, (convs[0], convs[2])):
+    tc = tokenize_chat(tok, tmpl, list(conv.messages), max_len=40)
+    n = len(tc.ids)
+    np.testing.assert_array_equal(w[:n], tc.ids)
+  ok = eligible[0]
+  tc = tokenize_chat(tok, tmpl, list(convs[0].messages), max_len=40)
+  np.testing.assert_array_equal(ok[:len(tc.ids) - 1], tc.loss_mask[1:].astype(bool))
+  assert not ok[len(tc.ids) - 1:].any()
+  kw = dict(windows=windows, eligible=eligible, num_positions=15, seq_len=40, min_position=0,
+            temperature=0.7, batch_size=2, seed=3)
+  ctx = ctx_lib.extract_contexts(ms, **kw)
+  assert ctx.z.shape == ctx.q.shape == (15, fx.VOCAB)
+  assert eligible[ctx.window, ctx.position].all()  # assistant positions only
+  np.testing.assert_allclose(ctx.p.sum(-1), 1.0, atol=1e-5)
+  again = ctx_lib.extract_contexts(ms, **kw)  # deterministic given the seed
+  np.testing.assert_array_equal(again.position, ctx.position)
+  np.testing.assert_array_equal(again.z, ctx.z)
+  # p is the target at T = 0.7
+  import jax
+  np.testing.assert_allclose(ctx.p, np.asarray(jax.nn.softmax(ctx.z / 0.7, -1)), atol=1e-5)

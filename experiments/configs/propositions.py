@@ -4,9 +4,46 @@
 CPU cores with the default models; ``...propositions.py:tiny`` is the smoke
 test (random tiny models, seconds); ``...propositions.py:big`` is for an
 accelerator (more contexts, exact sampled enumeration on all of them).
+
+``...propositions.py:smollm2`` -- the real model (issue 15 item 3):
+SmolLM2-135M-Instruct (registry) as target and its shipped distilled draft LM,
+teacher-forced on held-out ShareGPT conversations in the chat template,
+assistant positions only (:mod:`experiments.contexts`), both at T = 0.7 (the
+temperature of "Revisiting Lossy Verification"); gamma = 10 (its plain-SD
+setting).  Figures go straight to ``docs/figures/lossy_*_smollm2.png``
+(``figures_dir`` / ``figure_prefix`` / ``figure_suffix``); records and
+``tables.md`` to ``output_dir``.
+
+  The V^2 question (V = 49,152).  What costs V^2 per context is the exact
+  sum over a *sampled* draft x ~ q of the correction after rejecting x:
+  part (a) ``sd`` (every rule x q_ref family x t) and part (d) ``mars`` with
+  sampled drafts.  Everything else is O(k V) or O(V): EAGLE top-k drafts (b),
+  truncation and alignment (c), greedy-draft MARS and the margin statistics.
+  Choice: ``sampled_form = "closed"`` -- the same sum in O(V), exact (not a
+  subsample, not an approximation), valid because for every rule used here
+  (lossless, MARS over lossless, SpecCascade, typical acceptance hard and soft)
+  the correction after a rejection does not depend on the rejected token
+  (:func:`specjax.analysis.induced.rejection_invariant`; checked against the
+  V^2 enumeration in tests/test_sampled_closed_form.py).  A rule outside that
+  set raises instead of silently costing 2.4e9 operations per context.  So the
+  sampled parts use all contexts (``real.sd_contexts = real.num_positions``).
+
+  Size: 1,500 assistant positions from the first 48 held-out conversations
+  (<= 512 tokens each).  Measured on the ``smollm2_smoke`` variant (256
+  positions, 8 conversations; 2 shared CPU cores): 223 CPU-seconds in all
+  (building contexts 46 s wall; per part, wall at ~37% of the machine: sd 132 s,
+  eagle 227 s, mars 39 s, truncation 5 s, alignment 9 s, margins 140 s before
+  its top-2 search became O(V)); the analysis scales linearly in the positions,
+  so this size is ~15-20 minutes on the machine alone (every run's ``tables.md``
+  has the per-part wall and CPU seconds).  Peak memory ~3 GB (a [1500, 49152]
+  float32 array is 0.29 GB; the context set holds four).
 """
 
+import os
+
 import ml_collections
+
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def get_config(variant: str = ""):
@@ -17,11 +54,18 @@ def get_config(variant: str = ""):
   c.models = "default"
   c.output_dir = "/tmp/specjax_runs/lossy_propositions"
   c.seed = 0
-  # Which parts to run: sd (a), eagle (b), truncation (c), mars (d), margins.
-  c.parts = ("sd", "eagle", "truncation", "mars", "margins")
+  # Which parts to run: sd (a), eagle (b), truncation and alignment (c), mars (d), margins.
+  c.parts = ("sd", "eagle", "truncation", "alignment", "mars", "margins")
   c.sources = ("synthetic", "real")
   c.figures = True
+  # Figures go to <figures_dir or output_dir>/<figure_prefix><name><figure_suffix>.png.
+  c.figures_dir = ""
+  c.figure_prefix = ""
+  c.figure_suffix = ""
   c.progress = True  # tqdm bar of the sweep runner
+  # Sampled-draft sums (parts sd, mars): "enumerate" (V^2 per context, any rule) or
+  # "closed" (the same sum in O(V), rules of specjax.analysis.induced.rejection_invariant).
+  c.sampled_form = "enumerate"
 
   # Truncation rules for (a)/(b): "registry_name:key=value,key=value".
   c.rules = ("spec_cascade:p_base=0.3", "typical:eps=0.09", "typical:eps=0.09,gate=soft")
@@ -33,6 +77,8 @@ def get_config(variant: str = ""):
   c.p_base_values = (0.1, 0.3, 0.5, 0.7, 0.9)
   c.eta_values = (0.05, 0.1, 0.15, 0.2, 0.25)
   c.gamma = 5
+  # Alignment ratios of the Lemma 1 sweep: q_rho = rho p + (1 - rho) q (rho = 1: q = p).
+  c.rhos = (0.0, 0.25, 0.5, 0.75, 0.9, 1.0)
 
   # (d) MARS.
   c.thetas = (0.5, 0.7, 0.8, 0.85, 0.9, 0.92, 0.95, 0.98)
@@ -51,6 +97,7 @@ def get_config(variant: str = ""):
   # Real contexts (experiments.contexts).
   c.real = ml_collections.ConfigDict()
   c.real.num_positions = 1000
+  c.real.num_windows = None  # windows (conversations) read; None: num_positions / 8
   c.real.seq_len = 128
   c.real.min_position = 8
   c.real.temperature = 1.0
@@ -91,6 +138,33 @@ def get_config(variant: str = ""):
     c.synthetic.num_contexts = 2048
     c.synthetic.vocab = 256
     c.context_batch = 256
+  elif variant in ("smollm2", "smollm2_smoke"):
+    c.models = "smollm2-135m-instruct"
+    c.output_dir = "/tmp/specjax_runs/lossy_propositions_smollm2"
+    c.sources = ("real",)
+    c.figures_dir = os.path.join(_REPO, "docs", "figures")
+    c.figure_prefix = "lossy_"
+    c.figure_suffix = "_smollm2"
+    c.sampled_form = "closed"
+    c.gamma = 10
+    c.eagle_top_k = (1, 4)
+    c.rhos = (0.0, 0.1, 0.25, 0.4, 0.5, 0.6, 0.75, 0.85, 0.9, 0.95, 1.0)
+    c.real.temperature = 0.7
+    c.real.draft_temperature = 0.7
+    c.real.num_positions = 1500
+    c.real.num_windows = 48
+    c.real.sd_contexts = 1500
+    c.real.seq_len = 512
+    c.real.min_position = 0  # only assistant positions are sampled anyway
+    c.real.batch_size = 4
+    c.context_batch = 64
+    if variant == "smollm2_smoke":  # the same code paths at 1/8 size, figures not in docs/
+      c.output_dir = "/tmp/specjax_runs/lossy_propositions_smollm2_smoke"
+      c.figures_dir = ""
+      c.real.num_positions = 256
+      c.real.num_windows = 8
+      c.real.sd_contexts = 256
   elif variant:
-    raise ValueError(f"unknown config variant {variant!r}; use '', 'tiny' or 'big'")
+    raise ValueError(f"unknown config variant {variant!r}; use '', 'tiny', 'big', 'smollm2' or "
+                     "'smollm2_smoke'")
   return c

@@ -17,6 +17,19 @@ only, exactly as the chain / tree drivers use them:
   drafter costs ``support x V`` instead of ``V^2``; ``max_support`` makes that
   static (only the ``max_support`` largest entries of ``q`` are enumerated).
 
+  ``sampled_form="closed"`` computes the same sum in O(V) for the rules whose
+  correction after a rejection does not depend on the rejected token
+  (:func:`rejection_invariant`: lossless, greedy, lenience, CoS, the truncation
+  rules -- every rejected token lies outside A, so the correction is ``p_A`` --
+  and MARS over any of them)::
+
+    P(y) = q(y) a(y) + (sum_x q(x) (1 - a(x))) correction(on_reject(s0, q, x*))(y)
+
+  with ``x*`` any candidate that can be rejected (the one with the largest
+  ``q (1 - a)``).  Exact, not an approximation; other rules raise.  This is
+  what makes sampled drafts affordable at a real vocabulary (V = 49,152:
+  V^2 = 2.4e9 per context).
+
 * deterministic top-k candidates (EAGLE trees): candidates ``c_1..c_k`` = top-k
   of ``q``, tried in order with ``q = onehot(c_j)`` and ``on_reject`` between
   them; if all are rejected the token is drawn from ``correction``::
@@ -63,6 +76,7 @@ import jax.numpy as jnp
 from specjax.verifiers.base import NodeRule
 
 DRAFT_KINDS = ("sampled", "topk")
+SAMPLED_FORMS = ("enumerate", "closed")
 
 
 class InducedParts(NamedTuple):
@@ -99,11 +113,34 @@ class InducedParts(NamedTuple):
     return jnp.sum(self.relaxed, axis=-1)
 
 
-def _validate(rule, draft, top_k, chunk_size, max_support):
+def rejection_invariant(rule: NodeRule) -> bool:
+  """Whether ``correction(on_reject(init, q, x))`` is the same for every rejectable x.
+
+  True for exactly these rule types (not subclasses, which may override a node
+  function): Lossless, Lenience, CoS and CoSContrastive (``on_reject`` is the
+  residual ``norm(max(0, p_cur - q))``, which does not read x), Greedy (the state
+  is kept), SpecCascade and Typical (a rejected x lies outside A, so zeroing it
+  leaves the correction ``p_A``), and MARS over any of them.  The tests check
+  each against the V^2 enumeration.
+  """
+  from specjax import verifiers as vf
+  if type(rule) is vf.Mars:
+    return rejection_invariant(rule.base_rule)
+  return type(rule) in (vf.Lossless, vf.Greedy, vf.Lenience, vf.CoS, vf.CoSContrastive,
+                        vf.SpecCascade, vf.Typical)
+
+
+def _validate(rule, draft, top_k, chunk_size, max_support, sampled_form="enumerate"):
   if not isinstance(rule, NodeRule):
     raise ValueError(f"rule={rule!r} is not a NodeRule (see specjax.verifiers.base)")
   if draft not in DRAFT_KINDS:
     raise ValueError(f"draft={draft!r}; allowed: {DRAFT_KINDS}")
+  if sampled_form not in SAMPLED_FORMS:
+    raise ValueError(f"sampled_form={sampled_form!r}; allowed: {SAMPLED_FORMS}")
+  if draft == "sampled" and sampled_form == "closed" and not rejection_invariant(rule):
+    raise ValueError(f"sampled_form='closed' needs a rule whose correction does not depend on "
+                     f"the rejected token; {type(rule).__name__} is not known to be one "
+                     f"(use sampled_form='enumerate', V^2 per context)")
   if not (isinstance(top_k, int) and top_k >= 1):
     raise ValueError(f"top_k={top_k!r} must be an integer >= 1")
   if chunk_size is not None and not (isinstance(chunk_size, int) and chunk_size >= 1):
@@ -161,6 +198,24 @@ def _sampled_parts(rule: NodeRule, z, p, q, chunk_size, max_support) -> InducedP
   return InducedParts(acc, cor, rel)
 
 
+def _sampled_parts_closed(rule: NodeRule, z, p, q) -> InducedParts:
+  """O(V) sampled-draft distribution for one context (module docstring; needs
+  :func:`rejection_invariant`). z, p, q: [V]."""
+  state = _init(rule, z, p, q)
+  xs = jnp.arange(q.shape[-1])
+  live = q > 0
+  a = jnp.where(live, jax.vmap(lambda x: rule.accept_prob(state, q, x))(xs), 0.0)
+  a_strict = jax.vmap(lambda x: rule.strict_accept_prob(state, q, x))(xs)
+  acc = jnp.where(live, q * a, 0.0)
+  rel = jnp.where(live, q * jnp.maximum(a - a_strict, 0.0), 0.0)
+  w = jnp.where(live, q * (1.0 - a), 0.0)  # [V] rejection mass of each candidate
+  reject = jnp.sum(w)
+  x_star = jnp.argmax(w)
+  r = rule.correction(rule.on_reject(state, q, x_star))
+  cor = jnp.where(reject > 0, reject * r, 0.0)
+  return InducedParts(acc.astype(p.dtype), cor.astype(p.dtype), rel.astype(p.dtype))
+
+
 def _init(rule: NodeRule, z, p, q):
   """The node state: ``init_node(z, p, q)`` if the rule reads the drafter's distribution."""
   return rule.init_node(z, p, q) if rule.needs_node_dist else rule.init(z, p)
@@ -201,7 +256,10 @@ def _topk_parts(rule: NodeRule, z, p, q, top_k, candidates) -> InducedParts:
   return InducedParts(acc, cor, rel)
 
 
-def _single_parts(rule, draft, top_k, chunk_size, max_support, z, p, q, candidates=None):
+def _single_parts(rule, draft, top_k, chunk_size, max_support, z, p, q, candidates=None,
+                  sampled_form="enumerate"):
+  if draft == "sampled" and sampled_form == "closed":
+    return _sampled_parts_closed(rule, z, p, q)
   if draft == "sampled":
     return _sampled_parts(rule, z, p, q, chunk_size, max_support)
   return _topk_parts(rule, z, p, q, top_k, candidates)
@@ -220,11 +278,12 @@ def _map_contexts(fn, args, context_batch):
 
 
 @functools.partial(jax.jit, static_argnames=("draft", "top_k", "chunk_size", "max_support",
-                                             "context_batch"))
+                                             "context_batch", "sampled_form"))
 def _induced_parts_jit(rule, z, p, q, candidates, *, draft, top_k, chunk_size, max_support,
-                       context_batch):
+                       context_batch, sampled_form="enumerate"):
   if candidates is None:
-    fn = lambda zz, pp, qq: _single_parts(rule, draft, top_k, chunk_size, max_support, zz, pp, qq)
+    fn = lambda zz, pp, qq: _single_parts(rule, draft, top_k, chunk_size, max_support, zz, pp, qq,
+                                          sampled_form=sampled_form)
     return _map_contexts(fn, (z, p, q), context_batch)
   fn = lambda zz, pp, qq, cc: _single_parts(rule, draft, top_k, chunk_size, max_support, zz, pp,
                                             qq, cc)
@@ -234,7 +293,8 @@ def _induced_parts_jit(rule, z, p, q, candidates, *, draft, top_k, chunk_size, m
 def induced_parts(rule: NodeRule, z: jax.Array, p: jax.Array, q: jax.Array, *,
                   draft: str = "sampled", top_k: int = 1, candidates: jax.Array | None = None,
                   chunk_size: int | None = 32, max_support: int | None = None,
-                  context_batch: int | None = None) -> InducedParts:
+                  context_batch: int | None = None, sampled_form: str = "enumerate"
+                  ) -> InducedParts:
   """Exact first-token distribution of ``rule``, split by emission route (SPEC §6).
 
   Args:
@@ -255,11 +315,14 @@ def induced_parts(rule: NodeRule, z: jax.Array, p: jax.Array, q: jax.Array, *,
       top-k-truncated drafter); otherwise ``sum(P) = 1 - left-out q mass``.
     context_batch: contexts processed together (``lax.map`` batch size);
       ``None`` vmaps all contexts at once.
+    sampled_form: ``"enumerate"`` (the V^2 sum over x, any rule) or ``"closed"``
+      (the same sum in O(V); only for :func:`rejection_invariant` rules, others
+      raise; ``chunk_size`` / ``max_support`` are then unused).  Sampled drafts only.
 
   Returns:
     :class:`InducedParts` with [..., V] fields.
   """
-  _validate(rule, draft, top_k, chunk_size, max_support)
+  _validate(rule, draft, top_k, chunk_size, max_support, sampled_form)
   z, p, q = (jnp.asarray(a, jnp.float32) for a in (z, p, q))
   if not (z.shape == p.shape == q.shape) or z.ndim < 1:
     raise ValueError(f"z, p, q must share one shape [..., V]; got {z.shape}, {p.shape}, {q.shape}")
@@ -275,11 +338,11 @@ def induced_parts(rule: NodeRule, z: jax.Array, p: jax.Array, q: jax.Array, *,
     parts = _induced_parts_jit(rule, z[None], p[None], q[None],
                                None if candidates is None else candidates[None], draft=draft,
                                top_k=top_k, chunk_size=chunk_size, max_support=max_support,
-                               context_batch=context_batch)
+                               context_batch=context_batch, sampled_form=sampled_form)
     return jax.tree.map(lambda a: a[0], parts)
   return _induced_parts_jit(rule, z, p, q, candidates, draft=draft, top_k=top_k,
                             chunk_size=chunk_size, max_support=max_support,
-                            context_batch=context_batch)
+                            context_batch=context_batch, sampled_form=sampled_form)
 
 
 def induced_distribution(rule: NodeRule, z: jax.Array, p: jax.Array, q: jax.Array,

@@ -20,6 +20,9 @@ expectations over contexts are means over that axis.
 (c) Truncation changes the acceptance rate and block efficiency: alpha for
     ``(p, q)``, ``(p_A, q)``, ``(p_A, q_A)`` over eta / p_base sweeps
     (:func:`truncation_sweep`).
+(c') Lemma 1 against the alignment ratio (Fig. 4): ``alpha(p_A, q_B) - alpha(p, q) =
+    gain - loss`` and the net block-efficiency change as the draft moves towards
+    the target (:func:`lemma1_terms`, :func:`alignment_sweep`).
 (d) MARS: ``KL(P_MARS || p)`` as theta varies, the strict rejection rate in
     the relaxation region ``P(strict reject | r > theta)`` (the paper's Fig. 1d)
     and the share of strict rejections that fall there (:func:`mars_sweep`).
@@ -125,8 +128,8 @@ def _drift_curve(rule, z, p, q_ref, ts, p_a, **kwargs) -> DriftCurve:
 
 def sd_kl_curve(rule: NodeRule, z: jax.Array, p: jax.Array, q_ref: jax.Array, ts, *,
                 p_a: jax.Array | None = None, chunk_size: int | None = 32,
-                max_support: int | None = None, context_batch: int | None = None
-                ) -> DriftCurve:
+                max_support: int | None = None, context_batch: int | None = None,
+                sampled_form: str = "enumerate") -> DriftCurve:
   """Proposition 1 / Lemma 2, standard SD: ``KL(P_SD || p_A) -> 0`` as ``q -> p``.
 
   For a truncation rule with a sampled draft the one-node induced distribution
@@ -138,10 +141,13 @@ def sd_kl_curve(rule: NodeRule, z: jax.Array, p: jax.Array, q_ref: jax.Array, ts
     q_ref: [B, V] reference draft (uniform for the synthetic family).
     ts: [T] interpolation weights (``q_t = (1 - t) p + t q_ref``).
     p_a: [B, V] baseline; default the rule's matched truncation baseline.
-    chunk_size, max_support, context_batch: see :func:`~specjax.analysis.induced.induced_parts`.
+    chunk_size, max_support, context_batch, sampled_form: see
+      :func:`~specjax.analysis.induced.induced_parts` (``sampled_form="closed"`` is the
+      O(V) exact sum, for real vocabularies).
   """
   return _drift_curve(rule, z, p, q_ref, ts, p_a, draft="sampled", chunk_size=chunk_size,
-                      max_support=max_support, context_batch=context_batch)
+                      max_support=max_support, context_batch=context_batch,
+                      sampled_form=sampled_form)
 
 
 def eagle_kl_curve(rule: NodeRule, z: jax.Array, p: jax.Array, q_ref: jax.Array, ts, *,
@@ -250,6 +256,118 @@ def truncation_sweep(p: jax.Array, q: jax.Array, kind: str, values: Sequence[flo
                          be(a_gate), be_paq - be_pq, be_paqa - be_pq)
 
 
+# --- (c'): Lemma 1 against the draft-target alignment (Fig. 4) ---------------------
+
+
+class Lemma1Terms(NamedTuple):
+  """The change of the acceptance rate under truncation, split in two (per context).
+
+  With allowed sets A (target) and B (draft; B = V for an untruncated draft),
+  ``Z_A = p(A)``, ``Z_B = q(B)``::
+
+    alpha(p_A, q_B) - alpha(p, q) = gain - loss,
+    gain = sum_{x in A & B} [min(p(x) / Z_A, q(x) / Z_B) - min(p(x), q(x))]  >= 0,
+    loss = sum_{x not in A & B} min(p(x), q(x))                                >= 0:
+
+  renormalising the kept tokens raises their overlap (gain); the tokens cut
+  away take their overlap with them (loss).  The sign of ``gain - loss`` is the
+  sign of the block-efficiency change (block efficiency rises with alpha).
+
+  Attributes (each [...]):
+    alpha: ``alpha(p, q)``; alpha_trunc: ``alpha(p_A, q_B)``; gain; loss.
+  """
+
+  alpha: jax.Array
+  alpha_trunc: jax.Array
+  gain: jax.Array
+  loss: jax.Array
+
+
+def lemma1_terms(p: jax.Array, q: jax.Array, mask_p: jax.Array, mask_q: jax.Array | None = None
+                 ) -> Lemma1Terms:
+  """:class:`Lemma1Terms` for ``p, q [..., V]`` and allowed sets ``mask_p`` (A) and
+  ``mask_q`` (B; None = the whole vocabulary, an untruncated draft)."""
+  p = jnp.asarray(p, jnp.float32)
+  q = jnp.asarray(q, jnp.float32)
+  mask_q = jnp.ones(q.shape, bool) if mask_q is None else mask_q
+  both = mask_p & mask_q
+  p_a = dv.truncate(p, mask_p)
+  q_b = dv.truncate(q, mask_q)
+  overlap = jnp.minimum(p, q)
+  gain = jnp.sum(jnp.where(both, jnp.minimum(p_a, q_b) - overlap, 0.0), axis=-1)
+  loss = jnp.sum(jnp.where(both, 0.0, overlap), axis=-1)
+  return Lemma1Terms(jnp.sum(overlap, -1), jnp.sum(jnp.where(both, jnp.minimum(p_a, q_b), 0.0),
+                                                   -1), gain, loss)
+
+
+class AlignmentSweep(NamedTuple):
+  """Truncation's block-efficiency change against the draft-target alignment.
+
+  The draft is moved towards the target, ``q_rho = rho p + (1 - rho) q_ref``
+  (``rho`` = the alignment ratio: 0 the reference draft, 1 a perfect one), and
+  for every truncation value the matched truncation-sampling baseline's
+  acceptance is compared with plain SD's.  Means over contexts; block
+  efficiencies from the mean alpha (Leviathan et al.'s i.i.d. model).
+
+  Attributes:
+    rhos: [R]; values: [n] (p_base for min-p, eps for eta).
+    alpha_pq: [R] ``alpha(p, q_rho)``.
+    alpha_trunc: [R, n] ``alpha(p_A, q_rho,B)``.
+    gain, loss: [R, n] the :class:`Lemma1Terms` (``alpha_trunc - alpha_pq = gain - loss``).
+    be_pq: [R]; be_trunc: [R, n]; delta_be: [R, n] ``be_trunc - be_pq`` (the net change).
+  """
+
+  rhos: jax.Array
+  values: jax.Array
+  alpha_pq: jax.Array
+  alpha_trunc: jax.Array
+  gain: jax.Array
+  loss: jax.Array
+  be_pq: jax.Array
+  be_trunc: jax.Array
+  delta_be: jax.Array
+
+
+@functools.partial(jax.jit, static_argnames=("kind", "delta", "truncate_draft"))
+def _alignment_point(p, q_ref, rho, value, *, kind, delta, truncate_draft):
+  q = interpolate(p, q_ref, 1.0 - rho)
+  mask_q = allowed_set(kind, q, value, delta) if truncate_draft else None
+  t = lemma1_terms(p, q, allowed_set(kind, p, value, delta), mask_q)
+  return tuple(jnp.mean(a, axis=-1) for a in t)
+
+
+def alignment_sweep(p: jax.Array, q_ref: jax.Array, kind: str, values: Sequence[float],
+                    rhos: Sequence[float], *, gamma: int = 10, delta: float | None = None,
+                    truncate_draft: bool = True) -> AlignmentSweep:
+  """Lemma 1 / Fig. 4: net block-efficiency change of truncation vs the alignment ratio.
+
+  Args:
+    p: [B, V] target distributions; q_ref: [B, V] the reference draft (rho = 0).
+    kind: "min_p" or "eta" (as :func:`truncation_sweep`).
+    values: the truncation hyperparameters.
+    rhos: alignment ratios in [0, 1].
+    gamma: draft length for the block efficiency.
+    delta: eta's delta (default sqrt(eps)).
+    truncate_draft: the draft is truncated by its own allowed set too (``q_B``, as
+      when the truncation runs as a logits processor of both models); False
+      keeps q whole (``B = V``).
+  """
+  if kind not in TRUNCATION_KINDS:
+    raise ValueError(f"kind={kind!r}; allowed: {TRUNCATION_KINDS}")
+  p = jnp.asarray(p, jnp.float32)
+  q_ref = jnp.asarray(q_ref, jnp.float32)
+  rows = [[_alignment_point(p, q_ref, jnp.float32(r), jnp.float32(v), kind=kind, delta=delta,
+                            truncate_draft=truncate_draft) for v in values] for r in rhos]
+  alpha, alpha_trunc, gain, loss = (jnp.asarray([[c[i] for c in row] for row in rows])
+                                    for i in range(4))
+  alpha_pq = alpha[:, 0]
+  be_pq = dv.block_efficiency(alpha_pq, gamma)
+  be_trunc = dv.block_efficiency(alpha_trunc, gamma)
+  return AlignmentSweep(jnp.asarray(rhos, jnp.float32), jnp.asarray(values, jnp.float32),
+                        alpha_pq, alpha_trunc, gain, loss, be_pq, be_trunc,
+                        be_trunc - be_pq[:, None])
+
+
 # --- (d): MARS ----------------------------------------------------------------------
 
 
@@ -301,14 +419,14 @@ def _strict_accept_sampled(rule, z, p, q):
 def mars_sweep(z: jax.Array, p: jax.Array, q: jax.Array, thetas: Sequence[float], *,
                draft: str = "sampled", top_k: int = 1, chunk_size: int | None = 32,
                max_support: int | None = None, context_batch: int | None = None,
-               **mars_kwargs) -> MarsSweep:
+               sampled_form: str = "enumerate", **mars_kwargs) -> MarsSweep:
   """MARS (SPEC §3) as theta varies: KL to the target and the relaxable rejections.
 
   Args:
     z: [B, V] raw target logits (the ratio ``z2 / z1`` uses them);
     p: [B, V] target distributions; q: [B, V] draft distributions.
     thetas: the ratio thresholds to sweep.
-    draft, top_k, chunk_size, max_support, context_batch: see
+    draft, top_k, chunk_size, max_support, context_batch, sampled_form: see
       :func:`~specjax.analysis.induced.induced_parts`.
     **mars_kwargs: further ``Mars`` hyperparameters (``guard``, ``base``, ...).
   """
@@ -318,7 +436,8 @@ def mars_sweep(z: jax.Array, p: jax.Array, q: jax.Array, thetas: Sequence[float]
   z, p, q = (jnp.asarray(a, jnp.float32) for a in (z, p, q))
   thetas = [float(t) for t in thetas]
   kw = dict(draft=draft, top_k=top_k, chunk_size=chunk_size, max_support=max_support,
-            context_batch=context_batch)
+            context_batch=context_batch,
+            **({"sampled_form": sampled_form} if draft == "sampled" else {}))
   rows = []
   strict_reject = None
   for theta in thetas:
