@@ -92,7 +92,7 @@ class SweepConfig:
   mode: str = "row"
   batch_sizes: tuple = (1, 4, 8)
   eval_prompts: int = 8
-  max_new_tokens: int = 64
+  max_new_tokens: int = 48
   temperature: float = 1.0
   stop_at_eos: bool = True
   calib_prompts: int = 32
