@@ -1,202 +1,124 @@
-"""Speculative Verification batch sweep on the default models (issue 8).
+r"""Speculative Verification against fixed-K speculative decoding and target-only,
+calibrated and evaluated per prompt set (issue 8; issue 15 item 3).  The work is
+:func:`experiments.sv_eval.run` (see its docstring): calibrate with
+``experiments.calibrate_sv`` on calibration prompts, then decode disjoint
+held-out prompts of each set with target-only, fixed K = 1..K and SV (row mode,
+the paper's gamma search; tables on (S, A) and on S alone) at each batch size,
+T = 1, lossless.  Writes ``--output`` (JSON), the same name with ``.md`` (the
+tables) and figures to ``--figure_dir``.
 
-For each batch size B (T = 1, EOS off so every row emits exactly
-``max_new_tokens``): goodput (generated tokens / s) of target-only
-``generate``, fixed-K ``speculative_generate`` and SV
-(``SpeculativeVerification`` row mode), tau, verified drafts per call, target
-tokens processed per emitted token (``stats.summary()["processed_per_emitted"]``)
-and the companion overhead share.
-
-Calibration: a quick in-script run (``collect_records`` on ``--calib_prompts``
-held-out prompts, seed 1, disjoint from the evaluation prompts drawn with seed 0;
-quantile bins) unless ``--table`` points at a saved table (``table_quantile`` from
-``experiments.calibrate_sv``; identity-checked against the models).  The latency
-profile (target verify forward, gamma = 0..K) is measured here for the swept
-batch sizes; by default (``--profile_fit=linear``) each batch size's medians are
-replaced by a non-decreasing least-squares line in gamma, because single noisy
-points on a loaded CPU (e.g. gamma = 1 slower than gamma = 2) stall SV's goodput
-hill-climb at gamma = 0.
-
-Companion overhead share: the companion's forward over ``K + 2`` tokens per row
-(what ``SpeculativeVerification.signals`` runs each step) is timed separately
-as a jitted call (``benchmarks.common.forward_latency``, median, compile
-excluded) at batch B; the SV step time is the SV wall time divided by the number
-of loop steps (the largest per-row ``target_calls``; prefill is included in the
-wall time, so the step time is slightly overestimated and the share slightly
-underestimated).  share = t_companion / t_step.
-
-    python -m benchmarks.sv_batch_sweep                     # batch 1,8,32,64; K 4; 32 tokens
+    # SmolLM2 with its draft LM and an 8-layer early-exit companion: 32 calibration
+    # prompts, 8 held-out prompts per set, B = 1, 4, 8, 48 tokens, K = 1..7 + SV (SA, S):
+    # ~20 min on 2 idle CPU cores (about 30 compiles of ~10 s, 3 min calibration + profile,
+    # the rest decoding); time the profile on an idle machine -- under load its noise can
+    # flatten the fitted latency line, and SV then verifies all K (ties continue).
+    python -m benchmarks.sv_batch_sweep --model=smollm2-135m-instruct --drafter=draft \
+        --companion=early_exit:8 --compile_cache_dir=/tmp/specjax_xla_cache
+    python -m benchmarks.sv_batch_sweep                 # the small default models
+    python -m benchmarks.sv_batch_sweep --model=tiny    # random models, seconds
 """
 
 from __future__ import annotations
 
 import json
 import os
-import time
 
 from absl import app, flags
-import jax
-import numpy as np
-
-from benchmarks.common import forward_latency, timed
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list("batch_sizes", ["1", "8", "32", "64"], "batch sizes")
-flags.DEFINE_integer("k", 4, "draft length K")
-flags.DEFINE_float("temperature", 1.0, "target / draft / companion temperature")
-flags.DEFINE_integer("max_new_tokens", 32, "tokens generated per row")
-flags.DEFINE_integer("repeats", 1, "timed repetitions after one warm-up (median)")
-flags.DEFINE_string("table", "", "saved calibration table path (without extension); "
-                    "default: quick calibration in this run")
-flags.DEFINE_integer("calib_prompts", 8, "prompts for the quick calibration")
-flags.DEFINE_integer("calib_new_tokens", 48, "tokens per calibration prompt")
-flags.DEFINE_integer("quantile_bins", 3, "quantile bins per axis for the quick calibration")
+flags.DEFINE_string("model", "default", "'default', 'tiny' or a real model, e.g. "
+                    "smollm2-135m-instruct")
+flags.DEFINE_string("drafter", "draft", "real model: 'draft' (shipped draft LM) or 'eagle3'")
+flags.DEFINE_string("companion", "early_exit:8", "real model: early_exit:N (the target's first "
+                    "N layers with its norm and head)")
+flags.DEFINE_list("prompt_sets", ["sharegpt", "humaneval"], "real model: held-out prompt sets")
+flags.DEFINE_integer("k", 7, "SV's K (drafts per step) and the largest fixed K")
+flags.DEFINE_list("fixed_ks", [], "fixed-K baselines (default 1..k)")
+flags.DEFINE_list("table_signals", ["SA", "S"], "SV tables: SA (the paper's), S (exact)")
+flags.DEFINE_enum("binning", "quantile", ["quantile", "fixed"], "calibration table bins")
 flags.DEFINE_enum("mode", "row", ["row", "batch"], "SV mode")
+flags.DEFINE_list("batch_sizes", ["1", "4", "8"], "batch sizes")
+flags.DEFINE_integer("eval_prompts", 8, "held-out prompts per set (a multiple of every batch size)")
+flags.DEFINE_integer("max_new_tokens", 48, "tokens per evaluation row")
+flags.DEFINE_float("temperature", 1.0, "target / draft / companion temperature")
+flags.DEFINE_bool("stop_at_eos", True, "rows stop at EOS (else every row emits max_new_tokens)")
+flags.DEFINE_integer("calib_prompts", 32, "calibration prompts (split over the sets)")
+flags.DEFINE_integer("calib_new_tokens", 64, "tokens per calibration prompt")
+flags.DEFINE_integer("calib_batch", 16, "calibration batch size")
+flags.DEFINE_integer("prompt_len", 256, "longest chat prompt in tokens (default/tiny: window)")
+flags.DEFINE_string("calibration_dir", "", "reuse this experiments.calibrate_sv workdir "
+                    "(same K; profile for this run's batch sizes and cache length)")
+flags.DEFINE_string("workdir", "/tmp/specjax_runs/sv_batch_sweep", "calibration goes to "
+                    "<workdir>/calibration")
 flags.DEFINE_integer("profile_repeats", 5, "timed calls per latency-profile point")
 flags.DEFINE_enum("profile_fit", "linear", ["linear", "raw"],
-                  "linear: replace each batch size's measured latencies by a least-squares line "
-                  "in gamma (non-decreasing, denoises CPU timings that would stall the goodput "
-                  "hill-climb); raw: the medians as measured")
-flags.DEFINE_string("output", "benchmarks/results/sv_batch_sweep.json", "JSON output")
+                  "linear: each batch size's latencies replaced by a non-decreasing line in "
+                  "gamma (denoises CPU timings that stall the goodput search); raw: as measured")
+flags.DEFINE_bool("companion_timing", True, "time the companion forward (companion share)")
+flags.DEFINE_integer("seed", 0, "prompt / RNG seed")
+flags.DEFINE_string("compile_cache_dir", "", "persistent XLA compilation cache (reruns skip the "
+                    "~30 compiles); '' = off")
+flags.DEFINE_string("output", "", "JSON output; default benchmarks/results/"
+                    "sv_batch_sweep[_<model>].json (and .md)")
+flags.DEFINE_string("figure_dir", "", "figures; default docs/figures for a real model, else "
+                    "benchmarks/results")
+
+
+def model_suffix(model: str) -> str:
+  """Short name for files: ``smollm2`` for smollm2-135m-instruct; the name otherwise."""
+  return os.path.basename(model.rstrip("/")).split("-")[0].split(".")[0] or "model"
+
+
+def sweep_config():
+  """The :class:`~experiments.sv_eval.SweepConfig` of the flags (``app.UsageError`` if bad)."""
+  from experiments.sv_eval import SweepConfig, validate
+
+  def ints(name):
+    try:
+      return tuple(int(v) for v in FLAGS[name].value)
+    except ValueError:
+      raise app.UsageError(f"--{name}={','.join(FLAGS[name].value)} must be integers") from None
+
+  cfg = SweepConfig(
+      model=FLAGS.model, drafter=FLAGS.drafter, companion=FLAGS.companion,
+      prompt_sets=tuple(FLAGS.prompt_sets), k=FLAGS.k, fixed_ks=ints("fixed_ks"),
+      table_signals=tuple(FLAGS.table_signals), binning=FLAGS.binning, mode=FLAGS.mode,
+      batch_sizes=ints("batch_sizes"), eval_prompts=FLAGS.eval_prompts,
+      max_new_tokens=FLAGS.max_new_tokens, temperature=FLAGS.temperature,
+      stop_at_eos=FLAGS.stop_at_eos, calib_prompts=FLAGS.calib_prompts,
+      calib_new_tokens=FLAGS.calib_new_tokens, calib_batch=FLAGS.calib_batch,
+      prompt_len=FLAGS.prompt_len, calibration_dir=FLAGS.calibration_dir,
+      workdir=FLAGS.workdir, profile_repeats=FLAGS.profile_repeats,
+      profile_fit=FLAGS.profile_fit, companion_timing=FLAGS.companion_timing, seed=FLAGS.seed)
+  try:
+    validate(cfg)
+  except ValueError as e:
+    raise app.UsageError(f"--{e}") from None  # every message starts with the flag's name
+  return cfg
 
 
 def main(_):
-  from experiments.prompts import load_eval_prompts
-  from specjax import verifiers
-  from specjax.decoding.autoregressive import generate
-  from specjax.decoding.drafters import LMDrafter
-  from specjax.distributions import SamplingConfig
-  from specjax.decoding.speculative import speculative_generate
-  from specjax.models.defaults import default_tokenizer, load_default
-  from specjax.policies import calibration as cal
-  from specjax.policies import latency as lat_lib
-  from specjax.policies.sv import SpeculativeVerification, uninformative_table
-  from specjax.policies.sv_collect import collect_records
-
-  t_start = time.time()
-  (target, tp), (draft, dp), (comp, cp) = (load_default(n) for n in
-                                            ("target", "draft", "companion"))
-  tok = default_tokenizer()
-  k, n_new = FLAGS.k, FLAGS.max_new_tokens
-  samp = SamplingConfig(temperature=FLAGS.temperature)
-  verifier = verifiers.get("lossless")
-  drafter = LMDrafter(k, samp, draft)
-  policy = SpeculativeVerification(k, companion=comp, companion_sampling=samp, mode=FLAGS.mode)
-  batch_sizes = sorted(int(b) for b in FLAGS.batch_sizes)
-
-  # --- calibration table ---
-  calib_info = {}
-  if FLAGS.table:
-    fitted, meta = cal.load_table(FLAGS.table, models=cal.triple_id(target, tp, draft, dp, comp, cp))
-    calib_info = {"source": FLAGS.table}
-  else:
-    t0 = time.time()
-    calib = [list(p.ids) for p in load_eval_prompts(FLAGS.calib_prompts, tokenizer=tok, seed=1)]
-    pp0 = policy.make_params(cp, uninformative_table(), np.ones(k + 1), len(calib))
-    rec = collect_records(target, tp, drafter, dp, policy, pp0, verifier, calib,
-                          max_new_tokens=FLAGS.calib_new_tokens, sampling=samp,
-                          key=jax.random.key(1))
-    s, a, x = rec["S"], rec["A"], rec["accepted"].astype(np.int64)
-    se = cal.quantile_edges(s, FLAGS.quantile_bins)
-    ae = cal.quantile_edges(a, FLAGS.quantile_bins)
-    fitted = cal.fit_table(s, a, x, se, ae)
-    info = cal.information_report(s, a, x, se, ae)
-    calib_info = {"source": "in-script", "records": int(len(x)), "accept_rate": float(x.mean()),
-                  "tau": float(rec["tokens_per_call"]), "info": info,
-                  "p_hat": fitted.p_hat.tolist(), "seconds": time.time() - t0}
-    print(f"calibration: {len(x)} records, accept {x.mean():.3f}, IG(S,A) {info['ig_SA']:.4f} "
-          f"of H(X) {info['H_X']:.4f} bits ({time.time() - t0:.0f}s)", flush=True)
-  table = fitted.table()
-
-  # --- prompts and latency profile ---
-  all_prompts = [list(p.ids) for p in load_eval_prompts(max(batch_sizes), tokenizer=tok, seed=0)]
-  max_prompt = max(len(p) for p in all_prompts)
-  cache_len = 128 + n_new + k + 1
-  t0 = time.time()
-  prof = lat_lib.measure_profile(target, tp, batch_sizes=batch_sizes, gammas=list(range(k + 1)),
-                                 cache_length=cache_len,
-                                 context_length=min(max_prompt + n_new // 2, cache_len - k - 1),
-                                 repeats=FLAGS.profile_repeats)
-  print(f"latency profile ({time.time() - t0:.0f}s):", flush=True)
-  for b, row in zip(prof.batch_sizes, prof.latency_s):
-    print(f"  B={b}: " + " ".join(f"{1e3 * v:.2f}" for v in row) + " ms (gamma 0..K, measured)",
-          flush=True)
-  raw_profile = prof.to_json()
-  if FLAGS.profile_fit == "linear":
-    import dataclasses
-    g = np.asarray(prof.gammas, np.float64)
-    fitted_rows = []
-    for row in prof.latency_s:
-      slope, icpt = np.polyfit(g, np.asarray(row), 1)
-      slope = max(slope, 0.0)
-      icpt = float(np.mean(row) - slope * g.mean())
-      fitted_rows.append(tuple(float(max(icpt + slope * v, 1e-6)) for v in g))
-    prof = dataclasses.replace(prof, latency_s=tuple(fitted_rows))
-    for b, row in zip(prof.batch_sizes, prof.latency_s):
-      print(f"  B={b}: " + " ".join(f"{1e3 * v:.2f}" for v in row) + " ms (linear fit)",
-            flush=True)
-
-  rows = []
-  for b in batch_sizes:
-    prompts = all_prompts[:b]
-    key = jax.random.key(0)
-    common = dict(max_new_tokens=n_new, sampling=samp, key=key, eos_token_id=None)
-    ar_sec, _ = timed(generate, target, tp, prompts, repeats=FLAGS.repeats, **common)
-    fx_sec, fx = timed(speculative_generate, target, tp, drafter, dp, verifier, prompts,
-                       repeats=FLAGS.repeats, **common)
-    pparams = policy.make_params(cp, table, prof, b)
-    sv_sec, sv = timed(speculative_generate, target, tp, drafter, dp, verifier, prompts,
-                       policy=policy, policy_params=pparams, repeats=FLAGS.repeats, **common)
-    ctx = int(np.mean([len(p) for p in prompts])) + n_new // 2
-    t_comp = forward_latency(comp, cp, b, k + 2, ctx, cache_len, repeats=5)
-    sv_steps = int(np.max(np.asarray(sv.stats.target_calls)))
-    fx_steps = int(np.max(np.asarray(fx.stats.target_calls)))
-    fs, ss = fx.stats.summary(), sv.stats.summary()
-    row = dict(batch=b, k=k, temperature=FLAGS.temperature, max_new_tokens=n_new,
-               generate_s=ar_sec, fixed_s=fx_sec, sv_s=sv_sec,
-               goodput_generate=b * n_new / ar_sec, goodput_fixed=b * n_new / fx_sec,
-               goodput_sv=b * n_new / sv_sec,
-               tau_fixed=fs["tau"], tau_sv=ss["tau"],
-               verified_per_call_fixed=fs["verified_per_call"],
-               verified_per_call_sv=ss["verified_per_call"],
-               processed_per_emitted_fixed=fs["processed_per_emitted"],
-               processed_per_emitted_sv=ss["processed_per_emitted"],
-               steps_fixed=fx_steps, steps_sv=sv_steps,
-               step_s_fixed=fx_sec / max(fx_steps, 1), step_s_sv=sv_sec / max(sv_steps, 1),
-               companion_forward_s=t_comp,
-               companion_share=t_comp / (sv_sec / max(sv_steps, 1)),
-               latency_profile_s=list(prof.latency_vector(b, k)))
-    rows.append(row)
-    print(f"B={b}: generate {row['goodput_generate']:.1f} tok/s | fixed {row['goodput_fixed']:.1f} "
-          f"(tau {fs['tau']:.2f}) | SV {row['goodput_sv']:.1f} (tau {ss['tau']:.2f}, verified/call "
-          f"{ss['verified_per_call']:.2f}) | companion share {row['companion_share']:.2f} "
-          f"[{time.time() - t_start:.0f}s]", flush=True)
-
-  lines = ["| B | generate tok/s | fixed-K tok/s | SV tok/s | tau fixed / SV | verified/call "
-           "fixed / SV | processed/emitted fixed / SV | companion fwd ms | SV step ms | "
-           "companion share |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
-  for r in rows:
-    lines.append(
-        f"| {r['batch']} | {r['goodput_generate']:.1f} | {r['goodput_fixed']:.1f} | "
-        f"{r['goodput_sv']:.1f} | {r['tau_fixed']:.2f} / {r['tau_sv']:.2f} | "
-        f"{r['verified_per_call_fixed']:.2f} / {r['verified_per_call_sv']:.2f} | "
-        f"{r['processed_per_emitted_fixed']:.2f} / {r['processed_per_emitted_sv']:.2f} | "
-        f"{1e3 * r['companion_forward_s']:.2f} | {1e3 * r['step_s_sv']:.2f} | "
-        f"{100 * r['companion_share']:.0f}% |")
-  print("\n".join(lines))
-  out = {"device": jax.devices()[0].device_kind, "platform": jax.devices()[0].platform,
-         "flags": {f: FLAGS[f].value for f in ("batch_sizes", "k", "temperature", "max_new_tokens",
-                                               "repeats", "table", "calib_prompts",
-                                               "calib_new_tokens", "quantile_bins", "mode",
-                                               "profile_repeats", "profile_fit")},
-         "calibration": calib_info, "profile": prof.to_json(), "profile_measured": raw_profile,
-         "rows": rows,
-         "markdown": "\n".join(lines), "wall_seconds": time.time() - t_start}
-  os.makedirs(os.path.dirname(os.path.abspath(FLAGS.output)), exist_ok=True)
-  with open(FLAGS.output, "w") as f:
-    json.dump(out, f, indent=2, default=str)
-  print(f"wrote {FLAGS.output} ({out['wall_seconds']:.0f}s)")
+  from experiments.sv_eval import run, write_figures
+  cfg = sweep_config()
+  if FLAGS.compile_cache_dir:
+    import jax
+    jax.config.update("jax_compilation_cache_dir", FLAGS.compile_cache_dir)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+  real = cfg.real
+  suffix = model_suffix(cfg.model)
+  output = FLAGS.output or ("benchmarks/results/sv_batch_sweep.json" if cfg.model == "default"
+                            else f"benchmarks/results/sv_batch_sweep_{suffix}.json")
+  fig_dir = FLAGS.figure_dir or ("docs/figures" if real else "benchmarks/results")
+  report = run(cfg)
+  report["figures"] = write_figures(report, fig_dir, suffix)
+  os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+  with open(output, "w") as f:
+    json.dump(report, f, indent=2, default=str)
+  md = os.path.splitext(output)[0] + ".md"
+  with open(md, "w") as f:
+    f.write(report["markdown"] + "\n")
+  print(report["markdown"])
+  print(f"wrote {output}, {md}, {', '.join(report['figures'])} ({report['wall_seconds']:.0f}s)")
 
 
 if __name__ == "__main__":

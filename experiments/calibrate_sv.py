@@ -71,20 +71,36 @@ def load_models(c):
   return out
 
 
+def calibration_chat_prompts(c, ms) -> list:
+  """The calibration :class:`~experiments.prompts.ChatPrompt` s of a real target:
+  ``data.num_prompts`` held-out ShareGPT + HumanEval chat prompts (as the SV paper
+  calibrated on its evaluation tasks' prompts), split evenly over ``data.prompt_sets``."""
+  from experiments.prompts import load_chat_prompts
+  d = c.data
+  return load_chat_prompts(ms.encode_chat, d.num_prompts, sets=tuple(d.prompt_sets),
+                           max_tokens=d.prompt_len, seed=c.seed)
+
+
 def calibration_prompts(c, vocab_size: int, models=None):
-  """``[num_prompts, prompt_len]`` int32 prompts (held-out windows, or random for tiny);
-  for a real target, a list of chat prompts (held-out ShareGPT + HumanEval, as the SV
-  paper calibrated on its evaluation tasks' prompts)."""
+  """``(prompts, set_names, row_sets)``: the calibration prompts -- ``[num_prompts,
+  prompt_len]`` int32 (held-out windows, or random for tiny), or for a real target a
+  list of chat prompts (:func:`calibration_chat_prompts`) -- the prompt-set names and
+  each row's index into them.  Real target: ``data.prompt_sets``; tiny: the same
+  names label an even split of the random rows (smoke tests of the per-set
+  reports); the default models: one set, ``"heldout"``."""
   import numpy as np
+  from experiments.prompts import set_shares
   d = c.data
   if c.models == "tiny":
-    return np.random.RandomState(c.seed).randint(0, vocab_size, (d.num_prompts, d.prompt_len))
+    names = tuple(d.prompt_sets)
+    rows = np.repeat(np.arange(len(names)), set_shares(d.num_prompts, names))
+    return (np.random.RandomState(c.seed).randint(0, vocab_size, (d.num_prompts, d.prompt_len)),
+            names, rows)
   if models is not None and "set" in models:
-    from experiments.prompts import load_chat_prompts
-    ms = models["set"]
-    return [list(p.ids) for p in load_chat_prompts(
-        ms.encode_chat, d.num_prompts, sets=tuple(d.prompt_sets), max_tokens=d.prompt_len,
-        seed=c.seed)]
+    chat = calibration_chat_prompts(c, models["set"])
+    names = tuple(d.prompt_sets)
+    return ([list(p.ids) for p in chat], names,
+            np.asarray([names.index(p.prompt_set) for p in chat]))
   from specjax.data import batching, corpus
   from specjax.models.defaults import default_tokenizer
   if d.tokenizer_path:
@@ -99,10 +115,13 @@ def calibration_prompts(c, vocab_size: int, models=None):
   if region < d.prompt_len + 1:
     raise ValueError(f"calibration region of {region} tokens is shorter than one prompt")
   starts = np.linspace(0, region - d.prompt_len - 1, d.num_prompts).astype(np.int64)
-  return np.stack([stream[s:s + d.prompt_len] for s in starts]).astype(np.int32)
+  return (np.stack([stream[s:s + d.prompt_len] for s in starts]).astype(np.int32),
+          ("heldout",), np.zeros(d.num_prompts, np.int64))
 
 
-def run(c) -> dict:
+def run(c, models=None) -> dict:
+  """Calibrate (module docstring); ``models``: :func:`load_models`' dict when the caller
+  already loaded them (e.g. ``benchmarks/sv_batch_sweep.py``)."""
   import jax
   import numpy as np
 
@@ -117,7 +136,7 @@ def run(c) -> dict:
   t0 = time.time()
   workdir = c.workdir or f"/tmp/specjax_runs/{c.name}"
   os.makedirs(workdir, exist_ok=True)
-  models = load_models(c)
+  models = models or load_models(c)
   (target, tp), (draft, dp), (comp, cp) = (models[n] for n in ("target", "draft", "companion"))
   k = int(c.num_draft)
   sampling = SamplingConfig(temperature=float(c.temperature))
@@ -135,7 +154,7 @@ def run(c) -> dict:
   d = c.data
   pparams = policy.make_params(cp, uninformative_table(), np.ones(k + 1), d.batch_size)
 
-  prompts = calibration_prompts(c, target.config.vocab_size, models)
+  prompts, set_names, row_sets = calibration_prompts(c, target.config.vocab_size, models)
   recs = []
   calls = 0
   tok_calls = 0.0
@@ -151,6 +170,7 @@ def run(c) -> dict:
                  r["tokens_per_call"])
   cols = {n: np.concatenate([r[n] for r in recs]) for n in ("S", "A", "accepted", "position",
                                                           "row", "step")}
+  cols["prompt_set"] = np.asarray(row_sets)[cols["row"]]  # index into set_names
   np.savez(os.path.join(workdir, "records.npz"), **cols)
   s, a, x = cols["S"], cols["A"], cols["accepted"].astype(np.int64)
 
@@ -176,7 +196,9 @@ def run(c) -> dict:
   }
   report = {"config": c.to_dict(), "identity": ident, "num_records": int(len(x)),
             "accept_rate": float(x.mean()), "tokens_per_call": tok_calls / max(calls, 1),
-            "target_calls": calls,
+            "target_calls": calls, "prompt_sets": list(set_names),
+            "records_per_set": {n: int(np.sum(cols["prompt_set"] == i))
+                                for i, n in enumerate(set_names)},
             "accept_rate_per_position": [float(x[cols["position"] == i].mean())
                                          if np.any(cols["position"] == i) else None
                                          for i in range(k)],
@@ -191,6 +213,12 @@ def run(c) -> dict:
     entry = {"files": files, "info": info, "s_edges": fitted.s_edges.tolist(),
              "a_edges": fitted.a_edges.tolist(), "p_hat": fitted.p_hat.tolist(),
              "counts": fitted.counts.tolist()}
+    # Information gain per prompt set (the SV paper's chat vs code), on the same bins.
+    entry["info_by_set"] = cal.information_by_group(s, a, x, cols["prompt_set"], set_names,
+                                                    se, ae)
+    for set_name, si in entry["info_by_set"].items():
+      logging.info("  %s: H(X)=%.4f IG(S)/H=%.1f%% IG(S,A)/H=%.1f%% (%d records)", set_name,
+                   si["H_X"], 100 * si["ig_S_frac"], 100 * si["ig_frac"], si["n"])
     if fit.any() and heldout.any():
       part = cal.fit_table(s[fit], a[fit], x[fit], se, ae, alpha=c.table.alpha,
                            prior=c.table.prior)

@@ -159,12 +159,25 @@ class ChatPrompt:
   source: str
   domain: str
 
+  @property
+  def prompt_set(self) -> str:
+    """The set it was drawn from: ``"sharegpt"`` or ``"humaneval"``."""
+    return self.source.partition(":")[0]
+
 
 PROMPT_SETS = ("sharegpt", "humaneval")
 
 
+def set_shares(num_prompts: int, sets) -> list[int]:
+  """Prompts per set when ``num_prompts`` are split evenly over ``sets`` (the first
+  set gets the remainder), as :func:`load_chat_prompts` splits them."""
+  share = [num_prompts // len(sets)] * len(sets)
+  share[0] += num_prompts - sum(share)
+  return share
+
+
 def load_chat_prompts(encode_chat, num_prompts: int, *, sets=PROMPT_SETS, max_tokens: int = 256,
-                      seed: int = 0) -> list:
+                      seed: int = 0, exclude=()) -> list:
   """``num_prompts`` fixed chat prompts split evenly over ``sets`` (the first set
   gets the remainder), in a deterministic order that depends only on ``seed``:
 
@@ -174,15 +187,18 @@ def load_chat_prompts(encode_chat, num_prompts: int, *, sets=PROMPT_SETS, max_to
     ordered by ``sha256(f"eval:{seed}:{task_id}")``.
 
   Prompts whose rendered conversation has more than ``max_tokens`` tokens are
-  skipped. ``encode_chat(messages) -> ids`` renders and tokenizes (e.g.
-  ``ModelSet.encode_chat``). Raises ValueError when the data cannot supply enough.
+  skipped, and so are prompts whose ``source`` is in ``exclude`` (e.g. the
+  calibration prompts, for a disjoint held-out evaluation set: the order of
+  the others does not change). ``encode_chat(messages) -> ids`` renders and
+  tokenizes (e.g. ``ModelSet.encode_chat``). Raises ValueError when the data
+  cannot supply enough.
   """
   import hashlib
   bad = [s for s in sets if s not in PROMPT_SETS]
   if bad or not sets:
     raise ValueError(f"prompt sets {list(sets)}: choose from {PROMPT_SETS}")
-  share = [num_prompts // len(sets)] * len(sets)
-  share[0] += num_prompts - sum(share)
+  exclude = frozenset(exclude)
+  share = set_shares(num_prompts, sets)
   out = []
   for name, n in zip(sets, share):
     if n == 0:
@@ -190,10 +206,13 @@ def load_chat_prompts(encode_chat, num_prompts: int, *, sets=PROMPT_SETS, max_to
     got = []
     if name == "sharegpt":
       from specjax.data import eval_prompts
-      by_domain = eval_prompts.heldout_eval_prompts(n_per_domain=max(10, n), seed=seed)
+      by_domain = eval_prompts.heldout_eval_prompts(n_per_domain=max(10, n + len(exclude)),
+                                                    seed=seed)
       order = [p for group in zip(*[by_domain[d] for d in ("code", "qa", "writing")])
                for p in group] + list(by_domain.get("math", ()))
       for p in order:
+        if f"sharegpt:{p.id}" in exclude:
+          continue
         ids = encode_chat(list(p.messages))
         if len(ids) <= max_tokens:
           got.append(ChatPrompt(p.text, tuple(ids), f"sharegpt:{p.id}", p.domain))
@@ -204,6 +223,8 @@ def load_chat_prompts(encode_chat, num_prompts: int, *, sets=PROMPT_SETS, max_to
       probs = sorted(humaneval.load_problems(),
                      key=lambda p: hashlib.sha256(f"eval:{seed}:{p.task_id}".encode()).digest())
       for p in probs:
+        if f"humaneval:{p.task_id}" in exclude:
+          continue
         msgs = humaneval.chat_messages(p)
         ids = encode_chat(msgs)
         if len(ids) <= max_tokens:

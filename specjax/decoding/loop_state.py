@@ -67,6 +67,8 @@ class SpecStats:
       chain step without a verify-length policy, N per tree step).
     processed_tokens: [B] tokens the target forward processed for the row
       (bucket + 1 per chain step, N + 1 per tree step).
+    gamma_counts: [B, G+1] steps that offered gamma = 0..G drafts (G = K for a
+      chain, N for a tree): the distribution of a verify-length policy's choices.
   """
 
   target_calls: jax.Array
@@ -76,6 +78,7 @@ class SpecStats:
   offered_counts: jax.Array
   verified_tokens: jax.Array
   processed_tokens: jax.Array
+  gamma_counts: jax.Array
 
   @property
   def tau(self) -> np.ndarray:
@@ -91,6 +94,7 @@ class SpecStats:
             "relaxed_rate": int(np.sum(self.relaxed)) / max(acc, 1),
             "verified_per_call": int(np.sum(self.verified_tokens)) / max(calls, 1),
             "processed_per_emitted": int(np.sum(self.processed_tokens)) / max(acc + calls, 1),
+            "gamma_counts": np.sum(self.gamma_counts, 0).tolist(),
             "accept_rate_per_position": (np.sum(self.accept_counts, 0) /
                                          np.maximum(np.sum(self.offered_counts, 0), 1)).tolist()}
 

@@ -184,7 +184,8 @@ def speculative_init(loop: SpecLoop, drafter: Drafter, verifier: NodeRule,
   zeros = jnp.zeros((b,), jnp.int32)
   d = drafter.max_accepted
   stats = SpecStats(zeros, zeros, zeros, jnp.zeros((b, d), jnp.int32),
-                    jnp.zeros((b, d), jnp.int32), zeros, zeros)
+                    jnp.zeros((b, d), jnp.int32), zeros, zeros,
+                    jnp.zeros((b, drafter.tokens_per_step), jnp.int32))
   state = SpecState(t_cache, d_state, p_state, reason, out, n, prev, first, jnp.int32(1),
                     stats)
   return inputs, state
@@ -246,12 +247,14 @@ def speculative_step(loop: SpecLoop, inputs: SpecInputs, state: SpecState
   pos = jnp.arange(depth)[None, :]
   accepted = v.accepted & active[:, None]
   offered = (pos <= nacc[:, None]) & (pos < gamma[:, None]) & active[:, None]
+  one_hot_gamma = (jnp.arange(st.gamma_counts.shape[1])[None, :] == gamma[:, None])
   stats = SpecStats(
       st.target_calls + a, st.accepted + nacc * a, st.relaxed + v.num_relaxed * a,
       st.accept_counts + accepted.astype(jnp.int32),
       st.offered_counts + offered.astype(jnp.int32),
       st.verified_tokens + jnp.where(active, gamma, 0),
-      st.processed_tokens + v.processed * a)
+      st.processed_tokens + v.processed * a,
+      st.gamma_counts + one_hot_gamma * a[:, None])
   new_state = SpecState(t_cache, d_state, p_state, reason, out, n, new_prev, new_last,
                         state.step + 1, stats)
   record = StepRecord(state.step, active, jnp.where(active, gamma, 0), nacc * a, accepted,

@@ -224,6 +224,26 @@ def information_report(s, a, x, s_edges, a_edges) -> dict:
           "min_bin_count": int(counts[counts > 0].min()) if counts.size else 0}
 
 
+def information_by_group(s, a, x, groups, names, s_edges, a_edges) -> dict:
+  """:func:`information_report` of each group of records, on the same bins.
+
+  ``groups [N]`` int labels indexing ``names`` (e.g. the prompt set of each
+  record's row).  Each group's ``H(X)`` is its own, so ``ig_frac`` is relative
+  to that group's entropy (SPEC §5: compare IG / H(X), not entropies).
+  Returns ``{name: report}`` for the names that have records.
+  """
+  groups = np.asarray(groups).reshape(-1)
+  if groups.shape != np.asarray(x).reshape(-1).shape:
+    raise ValueError(f"groups has {groups.size} labels for {np.asarray(x).size} records")
+  if groups.size and not 0 <= groups.min() <= groups.max() < len(names):
+    raise ValueError(f"group labels {sorted(set(groups.tolist()))} do not index "
+                     f"names {list(names)}")
+  s, a, x = (np.asarray(v).reshape(-1) for v in (s, a, x))
+  return {name: information_report(s[groups == i], a[groups == i], x[groups == i],
+                                   s_edges, a_edges)
+          for i, name in enumerate(names) if np.any(groups == i)}
+
+
 def log_loss_bits(p_hat, x) -> float:
   """Mean cross-entropy (bits) of predictions ``p_hat`` for outcomes ``x`` (held-out check)."""
   p = np.clip(np.asarray(p_hat, np.float64), 1e-12, 1 - 1e-12)

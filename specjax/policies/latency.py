@@ -73,6 +73,19 @@ class LatencyProfile:
     kw["latency_s"] = tuple(tuple(float(v) for v in row) for row in kw["latency_s"])
     return cls(**kw)
 
+  def linear_fit(self) -> "LatencyProfile":
+    """This profile with each batch size's latencies replaced by a non-decreasing
+    least-squares line in gamma (slope clipped at 0, through the mean).  Single
+    noisy points on a loaded CPU (e.g. gamma = 1 slower than gamma = 2) would
+    otherwise stall SV's goodput search."""
+    g = np.asarray(self.gammas, np.float64)
+    rows = []
+    for row in self.latency_s:
+      slope = max(float(np.polyfit(g, np.asarray(row), 1)[0]), 0.0) if len(g) > 1 else 0.0
+      icpt = float(np.mean(row) - slope * g.mean())
+      rows.append(tuple(float(max(icpt + slope * v, 1e-6)) for v in g))
+    return dataclasses.replace(self, latency_s=tuple(rows))
+
   def latency_vector(self, batch_size: int, k: int, monotone: bool = True) -> np.ndarray:
     """Latency (s) of verifying gamma = 0..K drafts at ``batch_size``: float64 [K+1].
 
