@@ -34,7 +34,7 @@ from __future__ import annotations
 import os
 import time
 
-from absl import app, flags, logging
+from absl import app, flags
 
 from experiments import cli
 
@@ -130,7 +130,7 @@ def _validate_flags() -> None:
 
 
 def _drafters_in_use():
-  """(draft, eagle) arguments of load_model_set: only what the drafters need."""
+  """(draft, eagle) config values: only what the requested drafters need."""
   need_draft = any(d in ("chain", "tree") for d in FLAGS.drafters)
   need_eagle = any(d.startswith("eagle") for d in FLAGS.drafters)
   draft = FLAGS.draft if need_draft and FLAGS.draft != "none" else ""
@@ -166,96 +166,34 @@ def _config():
   d.prompt_seed = FLAGS.seed
   if not _is_default():
     d.max_prompt_tokens = FLAGS.max_prompt_tokens
-    d.prompt_sets = ",".join(FLAGS.prompt_sets)
+    d.prompt_sets = tuple(FLAGS.prompt_sets)
   c.timing.repeats = FLAGS.repeats
   c.kl.enabled = FLAGS.kl == "on" or (FLAGS.kl == "auto" and _is_default())
-  draft, eagle = _drafters_in_use()
-  c.eagle_dir = _shipped_dir("eagle", eagle)
-  # Changing models must not reuse stale rows: fold the model set -- and the drafters'
-  # weight files, which a retrained package replaces under the same names -- into the
-  # run settings.
-  c.models = (f"set:{FLAGS.model}|draft={draft}:{_weights_id(_shipped_dir('draft', draft))}|"
-              f"eagle={eagle}:{_weights_id(c.eagle_dir)}")
+  # The run settings (row keys) hold the model set and a hash of the drafters' weight
+  # files (rows.settings_hash), so changed models never reuse stale rows.
+  c.models = FLAGS.model
+  c.draft, c.eagle_dir = _drafters_in_use()
+  c.mesh_data, c.mesh_model = FLAGS.mesh_data, FLAGS.mesh_model
   return c
 
 
-def _shipped_dir(flag: str, kind: str) -> str:
-  """The directory of drafter ``kind`` (a shipped kind or a path; "" when none),
-  checked before any model loads; ``flag`` names the flag in the error."""
-  if not kind or os.path.isdir(kind):
-    return kind
-  if _is_default():
-    from specjax.models.defaults import assets_dir, default_model_dir
-    return default_model_dir("draft") if kind == "draft" else os.path.join(assets_dir(), kind)
-  from specjax.models import drafter_assets, registry
-  name = FLAGS.model if FLAGS.model in registry.REAL_MODELS else os.path.basename(
-      os.path.normpath(FLAGS.model))
-  try:
-    return drafter_assets.resolve(name, kind)
-  except FileNotFoundError as e:
-    raise app.UsageError(f"--{flag}={kind}: {e}") from None
-
-
-def _weights_id(path: str) -> str:
-  """Short sha256 of a drafter directory's weights file ("" when none)."""
-  import hashlib
-  f = os.path.join(path, "model.safetensors") if path else ""
-  if not f or not os.path.isfile(f):
-    return ""
-  h = hashlib.sha256()
-  with open(f, "rb") as fh:
-    for block in iter(lambda: fh.read(1 << 22), b""):
-      h.update(block)
-  return h.hexdigest()[:12]
-
-
 def _context(c):
-  """evaluation.Context with the requested model set, prompts and mesh."""
-  from experiments import evaluation
-  from experiments.model_sets import load_model_set
-  from experiments.prompts import load_chat_prompts, load_eval_prompts
-  from specjax.data.corpus import CorpusConfig
-  from specjax.decoding import parallel
-  from specjax.decoding.eagle_drafter import EagleDrafter
-
-  draft, eagle = _drafters_in_use()
-  ms = load_model_set(FLAGS.model, draft=draft, eagle=eagle)
-  d = c.data
-  if ms.is_chat:
-    prompts = load_chat_prompts(ms.encode_chat, d.num_prompts, sets=FLAGS.prompt_sets,
-                                max_tokens=d.max_prompt_tokens, seed=d.prompt_seed)
-  else:
-    prompts = load_eval_prompts(d.num_prompts, tokenizer=ms.tokenizer,
-                                max_tokens=d.max_prompt_tokens, min_tokens=d.min_prompt_tokens,
-                                seed=d.prompt_seed,
-                                corpus=CorpusConfig(root=d.root, heldout_fraction=d.heldout_fraction,
-                                                    split_seed=d.split_seed))
-  tp, dp = ms.target_params, ms.draft_params
-  mesh = None
-  if FLAGS.mesh_data:
-    try:
-      mesh = parallel.make_mesh(FLAGS.mesh_data, FLAGS.mesh_model)
-    except ValueError as e:
-      raise app.UsageError(f"--mesh_data / --mesh_model: {e}") from None
-    tp = parallel.shard_params(ms.target, tp, mesh)  # tensor parallel over "model"
-    if ms.draft is not None:
-      dp = parallel.shard_params(ms.draft, dp, mesh)
-  head = None
-  if ms.eagle is not None:
-    h, hp, d2t = ms.eagle
-    if mesh is not None:  # EAGLE heads are small: replicated (their shared embedding stays
-      hp = parallel.replicate(hp, mesh)  # sharded like the target's)
-    head = (h, EagleDrafter.make_params(hp, ms.target, tp, d2t))
-  logging.info("model set %s: %s; %d prompts", ms.name, ms.sources, len(prompts))
-  return evaluation.Context(c, ms.target, tp, ms.draft, dp, ms.tokenizer, prompts, head,
-                    mesh=mesh, code_prompts=not ms.is_chat)
+  """The run's evaluation.Context (experiments.run_context.load_context); a mesh that
+  does not fit the devices is a flag error."""
+  from experiments import run_context
+  try:
+    mesh = run_context.make_mesh(c)
+  except ValueError as e:
+    raise app.UsageError(f"--mesh_data / --mesh_model: {e}") from None
+  return run_context.load_context(c, mesh=mesh)
 
 
 COLUMNS = [("method", "method", None), ("drafter", "drafter", None), ("T", "temperature", "g"),
            ("K", "num_draft", "d"), ("tau", "tau", ".2f"), ("tok/s", "tokens_per_s", ".1f"),
            ("speedup", "speedup", ".2f"), ("relaxed", "relaxed_rate", ".3f"),
            ("loglik/tok", "loglik", ".3f"), ("agree (T=0)", "agree_exact", ".2f"),
-           ("parse", "parse_frac", ".2f"), ("KL1 vs base", "first_kl", ".3f")]
+           ("parse", "parse_frac", ".2f"), ("KL1 vs base", "first_kl", ".3f"),
+           ("note", "skipped", None)]
 
 
 def run() -> dict:

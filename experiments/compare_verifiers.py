@@ -5,6 +5,8 @@ r"""Compare every registered verification rule on one set of models and prompts.
       --config.models=tiny --config.workdir=/tmp/cmp_tiny          # smoke test
   python -m experiments.compare_verifiers --config=experiments/configs/compare.py \
       --config.data.num_prompts=32 --config.data.max_new_tokens=128 --config.timing.repeats=5
+  python -m experiments.compare_verifiers --config=experiments/configs/compare.py:smollm2
+      # SmolLM2-135M-Instruct, shipped draft LM + EAGLE-3 head, chat prompts, batch 1
 
 One table row per (method, drafter, temperature):
 
@@ -15,13 +17,19 @@ One table row per (method, drafter, temperature):
   lossless verification; T > 0 only -- at T = 0 they equal lossless);
 * drafters: ``chain`` (:class:`LMDrafter`, K sampled drafts, q = the draft
   LM's distribution), ``tree`` (:class:`LMTreeDrafter`, a static top-k tree,
-  q = one-hot), and ``eagle_chain`` / ``eagle_tree`` (EAGLE head, dynamic
-  tree) when ``config.eagle_dir`` names a trained head;
+  q = one-hot), and ``eagle_chain`` / ``eagle_tree`` (EAGLE head, EAGLE-2
+  dynamic tree: ``eagle_depth`` / ``eagle_top_k`` / ``eagle_total_tokens``)
+  when ``config.eagle_dir`` names a head (``eagle3`` / ``eagle1``: the one
+  shipped for ``config.models``, or a directory; both EAGLE drafters unless
+  ``config.drafters`` lists one);
 * columns: tau (tokens per target call), speedup over ``generate()``,
   relaxed-acceptance rate, and the quality metrics of
   :mod:`experiments.quality` (target log-likelihood per token, parse
-  fraction, agreement with target greedy at T = 0, first-speculative-token
-  KL / TV to the matched baseline at T > 0).
+  fraction -- code prompts only --, agreement with target greedy at T = 0,
+  first-speculative-token KL / TV to the matched baseline at T > 0), each mean
+  over prompts with its 95% bootstrap interval over prompts in brackets
+  (:mod:`experiments.row_stats`); a rule a drafter cannot serve (CoS without
+  the drafter's node distribution) is a row whose ``note`` says why.
 
 **Speedup protocol.**  Both programs are compiled first (a warm-up call each,
 excluded; the compile time is recorded).  Then ``timing.repeats`` times, on
@@ -39,11 +47,15 @@ target-only row runs the same estimator on exact target samples -- its value
 is the estimator's noise floor.
 
 Models: ``models="default"`` (the embedded target + draft), ``"tiny"`` (random
-tiny models on the real tokenizer and prompts; smoke tests) or ``"stand_in"``
+tiny models on the real tokenizer and prompts; smoke tests), ``"stand_in"``
 (the real draft and a random target of the default target's architecture:
 validates a full-size run and fills the persistent compile cache,
-``compile_cache_dir``, before the trained target exists) -- all through
-:func:`experiments.model_sets.load_model_set`.
+``compile_cache_dir``, before the trained target exists) or a real model
+(``"smollm2-135m-instruct"``, a ``.gguf`` file or an HF directory) with the
+drafters shipped for it (``draft``, ``eagle_dir``) and held-out ShareGPT /
+HumanEval chat prompts (``data.prompt_sets``) -- one context builder,
+:func:`experiments.run_context.load_context`, shared with
+``experiments/benchmark.py``.
 
 Code: rows in :mod:`experiments.rows`, evaluation in :mod:`experiments.evaluation`,
 tables and figures in :mod:`experiments.reports`; this binary is flags -> one
@@ -52,8 +64,9 @@ call -> report.
 Results: ``<workdir>/<name>.jsonl`` (one record per row, via
 :mod:`experiments.sweep`: rerunning resumes, finished rows are skipped; the
 key includes a hash of the run settings, so changed settings never reuse stale
-rows), ``<name>.md`` (markdown table) and ``<name>.png`` (tau / speedup vs
-quality).
+rows), ``<name>.md`` (markdown table) and ``<figures_dir or workdir>/<name>.png``
+(tau / speedup vs quality; the smollm2 variants write
+``docs/figures/<name>_smollm2.png`` themselves).
 """
 
 from __future__ import annotations

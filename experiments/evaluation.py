@@ -2,10 +2,12 @@
 ``speculative_generate()`` on the same prompts and keys, time them (paired
 repeats, compile excluded) and measure quality (:mod:`experiments.quality`).
 
-* :class:`Context` / :func:`load_context` -- models (one
-  :func:`experiments.model_sets.load_model_set`), prompts and caches of a run;
+* :class:`Context` / :func:`load_context` -- models, drafters, prompts and mesh of a
+  run (:mod:`experiments.run_context`, shared with ``experiments/benchmark.py``);
 * :func:`build` -- a spec row's drafter, verifier and target sampling;
-* :func:`evaluate_row` -- one row's result (tau, speedup, quality, first-token KL);
+* :func:`evaluate_row` -- one row's result (tau, speedup, quality, first-token KL, with
+  bootstrap intervals over prompts from :mod:`experiments.row_stats`), or
+  ``{"skipped": reason}`` for a rule the row's drafter cannot serve;
 * :func:`run_rows` -- run or resume rows into a JSONL file (:mod:`experiments.sweep`);
 * :func:`run_line_sweep` -- rows, then the table and line plots of a one-axis sweep.
 
@@ -21,56 +23,9 @@ from typing import Any
 
 from absl import logging
 
-from experiments import quality, reports, sweep
+from experiments import quality, reports, row_stats, sweep
 from experiments.rows import tree_paths, validate_config
-
-
-@dataclasses.dataclass
-class Context:
-  """Everything shared by the rows of one run (models, prompts, caches)."""
-
-  c: Any
-  target: Any
-  target_params: Any
-  draft: Any
-  draft_params: Any
-  tokenizer: Any
-  prompts: list  # EvalPrompt
-  eagle: Any = None  # (head, drafter params) or None
-  mesh: Any = None  # optional jax.sharding.Mesh: rows sharded over its "data" axis
-  cache: dict = dataclasses.field(default_factory=dict)
-  code_prompts: bool = True  # prompts are code prefixes: report the parse fraction
-
-  @property
-  def prompt_ids(self) -> list[list[int]]:
-    return [list(p.ids) for p in self.prompts]
-
-  @property
-  def eos(self):
-    return self.target.config.eos_token_id
-
-
-
-def load_context(c) -> Context:
-  """Models (``c.models``, ``c.eagle_dir``) and evaluation prompts of one run."""
-  from experiments.model_sets import load_model_set
-  from experiments.prompts import load_eval_prompts
-  from specjax.data.corpus import CorpusConfig
-  ms = load_model_set(c.models, eagle=c.eagle_dir or "", seed=int(c.seed))
-  d = c.data
-  prompts = load_eval_prompts(d.num_prompts, tokenizer=ms.tokenizer,
-                              max_tokens=d.max_prompt_tokens, min_tokens=d.min_prompt_tokens,
-                              seed=d.prompt_seed,
-                              corpus=CorpusConfig(root=d.root,
-                                                  heldout_fraction=d.heldout_fraction,
-                                                  split_seed=d.split_seed))
-  eagle = None
-  if ms.eagle is not None:
-    from specjax.decoding.eagle_drafter import EagleDrafter
-    head, hp, d2t = ms.eagle
-    eagle = (head, EagleDrafter.make_params(hp, ms.target, ms.target_params, d2t))
-  return Context(c, ms.target, ms.target_params, ms.draft, ms.draft_params, ms.tokenizer,
-                 prompts, eagle)
+from experiments.run_context import Context, load_context  # noqa: F401  (public here too)
 
 
 def _sampling(t: float):
@@ -129,13 +84,14 @@ def evaluate_row(ctx: Context, row: dict) -> dict:
   import jax
   import numpy as np
   from specjax.decoding.autoregressive import generate
-  from specjax.decoding.speculative import speculative_generate
+  from specjax.decoding.speculative import node_dist_missing, speculative_generate
 
   c = ctx.c
   d = c.data
   prompts = ctx.prompt_ids
-  bs = int(d.batch_size) or len(prompts)
-  batches = [prompts[i:i + bs] for i in range(0, len(prompts), bs)]
+  n = len(prompts)
+  bs = int(d.batch_size) or n
+  batches = [prompts[i:i + bs] for i in range(0, n, bs)]
   max_new = int(d.max_new_tokens)
   key0 = jax.random.key(int(c.seed))
   keys = [jax.random.fold_in(key0, r) for r in range(int(c.timing.repeats))]
@@ -151,6 +107,9 @@ def evaluate_row(ctx: Context, row: dict) -> dict:
   spec = row["kind"] == "spec"
   if spec:
     drafter, dparams, verifier, tsamp = build(ctx, row)
+    reason = node_dist_missing(drafter, verifier)
+    if reason:  # an undefined rule / drafter pair: a stated reason in the table, no crash
+      return {"skipped": reason}
 
     def run_spec(batch, key, bi):
       return speculative_generate(ctx.target, ctx.target_params, drafter, dparams, verifier,
@@ -170,11 +129,10 @@ def evaluate_row(ctx: Context, row: dict) -> dict:
 
   compile_target = warm(("target", sweep.canonical_json(dataclasses.asdict(gsamp))), run_target)
   compile_spec = warm(("spec", row["key"]), run_spec) if spec else 0.0
-  # --- timed, paired repeats.
+  # --- timed, paired repeats (target-only, then speculative, per batch).
   ratios, t_target, t_spec, rate_target, rate_spec = [], [], [], [], []
-  outs_target, outs_spec = [], []
-  calls = acc = relaxed = verified = 0
-  acc_pos = off_pos = None
+  outs_target, outs_spec = [], []  # [repeat * batches][rows] token lists
+  sums = row_stats.SpecSums(n)
   for key in keys:
     tt = ts = 0.0
     nt = ns = 0
@@ -190,14 +148,7 @@ def evaluate_row(ctx: Context, row: dict) -> dict:
         lists = r.to_lists()
         ns += sum(map(len, lists))
         outs_spec.append(lists)
-        st = r.stats
-        calls += int(np.sum(st.target_calls))
-        acc += int(np.sum(st.accepted))
-        relaxed += int(np.sum(st.relaxed))
-        verified += int(np.sum(st.verified_tokens))
-        a, o = np.sum(np.asarray(st.accept_counts), 0), np.sum(np.asarray(st.offered_counts), 0)
-        acc_pos = a if acc_pos is None else acc_pos + a
-        off_pos = o if off_pos is None else off_pos + o
+        sums.add(r.stats, bi * bs, len(b))
     t_target.append(tt)
     rate_target.append(nt / tt)
     if spec:
@@ -205,9 +156,7 @@ def evaluate_row(ctx: Context, row: dict) -> dict:
       rate_spec.append(ns / ts)
       ratios.append((ns / ts) / (nt / tt))
   outs = outs_spec if spec else outs_target
-  flat = [row_ for batch in outs for row_ in batch]
-  nrep = len(keys)
-  flat_prompts = prompts * nrep  # outs are [repeat][batch][row] in prompt order
+  flat = [row_ for batch in outs for row_ in batch]  # [repeat][prompt], repeat-major
   res: dict[str, Any] = {
       "num_rows": len(flat), "generated_tokens": int(sum(map(len, flat))),
       "mean_length": float(np.mean([len(x) for x in flat])),
@@ -216,34 +165,51 @@ def evaluate_row(ctx: Context, row: dict) -> dict:
       "tokens_per_s": float(np.median(rate_spec if spec else rate_target)),
   }
   if spec:
-    res.update({
-        "tau": (acc + calls) / max(calls, 1), "target_calls": calls, "accepted": acc,
-        "relaxed": relaxed, "relaxed_rate": relaxed / max(acc, 1),
-        "verified_per_call": verified / max(calls, 1),
-        "accept_rate_per_position": (acc_pos / np.maximum(off_pos, 1)).tolist(),
-        "spec_time_s": float(np.median(t_spec)), "compile_spec_s": compile_spec,
-        "speedup": float(np.median(ratios)), "speedup_per_repeat": ratios,
-    })
-  # --- quality.
-  ll = quality.target_loglik(ctx.target, ctx.target_params, flat_prompts, flat,
-                             batch_size=int(c.quality_batch_size))
-  res["loglik"] = ll["mean"]
-  eos = ctx.eos if ctx.eos is not None else []
-  eos = [eos] if isinstance(eos, int) else list(eos)
-  texts, ended = quality.decode_completions(ctx.tokenizer, flat, eos)
-  ptexts = [p.text for p in ctx.prompts] * nrep
-  if ctx.code_prompts:
-    res["parse_frac"] = quality.parse_fraction(ptexts, texts, ended)
-  res["eos_frac"] = float(np.mean(ended))
-  if row["temperature"] == 0:
-    ref = [r for batch in outs_target[:len(batches)] for r in batch]
-    agree = quality.greedy_agreement(flat[:len(ref)], ref)
-    res["agree_exact"], res["agree_prefix"] = agree["exact"], agree["prefix"]
+    res.update(sums.result())
+    res.update({"spec_time_s": float(np.median(t_spec)), "compile_spec_s": compile_spec,
+                "speedup": float(np.median(ratios)), "speedup_per_repeat": ratios})
+  res.update(_quality(ctx, row, flat, outs_target[:len(batches)], n))
   if row["temperature"] > 0 and c.kl.enabled:
     if spec:
       res.update(_first_token_kl(ctx, row, drafter, dparams, verifier, tsamp))
     else:  # the exact sampler's value: the plug-in estimator's noise floor
       res.update(_first_token_kl(ctx, row, None, None, None, gsamp))
+  return res
+
+
+def _quality(ctx: Context, row: dict, flat: list, ref_batches: list, n: int) -> dict:
+  """Quality of ``flat`` ([repeat][prompt] token lists) with intervals over prompts;
+  ``ref_batches``: the first repeat's target-only outputs (greedy reference at T = 0).
+
+  Repeats whose outputs are all identical to the first (every greedy rule) are
+  scored once: the same values, a third of the target forwards."""
+  import numpy as np
+  c = ctx.c
+  res: dict[str, Any] = {}
+  nrep = len(flat) // n
+  same = all(flat[r * n:(r + 1) * n] == flat[:n] for r in range(1, nrep))
+  scored = flat[:n] if same else flat
+  res["repeats_identical"] = bool(same)
+  prompts = ctx.prompt_ids * (len(scored) // n)
+  ll = quality.target_loglik(ctx.target, ctx.target_params, prompts, scored,
+                             batch_size=int(c.quality_batch_size))
+  res["loglik"] = ll["mean"]
+  res["loglik_ci"] = row_stats.loglik_ci(ll["per_row"], list(map(len, scored)), n)
+  eos = ctx.eos if ctx.eos is not None else []
+  eos = [eos] if isinstance(eos, int) else list(eos)
+  texts, ended = quality.decode_completions(ctx.tokenizer, scored, eos)
+  if ctx.code_prompts:
+    ptexts = [p.text for p in ctx.prompts] * (len(scored) // n)
+    ok = [float(quality.parses(p, t, e)) for p, t, e in zip(ptexts, texts, ended)]
+    res["parse_frac"] = float(np.mean(ok)) if ok else float("nan")
+    res["parse_frac_ci"] = row_stats.fraction_ci(ok, n)
+  res["eos_frac"] = float(np.mean(ended))
+  if row["temperature"] == 0:
+    ref = [r for batch in ref_batches for r in batch]
+    agree = quality.greedy_agreement(flat[:len(ref)], ref)
+    res["agree_exact"], res["agree_prefix"] = agree["exact"], agree["prefix"]
+    res["agree_exact_ci"] = row_stats.fraction_ci(
+        [float(list(o) == list(r)) for o, r in zip(flat[:len(ref)], ref)], n)
   res["sample_completion"] = texts[0][:200] if texts else ""
   return res
 

@@ -227,8 +227,9 @@ def first_token_divergence(target, target_params, rule, sampling, prompts: Seque
       token of every row.
     min_count: smallest ``(prompt, first)`` group used.
 
-  Returns ``{"kl", "kl_mm", "tv", "samples_used", "contexts"}`` (nan if no group is big
-  enough).
+  Returns ``{"kl", "kl_mm", "tv", "samples_used", "contexts", "kl_ci", "tv_ci"}`` (nan
+  if no group is big enough; the intervals are bootstrap intervals over prompts, None
+  with fewer than two prompts).
   """
   groups: dict[tuple, list[int]] = {}
   for p, a, b in zip(prompts, first, second):
@@ -236,7 +237,7 @@ def first_token_divergence(target, target_params, rule, sampling, prompts: Seque
   used = [(k, v) for k, v in groups.items() if len(v) >= min_count]
   if not used:
     return {"kl": float("nan"), "kl_mm": float("nan"), "tv": float("nan"), "samples_used": 0,
-            "contexts": 0}
+            "contexts": 0, "kl_ci": None, "tv_ci": None}
   probs = baseline_first_token_probs(target, target_params, rule, sampling,
                                      [list(k[0]) + [k[1]] for k, _ in used])
   w, kls, mms, tvs = [], [], [], []
@@ -247,6 +248,15 @@ def first_token_divergence(target, target_params, rule, sampling, prompts: Seque
     mms.append(kl - (len(set(v)) - 1) / (2.0 * len(v)))
     tvs.append(tv)
   w = np.asarray(w, np.float64)
-  return {"kl": float(np.dot(w, kls) / w.sum()), "kl_mm": float(np.dot(w, mms) / w.sum()),
-          "tv": float(np.dot(w, tvs) / w.sum()),
-          "samples_used": int(w.sum()), "contexts": len(used)}
+  out = {"kl": float(np.dot(w, kls) / w.sum()), "kl_mm": float(np.dot(w, mms) / w.sum()),
+         "tv": float(np.dot(w, tvs) / w.sum()),
+         "samples_used": int(w.sum()), "contexts": len(used)}
+  # Bootstrap intervals over prompts (each prompt's groups together; None for one prompt).
+  from experiments.row_stats import ci, ratio_of_sums
+  idx = {p: i for i, p in enumerate(dict.fromkeys(k[0] for k, _ in used))}
+  for name, vals in (("kl", kls), ("tv", tvs)):
+    pairs = np.zeros((len(idx), 2))
+    for (k, _), wi, v in zip(used, w, vals):
+      pairs[idx[k[0]]] += (wi * v, wi)
+    out[f"{name}_ci"] = ci(pairs, ratio_of_sums)
+  return out

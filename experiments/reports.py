@@ -3,7 +3,7 @@
 * :func:`markdown_table` -- one line per record over :data:`COLUMNS`;
 * :func:`plot_quality_vs_speed` -- tau / speedup against target log-likelihood;
 * :func:`plot_lines` -- each metric against one swept axis (theta, K, T);
-* :func:`write_reports` -- ``<workdir>/<name>.md`` and ``<name>.png``.
+* :func:`write_reports` -- ``<workdir>/<name>.md`` and ``<figures_dir>/<name>.png``.
 """
 
 from __future__ import annotations
@@ -23,21 +23,30 @@ COLUMNS = [("method", "method", None), ("drafter", "drafter", None), ("T", "temp
            ("relaxed", "relaxed_rate", ".3f"), ("loglik/tok", "loglik", ".3f"),
            ("parse", "parse_frac", ".2f"), ("agree (T=0)", "agree_exact", ".2f"),
            ("KL1 vs base", "first_kl", ".3f"), ("KL1-MM", "first_kl_mm", ".3f"),
-           ("TV1 vs base", "first_tv", ".3f")]
+           ("TV1 vs base", "first_tv", ".3f"), ("note", "skipped", None)]
+
+
+def _cell(res: dict, cfg: dict, field: str, spec) -> str:
+  """One cell: the value (config or result), its ``<field>_ci`` interval appended as
+  ``[low, high]`` when the result has one; "" for a missing note."""
+  v = res[field] if field in res else cfg.get(field)
+  if spec is None:
+    return "" if v is None else str(v)
+  out = _fmt(v, spec)
+  lo_hi = res.get(f"{field}_ci")
+  if lo_hi and v is not None:
+    out += f" [{_fmt(lo_hi[0], spec)}, {_fmt(lo_hi[1], spec)}]"
+  return out
 
 
 def markdown_table(records: list[dict], columns=COLUMNS) -> str:
+  """One line per record; 95% bootstrap intervals over prompts in brackets; a
+  skipped row (a rule its drafter cannot serve) says why in ``note``."""
   head = "| " + " | ".join(c[0] for c in columns) + " |"
   sep = "|" + "|".join("---" for _ in columns) + "|"
   lines = [head, sep]
   for r in records:
-    cfg, res = r["config"], r["result"]
-    cells = []
-    for _, field, spec in columns:
-      v = cfg.get(field, res.get(field))
-      if field in res:
-        v = res[field]
-      cells.append(str(v) if spec is None else _fmt(v, spec))
+    cells = [_cell(r["result"], r["config"], field, spec) for _, field, spec in columns]
     lines.append("| " + " | ".join(cells) + " |")
   return "\n".join(lines)
 
@@ -79,22 +88,32 @@ def plot_quality_vs_speed(records: list[dict], path: str, title: str = "") -> st
 
 
 def write_reports(c, records, name: str, title: str = "", plot_fn=None) -> dict:
+  """``<workdir>/<name>.md`` and the figure ``<figures_dir or workdir>/<name>.png``
+  (``figures_dir``: e.g. ``docs/figures``, so the command itself writes the figure
+  the docs show)."""
   workdir = c.workdir or f"/tmp/specjax_runs/{c.name}"
   md = os.path.join(workdir, f"{name}.md")
   with open(md, "w") as f:
     f.write(markdown_table(records) + "\n")
-  png = os.path.join(workdir, f"{name}.png")
+  figdir = c.get("figures_dir", "") or workdir
+  os.makedirs(figdir, exist_ok=True)
+  png = os.path.join(figdir, f"{name}.png")
   (plot_fn or plot_quality_vs_speed)(records, png, title)
   return {"markdown": md, "figure": png}
 
 
 def plot_lines(records: list[dict], path: str, title: str, x_of, xlabel: str,
-               metrics=("tau", "speedup", "loglik", "parse_frac")) -> str:
-  """One panel per metric: a line per (method family, drafter) against ``x_of(config)``;
-  target-only rows are drawn dashed (a line when x varies with them, e.g. T)."""
+               metrics=("tau", "speedup", "loglik", "parse_frac", "agree_exact", "first_kl")
+               ) -> str:
+  """One panel per metric that has values: a line per (method family, drafter)
+  against ``x_of(config)``, with the 95% bootstrap interval over prompts as error
+  bars where the record has one; target-only rows are drawn dashed (a line when x
+  varies with them, e.g. T)."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
+  metrics = [m for m in metrics if any(r["result"].get(m) is not None for r in records)] or [
+      "loglik"]
   fig, axes = plt.subplots(1, len(metrics), figsize=(4.5 * len(metrics), 4), squeeze=False)
   series: dict[str, list] = {}
   for r in records:
@@ -104,15 +123,19 @@ def plot_lines(records: list[dict], path: str, title: str, x_of, xlabel: str,
     series.setdefault(name, []).append((x_of(cfg), r["result"]))
   for ax, m in zip(axes[0], metrics):
     for name, pts in series.items():
-      pts = sorted((x, res.get(m)) for x, res in pts if res.get(m) is not None)
+      pts = sorted(((x, res.get(m), res.get(f"{m}_ci")) for x, res in pts
+                    if res.get(m) is not None), key=lambda t: t[0])
       if not pts:
         continue
-      xs, ys = zip(*pts)
+      xs, ys, cis = zip(*pts)
       is_target = name.startswith("target")
       style = dict(ls="--", color="gray") if is_target else dict(marker="o")
       if len(xs) == 1:  # a reference (target-only, lossless): a horizontal line
         ax.axhline(ys[0], lw=1, label=name,
                    **(style if is_target else dict(ls=":", color="black")))
+      elif all(cis):
+        err = [[y - lo for y, (lo, _) in zip(ys, cis)], [hi - y for y, (_, hi) in zip(ys, cis)]]
+        ax.errorbar(xs, ys, yerr=err, label=name, capsize=2, **style)
       else:
         ax.plot(xs, ys, label=name, **style)
     ax.set_xlabel(xlabel)

@@ -79,16 +79,23 @@ def validate_config(c) -> None:
   if "tree" in drafters:
     from specjax.decoding.tree import static_tree
     static_tree(paths)
-  if c.eagle_dir and not os.path.isdir(c.eagle_dir):
-    raise ValueError(f"eagle_dir={c.eagle_dir!r} is not a directory")
-  for name in ("num_prompts", "max_new_tokens"):
+  for name in ("eagle_depth", "eagle_top_k", "eagle_total_tokens"):
+    check_int(name, c[name], low=1)
+  for name in ("num_prompts", "max_new_tokens", "max_prompt_tokens"):
     check_int(f"data.{name}", c.data[name], low=1)
   check_int("data.batch_size", c.data.batch_size, low=0)
+  check_int("data.prompt_bucket", c.data.get("prompt_bucket", 0), low=0)
   check_int("timing.repeats", c.timing.repeats, low=1)
-  workdir = c.workdir or f"/tmp/specjax_runs/{c.name}"
-  if os.path.exists(workdir) and not os.path.isdir(workdir):
-    raise ValueError(f"workdir={workdir!r} exists and is not a directory; results go "
-                     f"into a directory")
+  if c.kl.enabled:
+    for name in ("num_prompts", "samples", "min_count"):
+      check_int(f"kl.{name}", c.kl[name], low=1)
+  for key in ("workdir", "figures_dir"):
+    d = (c.workdir or f"/tmp/specjax_runs/{c.name}") if key == "workdir" else c.get(key, "")
+    if d and os.path.exists(d) and not os.path.isdir(d):
+      raise ValueError(f"{key}={d!r} exists and is not a directory; results go into a "
+                       f"directory")
+  from experiments.run_context import check_sources
+  check_sources(c)  # models, draft, eagle_dir, data.prompt_sets, mesh
 
 
 def method_label(rule: str, hparams: dict, baseline: bool = False) -> str:
@@ -100,8 +107,11 @@ def method_label(rule: str, hparams: dict, baseline: bool = False) -> str:
 def settings_hash(c) -> str:
   """Hash of everything but the method axes: a row key never survives a settings change."""
   d = c.to_dict() if hasattr(c, "to_dict") else dict(c)
-  keep = {k: d[k] for k in ("models", "seed", "data", "timing", "kl", "tree_paths", "eagle_dir",
-                            "eagle_total_tokens", "eagle_top_k", "eagle_depth") if k in d}
+  keep = {k: d[k] for k in ("models", "draft", "seed", "data", "timing", "kl", "tree_paths",
+                            "eagle_dir", "eagle_total_tokens", "eagle_top_k", "eagle_depth")
+          if k in d}
+  from experiments.run_context import weights_fingerprint
+  keep["weights"] = weights_fingerprint(c)  # a retrained drafter never reuses stale rows
   return hashlib.sha256(sweep.canonical_json(keep).encode()).hexdigest()[:10]
 
 
@@ -127,8 +137,9 @@ def default_rows(c) -> list[dict]:
   rows = []
   rules = parse_rules(c.rules)
   drafters = list(c.drafters)
-  if c.eagle_dir:
-    drafters += [d for d in ("eagle_chain", "eagle_tree") if d not in drafters]
+  eagle = ("eagle_chain", "eagle_tree")
+  if c.eagle_dir not in ("", "none") and not any(d in eagle for d in drafters):
+    drafters += eagle  # a head without EAGLE drafters listed: both
   for t in c.temperatures:
     rows.append(make_row(c, kind="target", drafter="-", temperature=t, num_draft=0))
     for d in drafters:

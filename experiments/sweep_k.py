@@ -5,8 +5,11 @@ peaks at an intermediate K while tau keeps rising).
   python -m experiments.sweep_k --config=experiments/configs/k.py \
       --config.ks="(1, 2, 3, 4, 6, 8, 10, 12)" --config.temperatures="(0.0, 1.0)"
 
+  python -m experiments.sweep_k --config=experiments/configs/k.py:smollm2   # SmolLM2, EAGLE-3
+
 Rows: target-only, and for every K in ``config.ks`` each rule of
-``config.rules`` with the chain drafter (K = chain length).  Evaluation as in
+``config.rules`` with every chain drafter of ``config.drafters`` (``chain``: the
+draft LM, ``eagle_chain``: the EAGLE head; K = chain length).  Evaluation as in
 ``experiments/compare_verifiers.py``; the figure plots tau, speedup and
 quality against K.
 """
@@ -17,19 +20,28 @@ from experiments import evaluation
 from experiments import rows as rows_lib
 
 
+CHAINS = ("chain", "eagle_chain")
+
+
 def rows(c) -> list[dict]:
   from specjax.checks import check_int
   for k in c.ks:
     check_int("ks entry (draft length K)", k, low=1)
+  bad = [d for d in c.drafters if d not in CHAINS]
+  if bad or not len(c.drafters):
+    raise ValueError(f"drafters={tuple(c.drafters)}: the K sweep takes chain drafters, "
+                     f"choose from {CHAINS}")
+  rows_lib.validate_config(c)
   out = []
   for t in c.temperatures:
     out.append(rows_lib.make_row(c, kind="target", drafter="-", temperature=t, num_draft=0,
                            extra={"series": f"target T={t:g}"}))
-    for name, hp in rows_lib.parse_rules(c.rules):
-      for k in c.ks:
-        out.append(rows_lib.make_row(c, kind="spec", drafter="chain", temperature=t, num_draft=int(k),
-                               rule=name, hparams=hp,
-                               extra={"series": f"{rows_lib.method_label(name, hp)} T={t:g}"}))
+    for d in c.drafters:
+      for name, hp in rows_lib.parse_rules(c.rules):
+        for k in c.ks:
+          out.append(rows_lib.make_row(
+              c, kind="spec", drafter=d, temperature=t, num_draft=int(k), rule=name,
+              hparams=hp, extra={"series": f"{rows_lib.method_label(name, hp)} [{d}] T={t:g}"}))
   return out
 
 

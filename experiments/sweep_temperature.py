@@ -17,6 +17,7 @@ from experiments import rows as rows_lib
 
 
 def rows(c) -> list[dict]:
+  rows_lib.validate_config(c)
   out = []
   rules = rows_lib.parse_rules(c.rules)
   for t in c.sweep_temperatures:

@@ -4,6 +4,7 @@ theta figure: quality peaks near theta = 0.9, speedup falls as theta rises).
   python -m experiments.sweep_theta --config=experiments/configs/theta.py
   python -m experiments.sweep_theta --config=experiments/configs/theta.py \
       --config.thetas="(0.8, 0.84, 0.88, 0.9, 0.92, 0.96, 0.99)" --config.temperatures="(0.0, 1.0)"
+  python -m experiments.sweep_theta --config=experiments/configs/theta.py:smollm2  # SmolLM2, EAGLE-3
 
 Rows: target-only and lossless (references), MARS at every theta; for every
 drafter in ``config.drafters`` and temperature in ``config.temperatures``.
@@ -19,6 +20,10 @@ from experiments import rows as rows_lib
 
 
 def rows(c) -> list[dict]:
+  from specjax import verifiers
+  for th in c.thetas:  # each value checked by the rule itself (names theta and the range)
+    verifiers.get("mars", theta=th, **dict(c.mars_hparams))
+  rows_lib.validate_config(c)
   out = []
   for t in c.temperatures:
     out.append(rows_lib.make_row(c, kind="target", drafter="-", temperature=t, num_draft=0,

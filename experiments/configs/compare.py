@@ -5,6 +5,10 @@ Defaults are small enough for a few minutes on 2 CPU cores with the embedded
 default models; raise ``data.num_prompts``, ``data.max_new_tokens``,
 ``timing.repeats`` and ``kl.samples`` for bigger runs.  ``models=tiny`` runs
 everything on random tiny models (smoke test, seconds).
+
+``--config=experiments/configs/compare.py:smollm2``: SmolLM2-135M-Instruct with the
+shipped draft LM and EAGLE-3 head (:func:`smollm2`), every rule of
+:data:`DEFAULT_RULES` x {chain, eagle_chain, eagle_tree} x T in {0, 1}.
 """
 
 import ml_collections
@@ -19,13 +23,19 @@ DEFAULT_RULES = ("lossless, greedy, mars:theta=0.9, spec_cascade:p_base=0.3, typ
 DEFAULT_TREE = "[[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0], [0, 0, 1], [0, 0, 0, 0]]"
 
 
-def get_config():
+def get_config(variant: str = ""):
   c = ml_collections.ConfigDict()
   c.name = "compare_verifiers"
   c.workdir = ""  # default /tmp/specjax_runs/<name>
-  c.models = "default"  # "default" | "tiny" (random, smoke test) | "stand_in" (random target)
+  c.figures_dir = ""  # where the figure goes ("" = workdir), e.g. docs/figures
+  # "default" | "tiny" (random, smoke test) | "stand_in" (random target) | a checkpoint
+  # pair dir | a real model: "smollm2-135m-instruct", a .gguf file or an HF dir
+  c.models = "default"
+  c.draft = "draft"  # the set's / shipped draft LM, a directory, or "" (no chain / tree rows)
   c.seed = 0
   c.progress = True
+  c.mesh_data = 0  # rows over a "data" mesh axis (0 = no mesh)
+  c.mesh_model = 1  # target / draft LM tensor parallel over a "model" axis
 
   c.rules = DEFAULT_RULES  # "all" = every registered rule with default hyperparameters
   c.drafters = ("chain", "tree")
@@ -33,7 +43,9 @@ def get_config():
   c.matched_baselines = True  # baseline:<rule> rows for spec_cascade / typical at T > 0
   c.num_draft = 4  # K (chain)
   c.tree_paths = DEFAULT_TREE  # JSON list of rank paths (LMTreeDrafter)
-  c.eagle_dir = ""  # a trained EAGLE head (adds eagle_chain / eagle_tree rows)
+  # An EAGLE head (adds eagle_chain / eagle_tree rows): "eagle3" / "eagle1" (shipped for
+  # models), a head directory, or "" (none)
+  c.eagle_dir = ""
   c.eagle_depth = 4
   c.eagle_top_k = 4
   c.eagle_total_tokens = 12
@@ -49,6 +61,7 @@ def get_config():
   c.data.max_new_tokens = 48
   c.data.batch_size = 0  # rows per call; 0 = all prompts in one batch
   c.data.prompt_bucket = 0  # > 0: pad every batch to at least this (one compiled program)
+  c.data.prompt_sets = ("sharegpt", "humaneval")  # chat models: held-out chat prompts
 
   c.timing = ml_collections.ConfigDict()
   c.timing.repeats = 3  # paired (target-only, speculative) timings; also quality samples
@@ -61,4 +74,46 @@ def get_config():
 
   c.quality_batch_size = 16
   c.compile_cache_dir = "/tmp/specjax_jax_cache"  # "" disables the persistent XLA cache
+  if variant == "smollm2":
+    smollm2(c)
+    c.name = "compare_verifiers_smollm2"
+  elif variant:
+    raise ValueError(f"unknown config variant {variant!r}; use '' or 'smollm2'")
+  return c
+
+
+def smollm2(c):
+  """SmolLM2-135M-Instruct with its shipped drafters (distilled 1-layer draft LM,
+  EAGLE-3 head): chain, eagle_chain and the 24-node EAGLE-2 dynamic tree of
+  ``experiments/acceptance.py`` (depth 5, top_k 8); held-out ShareGPT + HumanEval
+  chat prompts; batch 1, prompts padded to 256 tokens (one program per row); speedup
+  = median of 3 paired repeats; at T > 0 the repeats are 3 seeds.  Shared by the
+  sweeps' smollm2 variants; the figure goes to docs/figures.
+
+  Size: 4 prompts x 32 new tokens x 3 repeats per row; the comparison is 56 rows
+  (8 rules x 3 drafters x 2 T, 6 matched baselines, 2 target-only), estimated
+  ~30-35 min on the 2-core machine alone (per row: ~7 s compile, ~18 s paired
+  timing at 52 / ~35 tok/s, ~3 s quality, ~11 s first-token KL at T > 0 --
+  extrapolated from smoke runs under load 7-12 scaled by the measured target
+  tok/s).  Scale ``data.num_prompts`` / ``data.max_new_tokens`` up on a bigger
+  machine."""
+  c.models = "smollm2-135m-instruct"
+  c.draft = "draft"
+  c.eagle_dir = "eagle3"
+  c.drafters = ("chain", "eagle_chain", "eagle_tree")
+  c.num_draft = 4
+  c.eagle_depth, c.eagle_top_k, c.eagle_total_tokens = 5, 8, 24
+  c.figures_dir = "docs/figures"
+  d = c.data
+  d.prompt_sets = ("sharegpt", "humaneval")
+  d.num_prompts = 4
+  d.max_prompt_tokens = 256
+  d.prompt_bucket = 256
+  d.max_new_tokens = 32
+  d.batch_size = 1
+  c.timing.repeats = 3
+  c.kl.num_prompts = 2
+  c.kl.samples = 16
+  c.kl.min_count = 4
+  c.quality_batch_size = 6
   return c

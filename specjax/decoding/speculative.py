@@ -52,7 +52,7 @@ from specjax.verifiers.base import NodeRule
 
 __all__ = ["SpecLoop", "SpecResult", "SpecStats", "SpecState", "SpecInputs", "StepRecord",
            "speculative_init", "speculative_step", "jit_init", "jit_step", "speculative_core",
-           "speculative_generate", "validate_pair", "loop_target"]
+           "speculative_generate", "validate_pair", "node_dist_missing", "loop_target"]
 
 
 @jax.tree_util.register_dataclass
@@ -300,13 +300,23 @@ def validate_pair(target: Model, drafter: Drafter, verifier: NodeRule,
   draft_model = getattr(drafter, "model", None)
   if isinstance(draft_model, Model):
     check_tokenizers(target, draft_model.config, allow_tokenizer_mismatch)
-  # A sampled chain's q is its node distribution; trees and greedy drafts need q_node.
+  reason = node_dist_missing(drafter, verifier)
+  if reason:
+    raise ValueError(reason)
+
+
+def node_dist_missing(drafter: Drafter, verifier: NodeRule) -> str:
+  """Why ``verifier`` is undefined with ``drafter`` ("" when it is defined): a rule
+  that needs the drafter's full distribution at each node (CoS, SPEC §3) with a
+  drafter that does not supply it and drafts deterministically (one-hot q).  A
+  sampled chain's q is its node distribution, so it always works."""
   if (verifier.needs_node_dist and not drafter.supplies_node_dist
       and (drafter.tree or drafter.sampling.greedy)):
-    raise ValueError(f"verifier {type(verifier).__name__} ({verifier.name!r}) needs the "
-                     f"drafter's full distribution at each node (SPEC §3), but drafter "
-                     f"{type(drafter).__name__} does not supply it (supplies_node_dist=False) "
-                     f"and its drafts are deterministic (one-hot q)")
+    return (f"verifier {type(verifier).__name__} ({verifier.name!r}) needs the drafter's full "
+            f"distribution at each node (SPEC §3), but drafter {type(drafter).__name__} does "
+            f"not supply it (supplies_node_dist=False) and its drafts are deterministic "
+            f"(one-hot q)")
+  return ""
 
 
 def speculative_generate(target: Model, target_params, drafter: Drafter, draft_params,

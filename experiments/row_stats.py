@@ -1,0 +1,94 @@
+"""Per-prompt sums of one comparison row and their bootstrap intervals over prompts.
+
+A row runs every prompt ``repeats`` times (one PRNG key per repeat: at T > 0
+each repeat is a new sample, a "seed").  Every reported mean over prompts gets
+a 95% percentile-bootstrap interval over *prompts* (:mod:`experiments.bootstrap`),
+the repeats of a prompt kept together:
+
+* ``tau_ci`` -- ratio of sums ``(accepted + calls) / calls``;
+* ``loglik_ci`` -- token-weighted mean target log-likelihood (ratio of sums);
+* ``agree_exact_ci`` (T = 0), ``parse_frac_ci`` (code prompts) -- means of
+  per-prompt fractions.
+
+Outputs are lists in ``[repeat][prompt]`` order (flat, repeat-major).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from experiments.bootstrap import bootstrap_ci
+
+
+def ratio_of_sums(x: np.ndarray) -> float:
+  """``x [n, 2]`` -> ``sum(x[:, 0]) / sum(x[:, 1])`` (0 when the denominator is 0)."""
+  d = x[:, 1].sum()
+  return float(x[:, 0].sum() / d) if d else 0.0
+
+
+def ci(values, statistic=np.mean) -> list | None:
+  """``[low, high]`` over prompts (None for fewer than 2 prompts: no interval)."""
+  v = np.asarray(values, np.float64)
+  if len(v) < 2:
+    return None
+  return list(bootstrap_ci(v, statistic))
+
+
+class SpecSums:
+  """Per-prompt sums of the speculative stats over repeats.
+
+  Attributes:
+    accepted, calls, relaxed, verified: [n] per prompt.
+    accept_pos, offered_pos: [D] per draft position, summed over prompts.
+  """
+
+  def __init__(self, num_prompts: int):
+    n = num_prompts
+    self.accepted, self.calls = np.zeros(n), np.zeros(n)
+    self.relaxed, self.verified = np.zeros(n), np.zeros(n)
+    self.accept_pos = self.offered_pos = None
+
+  def add(self, stats, first: int, rows: int) -> None:
+    """Add one call's ``SpecStats`` (fields ``[B]`` / ``[B, D]``) of prompts
+    ``first .. first + rows - 1`` (rows beyond ``rows`` are padding)."""
+    sl = slice(first, first + rows)
+    for name in ("accepted", "relaxed"):
+      getattr(self, name)[sl] += np.asarray(getattr(stats, name))[:rows]
+    self.calls[sl] += np.asarray(stats.target_calls)[:rows]
+    self.verified[sl] += np.asarray(stats.verified_tokens)[:rows]
+    a = np.asarray(stats.accept_counts)[:rows].sum(0)
+    o = np.asarray(stats.offered_counts)[:rows].sum(0)
+    self.accept_pos = a if self.accept_pos is None else self.accept_pos + a
+    self.offered_pos = o if self.offered_pos is None else self.offered_pos + o
+
+  def result(self) -> dict:
+    acc, calls = self.accepted.sum(), self.calls.sum()
+    return {
+        "tau": (acc + calls) / max(calls, 1),
+        "tau_ci": ci(np.stack([self.accepted + self.calls, self.calls], 1), ratio_of_sums),
+        "target_calls": int(calls), "accepted": int(acc), "relaxed": int(self.relaxed.sum()),
+        "relaxed_rate": float(self.relaxed.sum() / max(acc, 1)),
+        "verified_per_call": float(self.verified.sum() / max(calls, 1)),
+        "accept_rate_per_position": (self.accept_pos / np.maximum(self.offered_pos, 1)).tolist(),
+    }
+
+
+def per_prompt(values: Sequence[float], num_prompts: int) -> np.ndarray:
+  """``[repeat * n]`` repeat-major values -> ``[n, repeat]``."""
+  return np.asarray(values, np.float64).reshape(-1, num_prompts).T
+
+
+def loglik_ci(per_row_mean: Sequence[float], lengths: Sequence[int], num_prompts: int):
+  """Interval of the token-weighted mean log-likelihood from per-row means and lengths."""
+  lens = np.asarray(lengths, np.float64)
+  sums = np.nan_to_num(np.asarray(per_row_mean, np.float64)) * lens
+  pairs = np.stack([per_prompt(sums, num_prompts).sum(1),
+                    per_prompt(lens, num_prompts).sum(1)], 1)
+  return ci(pairs, ratio_of_sums)
+
+
+def fraction_ci(per_row: Sequence[float], num_prompts: int):
+  """Interval of the mean of per-prompt fractions (each prompt's mean over repeats)."""
+  return ci(per_prompt(per_row, num_prompts).mean(1))
