@@ -304,7 +304,7 @@ def nb01():
       print("draft LM top-1 drafted; KL(P || p) =", float(kl(P, p)))
       '''),
   ]
-  return new_notebook(cells=cells, metadata=_meta())
+  return finish(new_notebook(cells=cells, metadata=_meta()))
 
 
 def nb02():
@@ -448,7 +448,7 @@ def nb02():
       the trade-off (KL of MARS's induced distribution to the target over a theta grid) is
       `python -m experiments.lossy_propositions`; its numbers are in `benchmarks/RESULTS.md`."""),
   ]
-  return new_notebook(cells=cells, metadata=_meta())
+  return finish(new_notebook(cells=cells, metadata=_meta()))
 
 
 def nb03():
@@ -662,7 +662,14 @@ def nb03():
       more rules, MARS, figures) are `python -m experiments.lossy_propositions`; see
       `benchmarks/RESULTS.md`, section *Lossy-verification propositions (issue 7)*."""),
   ]
-  return new_notebook(cells=cells, metadata=_meta())
+  return finish(new_notebook(cells=cells, metadata=_meta()))
+
+
+def finish(nb):
+  """Stable cell ids (nbformat draws random ones), so a rebuild leaves unchanged notebooks alone."""
+  for i, cell in enumerate(nb.cells):
+    cell.id = f"cell-{i:02d}"
+  return nb
 
 
 def _meta():

@@ -8,7 +8,7 @@ import sys
 import nbformat
 from nbformat.v4 import new_notebook
 
-from build import FULL_FLAG, SETUP, _meta, code, execute, md  # shared cells (notebooks/build.py)
+from build import FULL_FLAG, SETUP, _meta, code, execute, finish, md  # shared cells (notebooks/build.py)
 
 PATH = "notebooks/04_speculative_verification.ipynb"
 
@@ -210,7 +210,7 @@ def nb04():
       code('''
       table = fitted.table()
       policy_b = SpeculativeVerification(K, companion=comp, companion_sampling=samp, mode="batch")
-      rows = []
+      rows, gamma_counts = [], {}
       for b in BATCHES:
           prompts = evalp[:b]
           runs = {"fixed K": dict(),
@@ -224,6 +224,7 @@ def nb04():
               if FULL:
                   t0 = time.perf_counter(); res = jax.block_until_ready(run()); sec = time.perf_counter() - t0
               s = res.stats.summary()
+              gamma_counts[(b, name)] = s["gamma_counts"]
               acc_ver = s["accepted"] / max(s["verified_per_call"] * s["target_calls"], 1)
               rows.append((b, name, s["tau"], s["verified_per_call"], acc_ver,
                            s["processed_per_emitted"], sec))
@@ -231,6 +232,9 @@ def nb04():
             f"{'processed/emitted':>17} {'wall s':>7}")
       for r in rows:
           print(f"{r[0]:>5} {r[1]:>10} {r[2]:6.3f} {r[3]:13.3f} {r[4]:15.3f} {r[5]:17.3f} {r[6]:7.2f}")
+      print("\\ngammas chosen (steps that verified gamma = 0..K drafts, all rows):")
+      for (b, name), counts in gamma_counts.items():
+          print(f"  batch {b} {name:10s} {counts}")
       '''),
       md("""
       **Reading the numbers — compare with the SV paper:** acceptance among *verified* tokens
@@ -244,7 +248,7 @@ def nb04():
       See `benchmarks/sv_batch_sweep.py` for the batch sweep and `benchmarks/RESULTS.md` for the
       information gain of early-exit companions N = 4, 8, 15, 22 on SmolLM2."""),
   ]
-  return new_notebook(cells=cells, metadata=_meta())
+  return finish(new_notebook(cells=cells, metadata=_meta()))
 
 
 if __name__ == "__main__":
