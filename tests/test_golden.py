@@ -18,12 +18,19 @@ def golden():
   return make_golden.load()
 
 
+# Statistics added to the loop after the golden file was written (additive: they
+# change no existing output).  Any other name missing from the file fails.
+ADDED_AFTER_GOLDEN = {"gamma_counts"}  # SpecStats.gamma_counts (issue 15, SV on SmolLM2)
+
+
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="golden outputs are CPU float32")
 @pytest.mark.parametrize("part", sorted(make_golden.PARTS))
 def test_reproduces_golden_outputs(golden, part):
   got = make_golden.golden_outputs((part,))
   assert got, part
   for name, value in got.items():
+    if name.rsplit("/", 1)[-1] in ADDED_AFTER_GOLDEN:
+      continue
     assert name in golden, f"{name} is not in the golden file (regenerate it?)"
     ref = golden[name]
     assert value.dtype == ref.dtype and value.shape == ref.shape, name
