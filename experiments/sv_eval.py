@@ -258,7 +258,7 @@ def evaluate(cfg: SweepConfig, models: dict, tables: dict, profile, prompts: dic
   method) (module docstring).  ``tables``: ``{signal: CalibrationTable}``."""
   import jax
   from benchmarks.common import forward_latency
-  from specjax import verifiers
+  from specjax import compiled_code, verifiers
   from specjax.decoding.autoregressive import generate
   from specjax.decoding.drafters import LMDrafter
   from specjax.decoding.speculative import speculative_generate
@@ -288,6 +288,7 @@ def evaluate(cfg: SweepConfig, models: dict, tables: dict, profile, prompts: dic
   rows = []
   for b in sorted(cfg.batch_sizes):
     for method in method_names(cfg):
+      compiled_code.release_if_crowded()  # one program per (B, method); stay under the map limit
       if method == "target":
         def call(toks, lens, off):
           return generate(target, tp, (toks, lens), key=jax.random.key(cfg.seed),

@@ -53,6 +53,8 @@ import math
 import os
 from typing import Any, Callable, Iterable, Sequence
 
+from specjax import compiled_code
+
 
 def canonical_json(obj: Any) -> str:
   """Deterministic compact JSON (sorted keys); NaN / inf become null."""
@@ -198,6 +200,8 @@ def run_sweep(configs: Sequence[dict], evaluate: Callable[[dict], dict], path: s
         if bar is not None:
           bar.set_postfix_str(key[:40])
         result = evaluate(cfg)
+        # Long sweeps compile hundreds of programs; stay under vm.max_map_count.
+        compiled_code.release_if_crowded()
         record = json.loads(canonical_json({"key": key, "config": cfg, "result": result}))
         append_record(fd, record)
         done[key] = record

@@ -7,8 +7,6 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-import gc  # noqa: E402
-
 import pytest  # noqa: E402
 
 
@@ -24,6 +22,5 @@ def _release_compiled_programs():
   clearing costs little.
   """
   yield
-  import jax
-  jax.clear_caches()
-  gc.collect()
+  from specjax import compiled_code
+  compiled_code.release_compiled_programs()
