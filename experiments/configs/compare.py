@@ -91,12 +91,11 @@ def smollm2(c):
   sweeps' smollm2 variants; the figure goes to docs/figures.
 
   Size: 4 prompts x 32 new tokens x 3 repeats per row; the comparison is 56 rows
-  (8 rules x 3 drafters x 2 T, 6 matched baselines, 2 target-only), estimated
-  ~30-35 min on the 2-core machine alone (per row: ~7 s compile, ~18 s paired
-  timing at 52 / ~35 tok/s, ~3 s quality, ~11 s first-token KL at T > 0 --
-  extrapolated from smoke runs under load 7-12 scaled by the measured target
-  tok/s).  Scale ``data.num_prompts`` / ``data.max_new_tokens`` up on a bigger
-  machine."""
+  (8 rules x 3 drafters x 2 T, 6 matched baselines, 2 target-only), 36 min on
+  the 2-core machine alone (~40 s per row).  The first-token KL at these sizes
+  (2 prompts x 16 samples) sits at its noise floor on SmolLM2 (few samples
+  share a first token); raise ``kl.samples`` for a usable estimate.  Scale
+  ``data.num_prompts`` / ``data.max_new_tokens`` up on a bigger machine."""
   c.models = "smollm2-135m-instruct"
   c.draft = "draft"
   c.eagle_dir = "eagle3"

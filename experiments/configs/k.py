@@ -4,7 +4,7 @@
 EAGLE-3 chain, K in {1, 2, 3, 4, 6, 8}, T in {0, 1} (the comparison's smollm2
 settings, :func:`experiments.configs.compare.smollm2`); figure
 ``docs/figures/sweep_k_smollm2.png``;
-26 rows, estimated ~12-13 min on the 2-core machine alone (a
+26 rows, 12.1 min on the 2-core machine alone (a
 compile per K).
 """
 

@@ -4,7 +4,7 @@
 24-node EAGLE-2 dynamic tree, theta in {0.8, 0.85, 0.9, 0.95, 0.98}, T in {0, 1}
 (the comparison's smollm2 settings, :func:`experiments.configs.compare.smollm2`);
 figure ``docs/figures/sweep_theta_smollm2.png``;
-26 rows, estimated ~10-11 min on the 2-core machine alone
+26 rows, 10.8 min on the 2-core machine alone
 (MARS compiles once per drafter and T: theta is traced).
 """
 
