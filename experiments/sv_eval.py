@@ -283,8 +283,10 @@ def evaluate(cfg: SweepConfig, models: dict, tables: dict, profile, prompts: dic
   cache_len = cache_length(cfg, width)
   padded = {s: _pad(ps, width, target.config.vocab_size) for s, ps in prompts.items()}
   sv_drafter = drafter_for(cfg.k)
+  # prompt_bucket=width: every batch runs the program the warm-up compiled (without it
+  # the bucket follows each batch's longest prompt and timed calls could compile).
   common = dict(max_new_tokens=cfg.max_new_tokens, sampling=samp, eos_token_id=eos,
-                cache_length=cache_len)
+                cache_length=cache_len, prompt_bucket=width)
   rows = []
   for b in sorted(cfg.batch_sizes):
     for method in method_names(cfg):
