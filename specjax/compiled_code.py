@@ -17,8 +17,6 @@ a disk read. On systems without ``/proc`` it does nothing.
 
 import gc
 
-import jax
-
 MAPS_FILE = "/proc/self/maps"
 LIMIT_FILE = "/proc/sys/vm/max_map_count"
 DEFAULT_FRACTION = 0.5
@@ -44,6 +42,7 @@ def memory_map_limit() -> int | None:
 
 def release_compiled_programs() -> None:
   """Drop every compiled program JAX holds in memory (they recompile on next use)."""
+  import jax  # here, so that importing this module (experiments/sweep.py does) stays cheap
   jax.clear_caches()
   gc.collect()
 
