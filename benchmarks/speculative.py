@@ -56,8 +56,9 @@ flags.DEFINE_integer("repeats", 7, "timed rounds (median; every timer runs once 
                      "round, round-robin)")
 flags.DEFINE_list("drafters", ["lm_chain"],
                   "lm_chain (independent draft LM), eagle1_chain, eagle3_chain, "
-                  "eagle3_tree:N / eagle1_tree:N (EAGLE-2 dynamic tree with N nodes, depth K, "
-                  "top_k 8); EAGLE rows need the embedded target")
+                  "eagle3_tree:N[:TOP_K] / eagle1_tree:N[:TOP_K] (EAGLE-2 dynamic tree with N "
+                  "nodes, depth K, TOP_K children per expanded node, default 8); EAGLE rows need "
+                  "the embedded target or a real --target")
 flags.DEFINE_boolean("hf_peer", True, "also time transformers assisted generation (batch 1, greedy)")
 flags.DEFINE_integer("max_prompt_tokens", 256, "real --target: longest rendered chat prompt")
 flags.DEFINE_string("output", "benchmarks/results/speculative.json", "JSON output")
@@ -123,6 +124,34 @@ def hf_assisted(t_dir, d_dir, prompts, max_new_tokens, k, repeats):
   return float(np.median(times)), outs
 
 
+def parse_tree_spec(name: str) -> tuple:
+  """``(total_tokens, top_k)`` of a ``eagleX_tree:N[:TOP_K]`` entry (TOP_K default 8)."""
+  fields = name.split(":")[1:]
+  try:
+    values = [int(f) for f in fields]
+  except ValueError:
+    values = []
+  if len(values) not in (1, 2) or min(values) < 1:
+    raise app.UsageError(f"--drafters entry {name!r}: a tree is eagle3_tree:N or "
+                         "eagle3_tree:N:TOP_K with positive integers N (nodes) and TOP_K")
+  return values[0], (values[1] if len(values) == 2 else 8)
+
+
+DRAFTER_KINDS = ("lm_chain", "eagle1_chain", "eagle3_chain")
+
+
+def check_drafter_names(names) -> None:
+  """Refuse an unknown --drafters entry before any model is loaded."""
+  for name in names:
+    if name in DRAFTER_KINDS:
+      continue
+    if name.startswith(("eagle1_tree:", "eagle3_tree:")):
+      parse_tree_spec(name)
+      continue
+    raise app.UsageError(f"--drafters entry {name!r} is not one of {', '.join(DRAFTER_KINDS)}, "
+                         "eagle1_tree:N[:TOP_K], eagle3_tree:N[:TOP_K]")
+
+
 def make_drafter(name, k, samp, draft, dp, target, tp, model_set=None):
   """``(drafter, params)`` for a --drafters entry (EAGLE rows: the head shipped for
   the real ``model_set``'s target, else the embedded default heads)."""
@@ -143,8 +172,8 @@ def make_drafter(name, k, samp, draft, dp, target, tp, model_set=None):
   if rest == "chain":
     return EagleDrafter(k, samp, head=head), params
   if rest.startswith("tree:"):
-    n = int(rest.split(":")[1])
-    return (EagleDrafter(depth=k, sampling=samp, head=head, tree_kind="dynamic", top_k=8,
+    n, top_k = parse_tree_spec(name)
+    return (EagleDrafter(depth=k, sampling=samp, head=head, tree_kind="dynamic", top_k=top_k,
                          total_tokens=n), params)
   raise ValueError(f"unknown drafter {name!r}")
 
@@ -162,6 +191,7 @@ def main(_):
   from specjax.decoding.speculative import speculative_generate
   from specjax.models.transformer import Model
 
+  check_drafter_names(FLAGS.drafters)
   t_dir, d_dir, target, tp, draft, dp, tok, ms = load_models()
   k, n_new, reps = FLAGS.k, FLAGS.max_new_tokens, FLAGS.repeats
   rows = []

@@ -18,8 +18,10 @@ r"""HumanEval pass@1 of a real model's generations, checked in the sandbox: targ
 ``--eagle_depth``, ``--eagle_top_k``, ``--eagle_total_tokens``; defaults as in
 :mod:`experiments.acceptance`), and ``baseline:<drafter>:<rule>...``: the rule's
 matched baseline (its truncation as a target processor, then lossless
-verification). With ``--matched_baselines`` (default) every truncation rule's
-baseline is added at T > 0 (at T = 0 it is target greedy).
+verification); ``baseline:target:<rule>...`` draws the same law from target-only
+``generate()`` with the processor. With ``--matched_baselines`` (default) every
+truncation rule's target-side baseline is added at T > 0, one per rule whatever
+the drafters (at T = 0 it is target greedy).
 
 Each problem's prompt (``--style=chat``: one user message, wording in
 :mod:`specjax.data.humaneval`; ``completion``: the raw prompt text) runs through
@@ -149,7 +151,6 @@ def main():
   from specjax.decoding.autoregressive import generate
   from specjax.decoding.eagle_drafter import EagleDrafter
   from specjax.decoding.speculative import speculative_generate
-  from specjax.distributions import SamplingConfig
 
   print("methods:", ", ".join(m.spec + (" (T > 0)" if m.sampled_only else "") for m in methods))
   problems = humaneval.load_problems()[:FLAGS.limit]
@@ -170,7 +171,8 @@ def main():
   source = {"draft": "draft", "eagle3": "eagle"}  # asset kind -> ModelSet.sources entry
   shas = {a: _file_sha256(os.path.join(ms.sources[source[a]], "model.safetensors"))
           for a in assets}
-  fingerprints = {m.spec: m.fingerprint(shas[m.asset]) for m in methods if not m.is_target}
+  fingerprints = {m.spec: m.fingerprint(shas.get(m.asset, "")) for m in methods
+                  if not m.is_target}
   built: dict = {}
 
   def evaluate(c):
@@ -179,9 +181,9 @@ def main():
     key = jax.random.fold_in(jax.random.key(FLAGS.seed), c["sample"])
     m = by_spec[c.get("method", "target")]
     stats = None
-    if m.is_target:
+    if m.runs_target_only:  # the target, or a target-side matched baseline
       res = generate(ms.target, ms.target_params, prompts[sl], max_new_tokens=FLAGS.max_new_tokens,
-                     sampling=SamplingConfig(temperature=t), key=key, row_offset=c["start"])
+                     sampling=m.target_sampling(t), key=key, row_offset=c["start"])
     else:
       if (m.spec, t) not in built:  # one drafter object per (method, T): one compile
         built[(m.spec, t)] = humaneval_methods.build(m, ms, eagle_params, t)

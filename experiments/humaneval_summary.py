@@ -74,6 +74,17 @@ def _identical(cell: dict, greedy: dict) -> float | None:
                         for t in common]))
 
 
+def _baseline_name(method: str, t: float, scores: dict) -> str:
+  """The matched baseline a method is compared with: ``baseline:<method>`` (same
+  drafter) when it ran, else the target-side ``baseline:target:<rule>`` (the same law:
+  lossless verification reproduces the processed target)."""
+  from experiments.humaneval_methods import target_baseline_spec
+  own = BASELINE_PREFIX + method
+  if method == TARGET or method.startswith(BASELINE_PREFIX) or (own, t) in scores:
+    return own
+  return target_baseline_spec(method)
+
+
 def _vs_baseline(sc: dict, base: dict | None, name: str) -> dict | None:
   d = paired_difference(sc, base) if base is not None else None
   return None if d is None else {"baseline": name, **d}
@@ -94,13 +105,14 @@ def summarize(records: list[dict]) -> list[dict]:
     lo, hi = bootstrap_ci(list(sc.values()))
     tau, tau_ci = _tau(cell)
     ref = scores.get((TARGET, t))
-    base = scores.get((BASELINE_PREFIX + m, t))
+    base_name = _baseline_name(m, t, scores)
+    base = scores.get((base_name, t))
     rows.append({
         "method": m, "temperature": t, "problems": len(cell),
         "samples_per_problem": float(np.mean([len(d["passed"]) for d in cell.values()])),
         "pass@1": float(np.mean(list(sc.values()))), "ci95": [lo, hi],
         "vs_target": paired_difference(sc, ref) if ref is not None and m != TARGET else None,
-        "vs_baseline": _vs_baseline(sc, base, BASELINE_PREFIX + m),
+        "vs_baseline": _vs_baseline(sc, base, base_name),
         "tau": tau, "tau_ci95": tau_ci,
         "identical_to_greedy": _identical(cell, greedy) if t == 0 and greedy else None})
   return rows

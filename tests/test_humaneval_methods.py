@@ -26,6 +26,11 @@ def test_specs_parse_to_canonical_methods():
   b = parse_method("baseline:draft_chain:spec_cascade:p_base=0.3")
   assert b.baseline and b.spec == "baseline:draft_chain:spec_cascade:p_base=0.3"
   assert b.asset == "draft" and parse_method("target").is_target
+  tb = parse_method("baseline:TARGET:typical:eps=0.09")
+  assert (tb.spec, tb.drafter, tb.asset, tb.drafter_settings) == (
+      "baseline:target:typical:eps=0.09", "", "", ())
+  assert tb.runs_target_only and not tb.is_target
+  assert tb.target_sampling(1.0).eta == 0.09 and parse_method("target").target_sampling(0.7).eta == 0
 
 
 @pytest.mark.parametrize("spec, match", [
@@ -38,6 +43,8 @@ def test_specs_parse_to_canonical_methods():
     ("eagle3_chain:all", "one rule per method"),
     ("draft_chain:lossless;mars", "one rule per method"),
     ("baseline:eagle3_chain:mars", "use eagle3_chain:lossless"),  # baseline = lossless
+    ("target:typical", "one of"),                            # target only as a baseline
+    ("baseline:target:lossless", "use target:lossless"),
 ])
 def test_bad_specs_name_the_entry(spec, match):
   with pytest.raises(ValueError, match=match) as e:
@@ -47,10 +54,12 @@ def test_bad_specs_name_the_entry(spec, match):
 
 def test_methods_add_target_and_matched_baselines_once():
   ms = parse_methods(["eagle3_tree:typical:eps=0.09", "eagle3_chain:lossless",
-                      "eagle3_tree:typical:eps=0.09"], [0.0, 1.0])
+                      "eagle3_tree:typical:eps=0.09", "draft_chain:typical:eps=0.09"], [0.0, 1.0])
+  # one target-side baseline per rule, shared by the drafters
   assert [m.spec for m in ms] == ["target", "eagle3_tree:typical:eps=0.09",
-                                  "baseline:eagle3_tree:typical:eps=0.09", "eagle3_chain:lossless"]
-  assert ms[2].sampled_only  # added: T > 0 only
+                                  "baseline:target:typical:eps=0.09", "eagle3_chain:lossless",
+                                  "draft_chain:typical:eps=0.09"]
+  assert ms[2].sampled_only and ms[2].runs_target_only  # added: T > 0 only, generate()
   explicit = parse_methods(["eagle3_tree:typical:eps=0.09", "baseline:eagle3_tree:typical:eps=0.09"],
                            [0.0])
   assert not explicit[-1].sampled_only  # listed: every temperature
@@ -73,6 +82,7 @@ def test_target_keys_are_unchanged_and_methods_get_their_own():
   assert len(spec) == 3 + 9 and spec[0]["key"].startswith("s-eagle3_chain:typical:eps=0.09-")
   base = [c for c in cfgs if c.get("method", "").startswith("baseline:")]
   assert len(base) == 9 and all(c["temperature"] == 1.0 for c in base)  # sampled_only
+  assert base[0]["key"].startswith("s-baseline:target:typical:eps=0.09-")
   assert len({c["key"] for c in cfgs}) == len(cfgs)
   # the fingerprint follows the rule's defaults, the drafter shape and the drafter weights
   m = ms[1]
@@ -132,6 +142,26 @@ def test_summary_gap_covers_zero_without_a_difference():
   assert rows[rule]["identical_to_greedy"] is None  # T > 0
 
 
+def test_summary_pairs_a_rule_with_the_target_side_baseline():
+  """Without its own drafter's baseline a rule is compared with baseline:target:<rule>;
+  with it, with its own. 20 problems: the rule loses 5 passes against the baseline."""
+  tasks = [f"P{i}" for i in range(20)]
+  base = {t: 1 for t in tasks}
+  rule_passes = {t: int(i >= 5) for i, t in enumerate(tasks)}
+  rule = "draft_chain:spec_cascade:p_base=0.3"
+  recs = (_records("target", 1.0, base) + _records(rule, 1.0, rule_passes)
+          + _records("baseline:target:spec_cascade:p_base=0.3", 1.0, base))
+  rows = {r["method"]: r for r in summarize(recs)}
+  gap = rows[rule]["vs_baseline"]
+  assert gap["baseline"] == "baseline:target:spec_cascade:p_base=0.3"
+  assert gap["diff"] == pytest.approx(-0.25) and gap["excludes_zero"]
+  assert rows["baseline:target:spec_cascade:p_base=0.3"]["vs_baseline"] is None
+  own = recs + _records("baseline:" + rule, 1.0, rule_passes)
+  rows = {r["method"]: r for r in summarize(own)}
+  assert rows[rule]["vs_baseline"]["baseline"] == "baseline:" + rule
+  assert rows[rule]["vs_baseline"]["diff"] == 0.0
+
+
 def test_paired_difference_uses_shared_problems_only():
   assert paired_difference({"A": 1.0}, {"B": 0.0}) is None
   d = paired_difference({"A": 1.0, "B": 0.0}, {"A": 1.0, "C": 1.0})
@@ -170,3 +200,5 @@ def test_build_gives_the_rule_and_its_matched_baseline():
   drafter, params, v, samp = build(parse_method("baseline:" + rule.spec, k=3), ms, None, 1.0)
   assert isinstance(v, Lossless) and samp.min_p == 0.3 and samp.temperature == 1.0
   assert drafter.num_draft == 3 and params is dp
+  with pytest.raises(ValueError, match="no drafter"):
+    build(parse_method("baseline:target:spec_cascade:p_base=0.3"), ms, None, 1.0)
