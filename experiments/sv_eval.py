@@ -21,8 +21,10 @@ One run (:func:`run`):
    then every batch of B prompts of every set timed once.  Per (set, B,
    method): tau, verified drafts per target call, target tokens processed per
    emitted token, goodput (emitted tokens / s, prefill included), the
-   distribution of chosen gammas (``SpecStats.gamma_counts``) and the
-   companion's share of an SV step.
+   distribution of chosen gammas (``SpecStats.gamma_counts``), the
+   companion's share of an SV step, and ``timed_lowerings``: programs JAX
+   built inside the timed calls (0 unless something recompiled there;
+   :class:`specjax.compiled_code.count_lowerings`, a warning is logged).
 
 Row ``i`` of a set is global row ``i`` at every batch size (per-row RNG), so a
 prompt draws the same random stream whatever B is.  Lossless verification, so
@@ -210,10 +212,12 @@ def _reused_calibration(cfg: SweepConfig):
 
 def eval_prompts(cfg: SweepConfig, c_cal, models, vocab_size: int) -> dict:
   """``{set: [token-id lists]}``: ``eval_prompts`` held-out prompts per set, disjoint
-  from the calibration prompts (real model: by source; tiny: other seeds)."""
+  from the calibration prompts (real model: by source; tiny: other seeds, ragged
+  as chat prompts are: lengths rising evenly from ``prompt_len // 4`` to ``prompt_len``)."""
   if cfg.model == "tiny":
-    return {s: np.random.RandomState(cfg.seed + 1 + i).randint(
-        0, vocab_size, (cfg.eval_prompts, cfg.prompt_len)).tolist()
+    lengths = np.linspace(max(1, cfg.prompt_len // 4), cfg.prompt_len, cfg.eval_prompts)
+    return {s: [np.random.RandomState(cfg.seed + 1 + i).randint(0, vocab_size, int(n)).tolist()
+                for n in lengths.round()]
             for i, s in enumerate(cfg.sets)}
   if cfg.model == "default":
     from experiments.prompts import load_eval_prompts
@@ -318,19 +322,23 @@ def evaluate(cfg: SweepConfig, models: dict, tables: dict, profile, prompts: dic
       warm = time.time() - t0
       for s, (toks, lens) in padded.items():
         wall, emitted, steps, stats, calls = 0.0, 0, 0, [], 0
-        for i in range(0, toks.shape[0], b):
-          t0 = time.perf_counter()
-          res = jax.block_until_ready(call(toks[i:i + b], lens[i:i + b], i))
-          wall += time.perf_counter() - t0
-          emitted += int(np.sum(np.asarray(res.lengths)))
-          if method == "target":
-            calls += int(np.sum(np.asarray(res.target_calls)))
-          else:
-            stats.append(res.stats)
-            steps += int(np.max(np.asarray(res.stats.target_calls)))
+        with compiled_code.count_lowerings() as built:  # the timed calls build no program
+          for i in range(0, toks.shape[0], b):
+            t0 = time.perf_counter()
+            res = jax.block_until_ready(call(toks[i:i + b], lens[i:i + b], i))
+            wall += time.perf_counter() - t0
+            emitted += int(np.sum(np.asarray(res.lengths)))
+            if method == "target":
+              calls += int(np.sum(np.asarray(res.target_calls)))
+            else:
+              stats.append(res.stats)
+              steps += int(np.max(np.asarray(res.stats.target_calls)))
+        if built.count:
+          log(f"warning: {s} B={b} {method}: {built.count} program(s) built inside the timed "
+              "calls; the timing includes compilation")
         row = dict(set=s, batch=b, method=method, prompts=int(toks.shape[0]),
                    emitted=emitted, seconds=wall, goodput=emitted / wall,
-                   warmup_seconds=warm)
+                   warmup_seconds=warm, timed_lowerings=built.count)
         if method == "target":
           row.update(tau=1.0, verified_per_call=0.0, processed_per_emitted=1.0,
                      target_calls=calls)

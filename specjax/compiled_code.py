@@ -13,9 +13,13 @@ process aborts mid-compile, losing the run in progress.
 limit. Call it between independent units of work (sweep records, methods).
 Later calls recompile; with the persistent compilation cache the recompile is
 a disk read. On systems without ``/proc`` it does nothing.
+
+:class:`count_lowerings` counts the programs JAX builds inside a block: a timed
+region that should only run compiled programs checks that it built none.
 """
 
 import gc
+import threading
 
 MAPS_FILE = "/proc/self/maps"
 LIMIT_FILE = "/proc/sys/vm/max_map_count"
@@ -45,6 +49,46 @@ def release_compiled_programs() -> None:
   import jax  # here, so that importing this module (experiments/sweep.py does) stays cheap
   jax.clear_caches()
   gc.collect()
+
+
+LOWERING_EVENT = "/jax/core/compile/jaxpr_to_mlir_module_duration"
+
+
+class count_lowerings:
+  """Context manager counting the programs JAX lowers (traces to a module) inside it.
+
+  Every new program -- a first call, a new shape or static argument, a recompile
+  after :func:`release_compiled_programs` -- is lowered once before compilation
+  (or a persistent-cache hit), so ``count == 0`` means the block ran programs
+  compiled before it. Counts lowerings on any thread while active::
+
+      with count_lowerings() as c:
+        f(x)
+      assert c.count == 0
+  """
+
+  def __init__(self):
+    self.count = 0
+    self._active = False
+    self._lock = threading.Lock()
+
+  def _listener(self, event: str, duration_secs: float, **kwargs) -> None:
+    del duration_secs, kwargs
+    if self._active and event == LOWERING_EVENT:
+      with self._lock:
+        self.count += 1
+
+  def __enter__(self):
+    from jax import monitoring
+    self._active = True
+    monitoring.register_event_duration_secs_listener(self._listener)
+    return self
+
+  def __exit__(self, *exc):
+    from jax import monitoring
+    self._active = False
+    monitoring.unregister_event_duration_listener(self._listener)
+    return False
 
 
 def release_if_crowded(fraction: float = DEFAULT_FRACTION) -> bool:

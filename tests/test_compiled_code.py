@@ -35,3 +35,23 @@ def test_without_proc_nothing_is_released(monkeypatch):
   monkeypatch.setattr(compiled_code, "MAPS_FILE", "/nonexistent/maps")
   assert compiled_code.memory_maps_in_use() is None
   assert not compiled_code.release_if_crowded(1e-9)
+
+
+def test_count_lowerings_sees_new_programs_only():
+  """A new shape builds a program inside the block; a compiled one does not; a
+  block after release rebuilds (and nothing is counted outside a block)."""
+  f = jax.jit(lambda x: x * 3)
+  x3, x4 = jnp.ones(3), jnp.ones(4)
+  f(x3).block_until_ready()
+  with compiled_code.count_lowerings() as c:
+    f(x3).block_until_ready()
+  assert c.count == 0
+  with compiled_code.count_lowerings() as c:
+    f(x4).block_until_ready()
+  assert c.count == 1
+  f(jnp.ones(5)).block_until_ready()  # outside: not counted
+  assert c.count == 1
+  compiled_code.release_compiled_programs()
+  with compiled_code.count_lowerings() as c:
+    f(x3).block_until_ready()
+  assert c.count == 1

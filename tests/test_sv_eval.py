@@ -129,11 +129,16 @@ def test_binary_flag_errors_name_the_flag(tmp_path):
 
 @pytest.mark.slow
 def test_sweep_on_tiny_models_per_set(tmp_path):
-  cfg = _cfg(k=2, fixed_ks=(2,), table_signals=("S",), batch_sizes=(2,), eval_prompts=2,
+  # ragged prompts of 10, 20 | 30, 40 tokens: without one padded width for every call
+  # (prompt_bucket) the second batch's bucket (64) is not the warm-up's (32) and it
+  # compiles inside the timed calls (timed_lowerings 1 or more)
+  cfg = _cfg(k=2, fixed_ks=(2,), table_signals=("S",), batch_sizes=(2,), eval_prompts=4,
              max_new_tokens=8, calib_prompts=8, calib_new_tokens=12, calib_batch=8,
-             prompt_len=8, profile_repeats=1, companion_timing=False, workdir=str(tmp_path))
+             prompt_len=40, profile_repeats=1, companion_timing=False, workdir=str(tmp_path))
   rep = sv_eval.run(cfg, log=lambda *_: None)
-  assert rep["eval_prompts"] == {"sharegpt": 2, "humaneval": 2}
+  assert rep["eval_prompts"] == {"sharegpt": 4, "humaneval": 4}
+  # two batches per set: every timed call runs the program its warm-up compiled
+  assert all(r["timed_lowerings"] == 0 for r in rep["rows"])
   assert {r["set"] for r in rep["information"]} == {"sharegpt", "humaneval", "all"}
   sv = [r for r in rep["rows"] if r["method"] == "sv_S"]
   assert len(sv) == 2 and all(abs(sum(r["gamma_dist"]) - 1) < 1e-9 for r in sv)
