@@ -94,6 +94,16 @@ def load_models():
   return t_dir, d_dir, target, tp, draft, dp, tok, ms
 
 
+def draft_label(d_dir, model_set) -> str:
+  """What the draft LM of the run was, for the JSON output."""
+  if FLAGS.random_draft_layers > 0:
+    return f"random {FLAGS.random_draft_layers}-layer"
+  if model_set is not None:
+    return f"shipped for {model_set.name}" + (" (EAGLE rows: its EAGLE-3 head)"
+                                              if model_set.eagle is not None else "")
+  return d_dir
+
+
 def hf_assisted(t_dir, d_dir, prompts, max_new_tokens, k, repeats):
   """Median seconds and outputs of transformers greedy assisted generation, one prompt at a time."""
   import time
@@ -292,9 +302,8 @@ def main(_):
           f"{r['generate_loop_efficiency']:.2f} |")
   os.makedirs(os.path.dirname(FLAGS.output) or ".", exist_ok=True)
   with open(FLAGS.output, "w") as f:
-    json.dump(dict(target=t_dir or FLAGS.target, draft=d_dir or
-                   f"random {FLAGS.random_draft_layers}-layer", devices=str(jax.devices()),
-                   rows=rows), f, indent=2)
+    json.dump(dict(target=t_dir or FLAGS.target, draft=draft_label(d_dir, ms),
+                   devices=str(jax.devices()), rows=rows), f, indent=2)
 
 
 if __name__ == "__main__":
