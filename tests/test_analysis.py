@@ -201,6 +201,29 @@ def test_explicit_candidates_match_topk(ctx):
          induced_distribution(rule, z, p, q, draft="topk", top_k=3))
 
 
+@pytest.mark.parametrize("name, kw", [("typical", dict(eps=0.05)), ("lossless", {}),
+                                      ("mars", dict(theta=0.5)), ("cos", dict(lam=0.4)),
+                                      ("spec_cascade", dict(p_base=0.3))])
+def test_absent_candidates_are_skipped(ctx, name, kw):
+  """-1 slots (a tree root with fewer children than others) change nothing: the law with
+  padding anywhere equals the law of the present candidates alone. Broken variant caught
+  for the truncation rules, whose law depends on the candidates: treating -1 as token 0
+  changes it (lossless gives p whatever the candidates, so it cannot tell)."""
+  z, p, q = ctx
+  rule = _rule(name, **kw)
+  cands = np.asarray(jax.lax.top_k(q, 3)[1])  # [B, 3]
+  want = induced_distribution(rule, z, p, q, draft="topk", candidates=cands)
+  pad = np.full((B, 5), -1, np.int32)
+  pad[:, [0, 2, 4]] = cands  # absent before, between and after
+  _close(induced_distribution(rule, z, p, q, draft="topk", candidates=pad), want)
+  if name in ("typical", "spec_cascade"):
+    as_token0 = np.where(pad < 0, 0, pad)
+    wrong = induced_distribution(rule, z, p, q, draft="topk", candidates=as_token0)
+    assert float(jnp.abs(wrong - want).sum(-1).max()) > 1e-3
+  if name == "lossless":
+    _close(want, p)
+
+
 def test_single_context_and_validation(ctx):
   z, p, q = ctx
   rule = verifiers.get("lossless")

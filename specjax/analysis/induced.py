@@ -227,30 +227,35 @@ def _topk_parts(rule: NodeRule, z, p, q, top_k, candidates) -> InducedParts:
   if candidates is None:
     candidates = jax.lax.top_k(q, min(top_k, v))[1]  # [k], decreasing q (ties: lower index)
   candidates = candidates.astype(jnp.int32)
+  present = candidates >= 0  # [k]; -1 = no candidate in this slot (skipped)
+  safe = jnp.where(present, candidates, 0)
   state0 = _init(rule, z, p, q)
   fallback = rule.has_relaxed_fallback
   stage_prob = rule.strict_accept_prob if fallback else rule.accept_prob
 
-  def step(carry, cj):
+  def step(carry, inp):
     state, reach, acc, rel = carry
+    cj, here = inp
     qj = jax.nn.one_hot(cj, v, dtype=p.dtype)  # [V]
-    a = stage_prob(state, qj, cj)
+    a = jnp.where(here, stage_prob(state, qj, cj), 0.0)
     a_strict = rule.strict_accept_prob(state, qj, cj)
     acc = acc.at[cj].add(reach * a)
-    rel = rel.at[cj].add(reach * jnp.maximum(a - a_strict, 0.0))
-    state = rule.on_reject(state, qj, cj)
+    rel = rel.at[cj].add(jnp.where(here, reach * jnp.maximum(a - a_strict, 0.0), 0.0))
+    new_state = rule.on_reject(state, qj, cj)
+    state = jax.tree.map(lambda n, o: jnp.where(here, n, o), new_state, state)
     return (state, reach * (1.0 - a), acc, rel), None
 
   zero = jnp.zeros((v,), p.dtype)
   (state, reach, acc, rel), _ = jax.lax.scan(
-      step, (state0, jnp.ones((), p.dtype), zero, zero), candidates)
+      step, (state0, jnp.ones((), p.dtype), zero, zero), (safe, present))
   if fallback:  # every candidate strictly rejected: the best relaxable one, if any
-    prio = jax.vmap(lambda c: rule.relaxed_fallback(state, c))(candidates)  # [k]
+    prio = jax.vmap(lambda c: rule.relaxed_fallback(state, c))(safe)  # [k]
+    prio = jnp.where(present, prio, -jnp.inf)
     best = jnp.argmax(prio)
     take = prio[best] > 0
     got = jnp.where(take, reach, 0.0)
-    acc = acc.at[candidates[best]].add(got)
-    rel = rel.at[candidates[best]].add(got)
+    acc = acc.at[safe[best]].add(got)
+    rel = rel.at[safe[best]].add(got)
     reach = reach - got
   cor = reach * rule.correction(state)
   return InducedParts(acc, cor, rel)
@@ -307,7 +312,9 @@ def induced_parts(rule: NodeRule, z: jax.Array, p: jax.Array, q: jax.Array, *,
       EAGLE trees; ``top_k=1`` is a greedy-drafted chain).
     top_k: number of deterministic candidates (``draft="topk"`` only).
     candidates: optional [..., k] int explicit candidate tokens (``"topk"``
-      only), overriding top-k of q (e.g. an EAGLE-2 tree's root children).
+      only), tried in the order given, overriding top-k of q (e.g. an EAGLE-2
+      tree's root children); ``-1`` marks an absent slot (skipped), so contexts
+      with different numbers of candidates share one array.
     chunk_size: candidates x processed per step for sampled drafts (memory
       ``chunk_size * V`` per context); ``None`` enumerates all at once.
     max_support: enumerate only the ``max_support`` largest entries of q
