@@ -41,10 +41,11 @@ pairing and the median make it robust to load drifting on a shared machine.
 All repeats' outputs feed the quality metrics (at T > 0 each repeat is a new
 sample).  Rows of the batch run together (``data.batch_size``).
 
-First-token divergence (T > 0, ``kl.*``): one extra call per row with
-``kl.num_prompts x kl.samples`` rows and ``max_new_tokens = 2``; the
-target-only row runs the same estimator on exact target samples -- its value
-is the estimator's noise floor.
+First-token divergence (speculative rows at T > 0, ``kl.*``): the exact law of
+the first speculative token at ``kl.num_prompts x kl.contexts`` of the loop's
+own contexts (:mod:`experiments.first_step_law`), its KL and TV to the rule's
+matched baseline averaged over the contexts; 0 for lossless and for the
+matched-baseline rows, which is checked, not assumed.
 
 Models: ``models="default"`` (the embedded target + draft), ``"tiny"`` (random
 tiny models on the real tokenizer and prompts; smoke tests), ``"stand_in"``

@@ -169,11 +169,8 @@ def evaluate_row(ctx: Context, row: dict) -> dict:
     res.update({"spec_time_s": float(np.median(t_spec)), "compile_spec_s": compile_spec,
                 "speedup": float(np.median(ratios)), "speedup_per_repeat": ratios})
   res.update(_quality(ctx, row, flat, outs_target[:len(batches)], n))
-  if row["temperature"] > 0 and c.kl.enabled:
-    if spec:
-      res.update(_first_token_kl(ctx, row, drafter, dparams, verifier, tsamp))
-    else:  # the exact sampler's value: the plug-in estimator's noise floor
-      res.update(_first_token_kl(ctx, row, None, None, None, gsamp))
+  if row["temperature"] > 0 and c.kl.enabled and spec:
+    res.update(_first_token_kl(ctx, row, drafter, dparams, verifier, tsamp))
   return res
 
 
@@ -215,30 +212,18 @@ def _quality(ctx: Context, row: dict, flat: list, ref_batches: list, n: int) -> 
 
 
 def _first_token_kl(ctx: Context, row, drafter, dparams, verifier, tsamp) -> dict:
-  """Many samples of the first ``kl.num_prompts`` prompts, ``max_new_tokens = 2``
-  (``drafter=None``: target-only samples, compared with p -- the noise floor)."""
+  """Exact first-speculative-token KL / TV of the row's verifier to its matched baseline
+  at ``kl.num_prompts x kl.contexts`` of the loop's contexts
+  (:func:`experiments.first_step_law.first_token_divergence`)."""
   import jax
-  import numpy as np
-  from specjax import verifiers
-  from specjax.decoding.speculative import speculative_generate
+  from experiments.first_step_law import first_token_divergence
   kc = ctx.c.kl
-  base_prompts = ctx.prompt_ids[:int(kc.num_prompts)]
-  rows = [p for p in base_prompts for _ in range(int(kc.samples))]
   key = jax.random.fold_in(jax.random.key(int(ctx.c.seed)), 10_000)
-  if drafter is None:  # target-only generate(): exact samples of p
-    from specjax.decoding.autoregressive import generate
-    r = generate(ctx.target, ctx.target_params, rows, max_new_tokens=2, sampling=tsamp, key=key)
-  else:
-    r = speculative_generate(ctx.target, ctx.target_params, drafter, dparams, verifier, rows,
-                             max_new_tokens=2, sampling=tsamp, key=key)
-  toks, lens = np.asarray(r.tokens), np.asarray(r.lengths)
-  keep = lens >= 2
-  rule = verifiers.get(row["rule"], **row["hparams"])
-  # The matched baseline of the *rule* (a baseline row compares with itself: lossless).
-  out = quality.first_token_divergence(
-      ctx.target, ctx.target_params, rule, _sampling(row["temperature"]),
-      [p for p, k in zip(rows, keep) if k], toks[keep, 0].tolist(), toks[keep, 1].tolist(),
-      min_count=int(kc.min_count))
+  bucket = int(ctx.c.data.get("prompt_bucket", 0)) or None
+  out = first_token_divergence(ctx.target, ctx.target_params, drafter, dparams, verifier, tsamp,
+                               ctx.prompt_ids[:int(kc.num_prompts)],
+                               contexts_per_prompt=int(kc.contexts), key=key,
+                               prompt_bucket=bucket)
   return {f"first_{k}": v for k, v in out.items()}
 
 

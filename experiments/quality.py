@@ -27,22 +27,9 @@ lossless and lossy speculative decoding):
 * :func:`greedy_agreement` -- at T = 0: the fraction of rows whose output
   equals the target's greedy output token for token, and the mean fraction of
   the reference matched before the first difference.
-* :func:`first_token_divergence` -- the empirical distribution of the first
-  *speculative* token (the first token a verifier emits: the 2nd generated
-  token, since the target's prefill emits the 1st) over many samples of the
-  same prompt, against the exact distribution of the rule's matched baseline
-  (``specjax.verifiers.baselines.matched_baseline``: the rule's truncation as
-  a logits processor + lossless verification, i.e. ``p_A``; plain ``p`` for
-  rules without an allowed set).  The first generated token ``t1`` is random
-  at T > 0, so samples are grouped by ``(prompt, t1)``: each group with at
-  least ``min_count`` samples is a context ``prompt + t1`` whose empirical
-  histogram is compared with the baseline's exact distribution there; KL and
-  TV are averaged over groups weighted by group size.  The plug-in KL of an
-  exact sampler is not 0 but ~ ``(support - 1) / (2 n)``: read the lossless
-  rule's (and the matched baseline rows') value as the noise floor.  ``kl_mm``
-  subtracts the Miller-Madow estimate of that bias, ``(m - 1) / (2 n)`` with
-  ``m`` the number of distinct tokens observed in the group (about 0 in
-  expectation for an exact sampler; it can be negative).
+
+The distance of a rule's first speculative token to its matched baseline is exact,
+not sampled: :mod:`experiments.first_step_law`.
 """
 
 from __future__ import annotations
@@ -177,86 +164,3 @@ def greedy_agreement(outputs: Sequence[Sequence[int]], reference: Sequence[Seque
       n += 1
     prefix.append(n / max(len(r), 1))
   return {"exact": float(np.mean(exact)), "prefix": float(np.mean(prefix))}
-
-
-# --------------------------------------------------------------------------- first token
-
-
-def baseline_first_token_probs(target, target_params, rule, sampling, contexts) -> np.ndarray:
-  """Exact ``[C, V]`` distribution of the rule's matched baseline at each context
-  (list of token lists): the target's next-token distribution under the
-  baseline's sampling config (``matched_baseline(rule, sampling).sampling``)."""
-  from specjax.distributions import probs_from_logits
-  from specjax.verifiers.baselines import matched_baseline
-  base = matched_baseline(rule, sampling)
-  longest = max(len(c) for c in contexts)
-  t = -(-longest // 32) * 32
-  arr = np.zeros((len(contexts), t), np.int32)
-  for i, c in enumerate(contexts):
-    arr[i, :len(c)] = c
-  idx = jnp.asarray([len(c) - 1 for c in contexts], jnp.int32)[:, None]
-  cache = target.init_cache(len(contexts), t)
-  pos = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), arr.shape)
-  z = target.apply(target_params, jnp.asarray(arr), pos, cache, logits_index=idx).logits[:, 0]
-  return np.asarray(probs_from_logits(z, base.sampling), np.float64)
-
-
-def divergence_from_samples(samples: Sequence[int], probs: np.ndarray, floor: float = 1e-12
-                            ) -> tuple[float, float]:
-  """``(KL(emp || probs), TV(emp, probs))`` for the empirical law of ``samples``.
-  ``probs`` is floored at ``floor`` inside the log (a sample the baseline gives
-  probability 0 costs ``log(1/floor)`` instead of infinity)."""
-  v = probs.shape[-1]
-  emp = np.bincount(np.asarray(samples, np.int64), minlength=v).astype(np.float64)
-  emp /= emp.sum()
-  nz = emp > 0
-  kl = float(np.sum(emp[nz] * (np.log(emp[nz]) - np.log(np.maximum(probs[nz], floor)))))
-  tv = float(0.5 * np.abs(emp - probs).sum())
-  return kl, tv
-
-
-def first_token_divergence(target, target_params, rule, sampling, prompts: Sequence[Sequence[int]],
-                           first: Sequence[int], second: Sequence[int], *,
-                           min_count: int = 8) -> dict:
-  """Empirical first-speculative-token divergence to the matched baseline.
-
-  Args:
-    rule, sampling: the verifier and the target sampling config it ran with.
-    prompts: the prompt of every sample (rows; repeats of a few prompts).
-    first, second: the 1st (target prefill) and 2nd (first verified) generated
-      token of every row.
-    min_count: smallest ``(prompt, first)`` group used.
-
-  Returns ``{"kl", "kl_mm", "tv", "samples_used", "contexts", "kl_ci", "tv_ci"}`` (nan
-  if no group is big enough; the intervals are bootstrap intervals over prompts, None
-  with fewer than two prompts).
-  """
-  groups: dict[tuple, list[int]] = {}
-  for p, a, b in zip(prompts, first, second):
-    groups.setdefault((tuple(p), int(a)), []).append(int(b))
-  used = [(k, v) for k, v in groups.items() if len(v) >= min_count]
-  if not used:
-    return {"kl": float("nan"), "kl_mm": float("nan"), "tv": float("nan"), "samples_used": 0,
-            "contexts": 0, "kl_ci": None, "tv_ci": None}
-  probs = baseline_first_token_probs(target, target_params, rule, sampling,
-                                     [list(k[0]) + [k[1]] for k, _ in used])
-  w, kls, mms, tvs = [], [], [], []
-  for (k, v), pr in zip(used, probs):
-    kl, tv = divergence_from_samples(v, pr)
-    w.append(len(v))
-    kls.append(kl)
-    mms.append(kl - (len(set(v)) - 1) / (2.0 * len(v)))
-    tvs.append(tv)
-  w = np.asarray(w, np.float64)
-  out = {"kl": float(np.dot(w, kls) / w.sum()), "kl_mm": float(np.dot(w, mms) / w.sum()),
-         "tv": float(np.dot(w, tvs) / w.sum()),
-         "samples_used": int(w.sum()), "contexts": len(used)}
-  # Bootstrap intervals over prompts (each prompt's groups together; None for one prompt).
-  from experiments.row_stats import ci, ratio_of_sums
-  idx = {p: i for i, p in enumerate(dict.fromkeys(k[0] for k, _ in used))}
-  for name, vals in (("kl", kls), ("tv", tvs)):
-    pairs = np.zeros((len(idx), 2))
-    for (k, _), wi, v in zip(used, w, vals):
-      pairs[idx[k[0]]] += (wi * v, wi)
-    out[f"{name}_ci"] = ci(pairs, ratio_of_sums)
-  return out

@@ -87,7 +87,7 @@ def validate_config(c) -> None:
   check_int("data.prompt_bucket", c.data.get("prompt_bucket", 0), low=0)
   check_int("timing.repeats", c.timing.repeats, low=1)
   if c.kl.enabled:
-    for name in ("num_prompts", "samples", "min_count"):
+    for name in ("num_prompts", "contexts"):
       check_int(f"kl.{name}", c.kl[name], low=1)
   for key in ("workdir", "figures_dir"):
     d = (c.workdir or f"/tmp/specjax_runs/{c.name}") if key == "workdir" else c.get(key, "")

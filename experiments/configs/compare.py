@@ -3,7 +3,7 @@ theta / K / temperature sweeps.
 
 Defaults are small enough for a few minutes on 2 CPU cores with the embedded
 default models; raise ``data.num_prompts``, ``data.max_new_tokens``,
-``timing.repeats`` and ``kl.samples`` for bigger runs.  ``models=tiny`` runs
+``timing.repeats`` and ``kl.contexts`` for bigger runs.  ``models=tiny`` runs
 everything on random tiny models (smoke test, seconds).
 
 ``--config=experiments/configs/compare.py:smollm2``: SmolLM2-135M-Instruct with the
@@ -67,10 +67,9 @@ def get_config(variant: str = ""):
   c.timing.repeats = 3  # paired (target-only, speculative) timings; also quality samples
 
   c.kl = ml_collections.ConfigDict()
-  c.kl.enabled = True  # T > 0 rows only
+  c.kl.enabled = True  # speculative rows at T > 0: exact first-token KL / TV to the baseline
   c.kl.num_prompts = 2
-  c.kl.samples = 256  # samples per prompt (one batch of num_prompts * samples rows)
-  c.kl.min_count = 8
+  c.kl.contexts = 16  # contexts (first tokens t1) per prompt: one batch of num_prompts x contexts
 
   c.quality_batch_size = 16
   c.compile_cache_dir = "/tmp/specjax_jax_cache"  # "" disables the persistent XLA cache
@@ -92,9 +91,8 @@ def smollm2(c):
 
   Size: 4 prompts x 32 new tokens x 3 repeats per row; the comparison is 56 rows
   (8 rules x 3 drafters x 2 T, 6 matched baselines, 2 target-only), 36 min on
-  the 2-core machine alone (~40 s per row).  The first-token KL at these sizes
-  (2 prompts x 16 samples) sits at its noise floor on SmolLM2 (few samples
-  share a first token); raise ``kl.samples`` for a usable estimate.  Scale
+  the 2-core machine alone (~40 s per row).  The first-token KL / TV are exact per
+  context (:mod:`experiments.first_step_law`) over 4 prompts x 16 contexts.  Scale
   ``data.num_prompts`` / ``data.max_new_tokens`` up on a bigger machine."""
   c.models = "smollm2-135m-instruct"
   c.draft = "draft"
@@ -111,8 +109,7 @@ def smollm2(c):
   d.max_new_tokens = 32
   d.batch_size = 1
   c.timing.repeats = 3
-  c.kl.num_prompts = 2
-  c.kl.samples = 16
-  c.kl.min_count = 4
+  c.kl.num_prompts = 4
+  c.kl.contexts = 16
   c.quality_batch_size = 6
   return c
