@@ -75,8 +75,9 @@ flags.DEFINE_integer("seed", 0, "PRNG seed (sampling) and prompt-selection seed"
 flags.DEFINE_integer("mesh_data", 0, "data-parallel devices (0 = no mesh, plain jit)")
 flags.DEFINE_integer("mesh_model", 1, "tensor-parallel devices: target and draft LM params "
                      "and KV caches sharded over a 'model' mesh axis (needs --mesh_data)")
-flags.DEFINE_enum("kl", "auto", ["auto", "on", "off"], "first-token KL to the matched baseline "
-                  "at T > 0 (auto: on for the default models only -- it costs 512 prefills)")
+flags.DEFINE_enum("kl", "auto", ["auto", "on", "off"], "exact first-token KL to the matched "
+                  "baseline at T > 0 (experiments.first_step_law; auto: on for the default "
+                  "models only -- one more compiled program per row)")
 flags.DEFINE_string("output_dir", "outputs/benchmark", "where JSONL / markdown / PNG go "
                     "(process i > 0 of a multi-process run: under process_<i>/)")
 cli.define_distributed_flags()
