@@ -133,17 +133,6 @@ def _first_step(target, drafter, verifier, sampling, base_sampling, target_param
           parts.relaxed_rate)
 
 
-def _kl_tv(law: np.ndarray, base: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-  """Row-wise KL(law || base) (inf where base is 0 under law's mass) and TV."""
-  pos = law > 0
-  with np.errstate(divide="ignore"):
-    terms = np.where(pos, law * (np.log(np.where(pos, law, 1.0))
-                                 - np.log(np.where(base > 0, base, 1.0))), 0.0)
-  kl = np.maximum(terms.sum(-1), 0.0)
-  kl = np.where((pos & (base <= 0)).any(-1), np.inf, kl)
-  return kl, 0.5 * np.abs(law - base).sum(-1)
-
-
 def first_token_divergence(target, target_params, drafter, draft_params, verifier, sampling,
                            prompts: Sequence[Sequence[int]], *, contexts_per_prompt: int, key,
                            batch_size: int = 0, prompt_bucket: int | None = None) -> dict:
@@ -166,7 +155,9 @@ def first_token_divergence(target, target_params, drafter, draft_params, verifie
            for i in range(0, len(rows), bs)]
   law = np.concatenate([x.law for x in parts])
   base = np.concatenate([x.baseline for x in parts])
-  kl, tv = _kl_tv(law, base)
+  from specjax.analysis import divergences
+  kl = np.asarray(divergences.kl(law, base), np.float64)  # inf outside the baseline's support
+  tv = np.asarray(divergences.tv(law, base), np.float64)
   out = {"kl": float(kl.mean()), "tv": float(tv.mean()),
          "accept": float(np.concatenate([x.accept_rate for x in parts]).mean()),
          "relaxed": float(np.concatenate([x.relaxed_rate for x in parts]).mean()),
