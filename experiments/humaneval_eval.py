@@ -48,7 +48,7 @@ from absl import app, flags
 
 from experiments import humaneval_methods
 from experiments.humaneval_methods import Method
-from experiments.humaneval_summary import markdown, summarize
+from experiments.humaneval_summary import gap_contrasts, markdown, summarize
 
 FLAGS = flags.FLAGS
 __all__ = ["batch_configs", "summarize", "check_flags", "main"]
@@ -74,6 +74,8 @@ def define_flags():
   flags.DEFINE_integer("seed", 0, "PRNG seed")
   flags.DEFINE_float("timeout_s", 10.0, "sandbox wall-clock limit per program")
   flags.DEFINE_string("output_dir", "outputs/humaneval", "JSONL + markdown + JSON summary")
+  flags.DEFINE_bool("summarize_only", False, "run nothing: summarize the finished batches of "
+                    "these settings in --output_dir (e.g. a grid stopped part-way)")
 
 
 def check_flags() -> tuple[list[float], list[Method]]:
@@ -142,6 +144,10 @@ def _file_sha256(path: str) -> str:
 
 def main():
   temps, methods = check_flags()
+  results_path = os.path.join(FLAGS.output_dir, "humaneval.jsonl")
+  if FLAGS.summarize_only and not os.path.exists(results_path):
+    raise app.UsageError(f"--summarize_only: no records at {results_path} "
+                         f"(--output_dir={FLAGS.output_dir!r})")
   import jax
   import numpy as np
 
@@ -207,23 +213,32 @@ def main():
     return {"problems": out}
 
   os.makedirs(FLAGS.output_dir, exist_ok=True)
-  path = os.path.join(FLAGS.output_dir, "humaneval.jsonl")
+  path = results_path
   settings = f"{ms.sha256[:8]}-{FLAGS.style}-n{FLAGS.max_new_tokens}-seed{FLAGS.seed}"
   configs = batch_configs(len(problems), FLAGS.batch_size, temps, FLAGS.samples, settings,
                           methods, fingerprints)
   wanted = {c["key"] for c in configs}
-  records = [r for r in sweep.run_sweep(configs, evaluate, path, desc="humaneval")
-             if r["key"] in wanted]
+  if FLAGS.summarize_only:
+    records = [r for r in sweep.load_records(path) if r["key"] in wanted]
+    print(f"summarizing {len(records)} of {len(configs)} batches ({path})")
+    if not records:
+      raise app.UsageError(f"--summarize_only: no finished batch of these settings in {path}")
+  else:
+    records = [r for r in sweep.run_sweep(configs, evaluate, path, desc="humaneval")
+               if r["key"] in wanted]
   rows = summarize(records)
+  contrasts = gap_contrasts(rows, records)
   drafters = f"K={FLAGS.k}; tree depth={FLAGS.eagle_depth}, top_k={FLAGS.eagle_top_k}, " \
              f"{FLAGS.eagle_total_tokens} nodes"
   text = markdown(rows, f"HumanEval ({FLAGS.style} prompts, {ms.name}, "
                         f"max_new_tokens={FLAGS.max_new_tokens}, {len(problems)} problems; "
-                        f"{drafters})")
+                        f"{drafters})", contrasts)
   with open(os.path.join(FLAGS.output_dir, "humaneval.md"), "w") as f:
     f.write(text)
   with open(os.path.join(FLAGS.output_dir, "humaneval_summary.json"), "w") as f:
-    json.dump({"settings": settings, "fingerprints": fingerprints, "rows": rows}, f, indent=1)
+    json.dump({"settings": settings, "fingerprints": fingerprints, "rows": rows,
+               "gap_contrasts": contrasts, "batches": [len(records), len(configs)]}, f,
+              indent=1)
   print(text)
 
 

@@ -9,6 +9,12 @@ Verification, Tables 2/3): each problem's score under both methods, the problems
 resampled with replacement and the SAME resample used for both, over the problems both
 have. tau = (accepted + target calls) / target calls over all rows, with an interval
 over problems; at T = 0 the fraction of answers identical to target-only greedy.
+
+Per (rule, T) and pair of drafters that both ran it (:func:`gap_contrasts`): the
+difference of their gaps, e.g. (EAGLE-3 tree - its baseline) - (draft-LM chain - its
+baseline) -- the paper's Tables 2/3 claim is that this is negative (the lossy rule costs
+more quality under EAGLE-style drafts) -- with a paired interval over the problems all
+four (three, when the baseline is the shared target-side one) share.
 """
 
 from __future__ import annotations
@@ -55,6 +61,21 @@ def paired_difference(a: dict, b: dict, num_resamples: int = 2000, seed: int = 0
   diff = lambda s: s[:, 0].mean() - s[:, 1].mean()
   lo, hi = bootstrap_ci(x, statistic=diff, num_resamples=num_resamples, seed=seed)
   return {"diff": float(diff(x)), "ci95": [lo, hi], "problems": len(common),
+          "excludes_zero": bool(lo > 0 or hi < 0)}
+
+
+def difference_of_gaps(a: dict, base_a: dict, b: dict, base_b: dict,
+                       num_resamples: int = 2000, seed: int = 0) -> dict | None:
+  """(mean(b) - mean(base_b)) - (mean(a) - mean(base_a)) over the problems in all four
+  ``{task_id: score}`` dicts, with a 95% percentile-bootstrap interval from ONE resample
+  of problems for all four. None when no problem is shared."""
+  common = sorted(set(a) & set(base_a) & set(b) & set(base_b))
+  if not common:
+    return None
+  x = np.array([[a[t], base_a[t], b[t], base_b[t]] for t in common], np.float64)  # [n, 4]
+  stat = lambda s: (s[:, 2].mean() - s[:, 3].mean()) - (s[:, 0].mean() - s[:, 1].mean())
+  lo, hi = bootstrap_ci(x, statistic=stat, num_resamples=num_resamples, seed=seed)
+  return {"diff": float(stat(x)), "ci95": [lo, hi], "problems": len(common),
           "excludes_zero": bool(lo > 0 or hi < 0)}
 
 
@@ -118,6 +139,34 @@ def summarize(records: list[dict]) -> list[dict]:
   return rows
 
 
+def gap_contrasts(rows: list[dict], records: list[dict]) -> list[dict]:
+  """For every (rule, T) that two or more drafters ran with a matched baseline (rows of
+  :func:`summarize` with ``vs_baseline``): each later drafter's gap minus the first
+  one's (drafters in the rows' order), :func:`difference_of_gaps` under key
+  ``contrast``. Rows: ``rule, temperature, first, second, gap_first, gap_second,
+  contrast``."""
+  from experiments.humaneval_methods import rule_spec_of
+  scores = {k: pass_scores(v) for k, v in cells(records).items()}
+  groups: dict = {}
+  for r in rows:
+    if r["vs_baseline"] is None or r["method"].startswith(BASELINE_PREFIX):
+      continue
+    groups.setdefault((rule_spec_of(r["method"]), r["temperature"]), []).append(r)
+  out = []
+  for (rule, t), rs in groups.items():
+    first = rs[0]
+    for second in rs[1:]:
+      d = difference_of_gaps(scores[(first["method"], t)],
+                             scores[(first["vs_baseline"]["baseline"], t)],
+                             scores[(second["method"], t)],
+                             scores[(second["vs_baseline"]["baseline"], t)])
+      if d is not None:
+        out.append({"rule": rule, "temperature": t, "first": first["method"],
+                    "second": second["method"], "gap_first": first["vs_baseline"]["diff"],
+                    "gap_second": second["vs_baseline"]["diff"], "contrast": d})
+  return out
+
+
 def _ci(d: dict | None, digits: int = 3) -> str:
   if d is None:
     return "-"
@@ -125,8 +174,9 @@ def _ci(d: dict | None, digits: int = 3) -> str:
   return f"{d['diff']:+.{digits}f} [{d['ci95'][0]:+.{digits}f}, {d['ci95'][1]:+.{digits}f}]{star}"
 
 
-def markdown(rows: list[dict], title: str) -> str:
-  """The summary table (``*``: the paired 95% interval excludes 0)."""
+def markdown(rows: list[dict], title: str, contrasts: list[dict] = ()) -> str:
+  """The summary table (``*``: the paired 95% interval excludes 0) and, when given, the
+  gap contrasts of :func:`gap_contrasts`."""
   lines = [title, "",
            "| method | T | problems | samples/problem | pass@1 [95% CI] | minus target [95% CI] | "
            "minus matched baseline [95% CI] | tau [95% CI] | identical to greedy |",
@@ -143,4 +193,13 @@ def markdown(rows: list[dict], title: str) -> str:
             "methods); * marks an interval that excludes 0. pass@1 at T > 0 is the unbiased "
             "estimator over each problem's samples. tau = tokens per target call; identical "
             "to greedy = answers equal to target-only greedy (T = 0)."]
+  if contrasts:
+    lines += ["", "Gap contrasts (Revisiting Lossy Verification, Tables 2/3: the rule's gap to "
+              "its matched baseline under one drafter minus under another):", "",
+              "| rule | T | gap, first drafter | gap, second drafter | second - first [95% CI] "
+              "| problems |", "|:---|---:|:---|:---|:---|---:|"]
+    for c in contrasts:
+      lines.append(f"| {c['rule']} | {c['temperature']:g} | {c['first']}: "
+                   f"{c['gap_first']:+.3f} | {c['second']}: {c['gap_second']:+.3f} | "
+                   f"{_ci(c['contrast'])} | {c['contrast']['problems']} |")
   return "\n".join(lines) + "\n"

@@ -10,7 +10,8 @@ import pytest
 
 from experiments.humaneval_eval import batch_configs
 from experiments.humaneval_methods import parse_method, parse_methods
-from experiments.humaneval_summary import markdown, paired_difference, summarize
+from experiments.humaneval_summary import (difference_of_gaps, gap_contrasts, markdown,
+                                           paired_difference, summarize)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -160,6 +161,50 @@ def test_summary_pairs_a_rule_with_the_target_side_baseline():
   rows = {r["method"]: r for r in summarize(own)}
   assert rows[rule]["vs_baseline"]["baseline"] == "baseline:" + rule
   assert rows[rule]["vs_baseline"]["diff"] == 0.0
+
+
+def test_gap_contrast_is_the_difference_of_the_drafters_gaps():
+  """40 problems at T = 0.7, shared target-side baseline passing all: the chain loses 4,
+  the tree 14 -> gaps -0.10 / -0.35, contrast -0.25 with an interval excluding 0; a
+  drafter that loses the same 4 problems as the chain gives contrast 0 and [0, 0]."""
+  tasks = [f"P{i}" for i in range(40)]
+  base = {t: 1 for t in tasks}
+  chain = {t: int(i >= 4) for i, t in enumerate(tasks)}
+  tree = {t: int(i >= 14) for i, t in enumerate(tasks)}
+  b = "baseline:target:typical:eps=0.09"
+  recs = (_records("target", 0.7, base) + _records(b, 0.7, base)
+          + _records("draft_chain:typical:eps=0.09", 0.7, chain)
+          + _records("eagle3_tree:typical:eps=0.09", 0.7, tree)
+          + _records("eagle3_chain:typical:eps=0.09", 0.7, chain))
+  rows = summarize(recs)
+  cs = gap_contrasts(rows, recs)
+  assert [(c["first"], c["second"]) for c in cs] == [
+      ("draft_chain:typical:eps=0.09", "eagle3_tree:typical:eps=0.09"),
+      ("draft_chain:typical:eps=0.09", "eagle3_chain:typical:eps=0.09")]
+  tree_c, same_c = cs
+  assert tree_c["rule"] == "typical:eps=0.09" and tree_c["temperature"] == 0.7
+  assert (tree_c["gap_first"], tree_c["gap_second"]) == pytest.approx((-0.10, -0.35))
+  assert tree_c["contrast"]["diff"] == pytest.approx(-0.25) and tree_c["contrast"]["excludes_zero"]
+  assert same_c["contrast"]["diff"] == 0.0 and same_c["contrast"]["ci95"] == [0.0, 0.0]
+  assert "Gap contrasts" in markdown(rows, "t", cs) and "Gap contrasts" not in markdown(rows, "t")
+
+
+def test_difference_of_gaps_resamples_problems_jointly():
+  """Own baselines per drafter: rule b and base_b differ only on problems where a and
+  base_a differ the same way -> contrast exactly 0 in every resample; no shared problem
+  -> None."""
+  a, base_a = {"A": 0.0, "B": 1.0, "C": 1.0}, {"A": 1.0, "B": 1.0, "C": 0.0}
+  d = difference_of_gaps(a, base_a, dict(a), dict(base_a), num_resamples=200)
+  assert d["diff"] == 0.0 and d["ci95"] == [0.0, 0.0] and d["problems"] == 3
+  assert difference_of_gaps(a, base_a, {"Z": 1.0}, {"Z": 0.0}) is None
+
+
+def test_summarize_only_without_records_fails_before_loading(tmp_path):
+  out = subprocess.run([sys.executable, "-m", "experiments.humaneval_eval", "--summarize_only",
+                        f"--output_dir={tmp_path}"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
+  assert out.returncode != 0 and "--summarize_only" in out.stderr
+  assert str(tmp_path) in out.stderr and "methods:" not in out.stdout
 
 
 def test_paired_difference_uses_shared_problems_only():
