@@ -139,10 +139,18 @@ def summarize(records: list[dict]) -> list[dict]:
   return rows
 
 
+def _drafter_rank(method: str) -> int:
+  from experiments.humaneval_methods import DRAFTERS
+  drafter = method.partition(":")[0]
+  return DRAFTERS.index(drafter) if drafter in DRAFTERS else len(DRAFTERS)
+
+
 def gap_contrasts(rows: list[dict], records: list[dict]) -> list[dict]:
   """For every (rule, T) that two or more drafters ran with a matched baseline (rows of
   :func:`summarize` with ``vs_baseline``): each later drafter's gap minus the first
-  one's (drafters in the rows' order), :func:`difference_of_gaps` under key
+  one's (drafters in ``humaneval_methods.DRAFTERS`` order: draft-LM chain, EAGLE-3
+  chain, EAGLE-3 tree, so a negative contrast reads "the rule costs more under the
+  later drafter"), :func:`difference_of_gaps` under key
   ``contrast``. Rows: ``rule, temperature, first, second, gap_first, gap_second,
   contrast``."""
   from experiments.humaneval_methods import rule_spec_of
@@ -154,6 +162,7 @@ def gap_contrasts(rows: list[dict], records: list[dict]) -> list[dict]:
     groups.setdefault((rule_spec_of(r["method"]), r["temperature"]), []).append(r)
   out = []
   for (rule, t), rs in groups.items():
+    rs = sorted(rs, key=lambda r: _drafter_rank(r["method"]))
     first = rs[0]
     for second in rs[1:]:
       d = difference_of_gaps(scores[(first["method"], t)],

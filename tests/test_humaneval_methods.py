@@ -173,15 +173,15 @@ def test_gap_contrast_is_the_difference_of_the_drafters_gaps():
   tree = {t: int(i >= 14) for i, t in enumerate(tasks)}
   b = "baseline:target:typical:eps=0.09"
   recs = (_records("target", 0.7, base) + _records(b, 0.7, base)
-          + _records("draft_chain:typical:eps=0.09", 0.7, chain)
           + _records("eagle3_tree:typical:eps=0.09", 0.7, tree)
+          + _records("draft_chain:typical:eps=0.09", 0.7, chain)
           + _records("eagle3_chain:typical:eps=0.09", 0.7, chain))
   rows = summarize(recs)
   cs = gap_contrasts(rows, recs)
-  assert [(c["first"], c["second"]) for c in cs] == [
-      ("draft_chain:typical:eps=0.09", "eagle3_tree:typical:eps=0.09"),
-      ("draft_chain:typical:eps=0.09", "eagle3_chain:typical:eps=0.09")]
-  tree_c, same_c = cs
+  assert [(c["first"], c["second"]) for c in cs] == [  # DRAFTERS order, not the rows'
+      ("draft_chain:typical:eps=0.09", "eagle3_chain:typical:eps=0.09"),
+      ("draft_chain:typical:eps=0.09", "eagle3_tree:typical:eps=0.09")]
+  same_c, tree_c = cs
   assert tree_c["rule"] == "typical:eps=0.09" and tree_c["temperature"] == 0.7
   assert (tree_c["gap_first"], tree_c["gap_second"]) == pytest.approx((-0.10, -0.35))
   assert tree_c["contrast"]["diff"] == pytest.approx(-0.25) and tree_c["contrast"]["excludes_zero"]
