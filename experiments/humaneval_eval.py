@@ -213,18 +213,18 @@ def main():
     return {"problems": out}
 
   os.makedirs(FLAGS.output_dir, exist_ok=True)
-  path = results_path
   settings = f"{ms.sha256[:8]}-{FLAGS.style}-n{FLAGS.max_new_tokens}-seed{FLAGS.seed}"
   configs = batch_configs(len(problems), FLAGS.batch_size, temps, FLAGS.samples, settings,
                           methods, fingerprints)
   wanted = {c["key"] for c in configs}
   if FLAGS.summarize_only:
-    records = [r for r in sweep.load_records(path) if r["key"] in wanted]
-    print(f"summarizing {len(records)} of {len(configs)} batches ({path})")
+    records = [r for r in sweep.load_records(results_path) if r["key"] in wanted]
+    print(f"summarizing {len(records)} of {len(configs)} batches ({results_path})")
     if not records:
-      raise app.UsageError(f"--summarize_only: no finished batch of these settings in {path}")
+      raise app.UsageError(f"--summarize_only: no finished batch of these settings in "
+                           f"{results_path}")
   else:
-    records = [r for r in sweep.run_sweep(configs, evaluate, path, desc="humaneval")
+    records = [r for r in sweep.run_sweep(configs, evaluate, results_path, desc="humaneval")
                if r["key"] in wanted]
   rows = summarize(records)
   contrasts = gap_contrasts(rows, records)

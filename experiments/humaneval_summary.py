@@ -50,18 +50,26 @@ def pass_scores(cell: dict) -> dict:
   return {t: pass_at_k(len(d["passed"]), int(sum(d["passed"])), 1) for t, d in cell.items()}
 
 
+def _joint_bootstrap(score_dicts: list[dict], statistic, num_resamples: int, seed: int
+                     ) -> dict | None:
+  """``statistic`` of the ``[n, len(score_dicts)]`` matrix of scores over the problems
+  all dicts share, with a 95% percentile-bootstrap interval from ONE resample of
+  problems for every column. None when no problem is shared."""
+  common = sorted(set.intersection(*(set(d) for d in score_dicts)))
+  if not common:
+    return None
+  x = np.array([[d[t] for d in score_dicts] for t in common], np.float64)  # [n, m]
+  lo, hi = bootstrap_ci(x, statistic=statistic, num_resamples=num_resamples, seed=seed)
+  return {"diff": float(statistic(x)), "ci95": [lo, hi], "problems": len(common),
+          "excludes_zero": bool(lo > 0 or hi < 0)}
+
+
 def paired_difference(a: dict, b: dict, num_resamples: int = 2000, seed: int = 0) -> dict | None:
   """mean(a) - mean(b) over the problems in both ``{task_id: score}`` dicts, with a 95%
   paired percentile-bootstrap interval (one resample of problems for both). None when
   no problem is shared."""
-  common = sorted(set(a) & set(b))
-  if not common:
-    return None
-  x = np.array([[a[t], b[t]] for t in common], np.float64)  # [n, 2]
-  diff = lambda s: s[:, 0].mean() - s[:, 1].mean()
-  lo, hi = bootstrap_ci(x, statistic=diff, num_resamples=num_resamples, seed=seed)
-  return {"diff": float(diff(x)), "ci95": [lo, hi], "problems": len(common),
-          "excludes_zero": bool(lo > 0 or hi < 0)}
+  return _joint_bootstrap([a, b], lambda s: s[:, 0].mean() - s[:, 1].mean(),
+                          num_resamples, seed)
 
 
 def difference_of_gaps(a: dict, base_a: dict, b: dict, base_b: dict,
@@ -69,14 +77,8 @@ def difference_of_gaps(a: dict, base_a: dict, b: dict, base_b: dict,
   """(mean(b) - mean(base_b)) - (mean(a) - mean(base_a)) over the problems in all four
   ``{task_id: score}`` dicts, with a 95% percentile-bootstrap interval from ONE resample
   of problems for all four. None when no problem is shared."""
-  common = sorted(set(a) & set(base_a) & set(b) & set(base_b))
-  if not common:
-    return None
-  x = np.array([[a[t], base_a[t], b[t], base_b[t]] for t in common], np.float64)  # [n, 4]
   stat = lambda s: (s[:, 2].mean() - s[:, 3].mean()) - (s[:, 0].mean() - s[:, 1].mean())
-  lo, hi = bootstrap_ci(x, statistic=stat, num_resamples=num_resamples, seed=seed)
-  return {"diff": float(stat(x)), "ci95": [lo, hi], "problems": len(common),
-          "excludes_zero": bool(lo > 0 or hi < 0)}
+  return _joint_bootstrap([a, base_a, b, base_b], stat, num_resamples, seed)
 
 
 def _tau(cell: dict) -> tuple[float | None, list | None]:
