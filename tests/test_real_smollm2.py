@@ -133,12 +133,18 @@ def _logits(lm, rows):
 
 
 def test_logits_match_transformers(smol, hf_smol, tmp_path):
-  """float32 logits against transformers' GGUF loader, on prompts of 1 to ~80 tokens in
-  one ragged batch. Across 30 layers two float32 implementations drift apart by about
-  1e-4 at logits of 20-40, so the bound is 2e-4 with a mean difference below 5e-5
-  (measured: max 1.3e-4, mean 1.9e-5), and specjax must be no further from float64
-  logits (transformers in float64 on the same dequantized weights, exported to an HF
-  directory by specjax) than 1.5x transformers' own float32 error."""
+  """float32 logits against transformers' GGUF loader and against float64 logits
+  (transformers in float64 on the same dequantized weights, exported to an HF directory
+  by specjax), on prompts of 1 to ~80 tokens in one ragged batch.
+
+  Two float32 implementations of 30 layers differ by rounding alone at about 1e-4 at
+  logits of 20-40, and how much depends on the CPU's kernels: specjax's error against
+  float64 measured max 1.3e-4 / 1.95e-4 and 1.0x / 2.0x transformers' own float32 RMS
+  error on two machines (XLA's CPU kernels round differently across CPUs). So the bounds
+  are max 4e-4 against either reference, mean below 5e-5 against transformers, and RMS
+  error against float64 at most 3x transformers'. Subtle bugs are ~100x above them:
+  rms_norm_eps 1e-6 instead of 1e-5 gives max 3.1e-2 / RMS 3.1e-3 against float64,
+  rope_theta off by 1% max 4.1e-2 / RMS 6.7e-3."""
   hf_model, _ = hf_smol
   texts = ["Hi", "def quicksort(xs):\n    ",
            "Explain the difference between a list and a tuple in Python, with examples. " * 3,
@@ -150,7 +156,7 @@ def test_logits_match_transformers(smol, hf_smol, tmp_path):
     with torch.inference_mode():
       ref = hf_model(torch.tensor([r])).logits[0].numpy()
     assert np.abs(ref).max() > 5.0
-    np.testing.assert_allclose(got[i, :len(r)], ref, atol=2 * TOL, rtol=0)
+    np.testing.assert_allclose(got[i, :len(r)], ref, atol=4 * TOL, rtol=0)
     assert np.abs(got[i, :len(r)] - ref).mean() < 5e-5
   longest = max(range(len(rows)), key=lambda i: len(rows[i]))
   from specjax.models import gguf as sg
@@ -160,8 +166,10 @@ def test_logits_match_transformers(smol, hf_smol, tmp_path):
     ids = torch.tensor([rows[longest]])
     exact = hf64(ids).logits[0].numpy()
     ref32 = hf_model(ids).logits[0].numpy()
-  ours_err = np.abs(got[longest, :len(rows[longest])] - exact).max()
-  assert ours_err <= 1.5 * np.abs(ref32 - exact).max(), ours_err
+  ours_err = got[longest, :len(rows[longest])] - exact
+  np.testing.assert_allclose(ours_err, 0.0, atol=4 * TOL, rtol=0)
+  rms = lambda e: float(np.sqrt(np.mean(np.square(e))))
+  assert rms(ours_err) <= 3.0 * rms(ref32 - exact), (rms(ours_err), rms(ref32 - exact))
 
 
 def test_greedy_generate_matches_transformers(smol, hf_smol):
