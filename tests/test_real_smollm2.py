@@ -138,9 +138,10 @@ def test_logits_match_transformers(smol, hf_smol, tmp_path):
   by specjax), on prompts of 1 to ~80 tokens in one ragged batch.
 
   Two float32 implementations of 30 layers differ by rounding alone at about 1e-4 at
-  logits of 20-40, and how much depends on the CPU's kernels: specjax's error against
-  float64 measured max 1.3e-4 / 1.95e-4 and 1.0x / 2.0x transformers' own float32 RMS
-  error on two machines (XLA's CPU kernels round differently across CPUs). So the bounds
+  logits of 20-40, and how much depends on the CPU's kernels: specjax's max error against
+  float64 was 1.3e-4 (within 1.5x of transformers' own float32 error) on one machine and
+  1.95e-4 (2.1x in max, 2.0x in RMS) on another (XLA's CPU kernels round differently
+  across CPUs). So the bounds
   are max 4e-4 against either reference, mean below 5e-5 against transformers, and RMS
   error against float64 at most 3x transformers'. Subtle bugs are ~100x above them:
   rms_norm_eps 1e-6 instead of 1e-5 gives max 3.1e-2 / RMS 3.1e-3 against float64,
