@@ -141,9 +141,8 @@ def test_logits_match_transformers(smol, hf_smol, tmp_path):
   logits of 20-40, and how much depends on the CPU's kernels: specjax's max error against
   float64 was 1.3e-4 (within 1.5x of transformers' own float32 error) on one machine and
   1.95e-4 (2.1x in max, 2.0x in RMS) on another (XLA's CPU kernels round differently
-  across CPUs). So the bounds
-  are max 4e-4 against either reference, mean below 5e-5 against transformers, and RMS
-  error against float64 at most 3x transformers'. Subtle bugs are ~100x above them:
+  across CPUs). So the bounds are max 4e-4 against either reference, mean below 5e-5
+  against transformers, and RMS error against float64 at most 3x transformers'. Subtle bugs are ~100x above them:
   rms_norm_eps 1e-6 instead of 1e-5 gives max 3.1e-2 / RMS 3.1e-3 against float64,
   rope_theta off by 1% max 4.1e-2 / RMS 6.7e-3."""
   hf_model, _ = hf_smol
