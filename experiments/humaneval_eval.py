@@ -226,7 +226,7 @@ def main():
   else:
     records = [r for r in sweep.run_sweep(configs, evaluate, results_path, desc="humaneval")
                if r["key"] in wanted]
-  rows = summarize(records)
+  rows = summarize(records, max_new_tokens=FLAGS.max_new_tokens)
   contrasts = gap_contrasts(rows, records)
   drafters = f"K={FLAGS.k}; tree depth={FLAGS.eagle_depth}, top_k={FLAGS.eagle_top_k}, " \
              f"{FLAGS.eagle_total_tokens} nodes"

@@ -8,7 +8,9 @@ rule, to its matched baseline at the same T (the "gap" of Revisiting Lossy
 Verification, Tables 2/3): each problem's score under both methods, the problems
 resampled with replacement and the SAME resample used for both, over the problems both
 have. tau = (accepted + target calls) / target calls over all rows, with an interval
-over problems; at T = 0 the fraction of answers identical to target-only greedy.
+over problems; at T = 0 the fraction of answers identical to target-only greedy; the
+outcome of every answer (:data:`specjax.data.sandbox.STATUSES`), its mean length in tokens
+and how many answers stopped at the token cap (:func:`outcomes`).
 
 Per (rule, T) and pair of drafters that both ran it (:func:`gap_contrasts`): the
 difference of their gaps, e.g. (EAGLE-3 tree - its baseline) - (draft-LM chain - its
@@ -29,15 +31,19 @@ BASELINE_PREFIX = "baseline:"
 
 def cells(records: list[dict]) -> dict:
   """``{(method, T): {task_id: {"passed": [...], "answers": {sample: text},
-  "accepted": int, "calls": int}}}`` (records of target-only runs written before
-  ``--methods`` existed have no ``method``: they are "target")."""
+  "statuses": [...], "tokens": [...], "accepted": int, "calls": int}}}`` (records of
+  target-only runs written before ``--methods`` existed have no ``method``: they are
+  "target"; answers recorded without a status or length give None there)."""
   out: dict = {}
   for r in records:
     c = r["config"]
     cell = out.setdefault((c.get("method", TARGET), float(c["temperature"])), {})
     for p in r["result"]["problems"]:
-      d = cell.setdefault(p["task_id"], {"passed": [], "answers": {}, "accepted": 0, "calls": 0})
+      d = cell.setdefault(p["task_id"], {"passed": [], "answers": {}, "statuses": [],
+                                         "tokens": [], "accepted": 0, "calls": 0})
       d["passed"].append(bool(p["passed"]))
+      d["statuses"].append(p.get("status"))
+      d["tokens"].append(p.get("tokens"))
       d["answers"][c.get("sample", 0)] = p.get("answer")
       d["accepted"] += int(p.get("accepted", 0))
       d["calls"] += int(p.get("calls", 0))
@@ -97,6 +103,24 @@ def _identical(cell: dict, greedy: dict) -> float | None:
                         for t in common]))
 
 
+def outcomes(cell: dict, max_new_tokens: int | None = None) -> dict:
+  """Per-answer counts over every sample of every problem: ``answers``; one count per
+  sandbox status (``pass, fail, timeout, error``; answers recorded without a status are
+  not counted there); ``mean_tokens`` (None when no length was recorded) and ``at_cap``:
+  answers whose length reached ``max_new_tokens`` -- cut off, or ending exactly there
+  (None when the cap is not given or a length is missing)."""
+  from specjax.data.sandbox import STATUSES
+  statuses = [s for d in cell.values() for s in d["statuses"]]
+  tokens = [n for d in cell.values() for n in d["tokens"]]
+  out = {"answers": len(statuses), **{s: statuses.count(s) for s in STATUSES}}
+  known = [n for n in tokens if n is not None]
+  out["mean_tokens"] = float(np.mean(known)) if known else None
+  out["at_cap"] = (sum(n >= max_new_tokens for n in known)
+                   if max_new_tokens is not None and known and len(known) == len(tokens)
+                   else None)
+  return out
+
+
 def _baseline_name(method: str, t: float, scores: dict) -> str:
   """The matched baseline a method is compared with: ``baseline:<method>`` (same
   drafter) when it ran, else the target-side ``baseline:target:<rule>`` (the same law:
@@ -113,11 +137,12 @@ def _vs_baseline(sc: dict, base: dict | None, name: str) -> dict | None:
   return None if d is None else {"baseline": name, **d}
 
 
-def summarize(records: list[dict]) -> list[dict]:
+def summarize(records: list[dict], max_new_tokens: int | None = None) -> list[dict]:
   """One row per (method, T), ordered by T then by the methods' order in ``records``:
   ``method, temperature, problems, samples_per_problem, pass@1, ci95, vs_target,
   vs_baseline`` (:func:`paired_difference` or None), ``tau, tau_ci95`` (None for
-  target-only) and ``identical_to_greedy`` (T = 0 only, else None)."""
+  target-only), ``identical_to_greedy`` (T = 0 only, else None) and ``outcomes``
+  (:func:`outcomes`; ``max_new_tokens`` is the runs' token cap)."""
   cs = cells(records)
   order = list(dict.fromkeys(m for m, _ in cs))
   scores = {k: pass_scores(v) for k, v in cs.items()}
@@ -137,7 +162,8 @@ def summarize(records: list[dict]) -> list[dict]:
         "vs_target": paired_difference(sc, ref) if ref is not None and m != TARGET else None,
         "vs_baseline": _vs_baseline(sc, base, base_name),
         "tau": tau, "tau_ci95": tau_ci,
-        "identical_to_greedy": _identical(cell, greedy) if t == 0 and greedy else None})
+        "identical_to_greedy": _identical(cell, greedy) if t == 0 and greedy else None,
+        "outcomes": outcomes(cell, max_new_tokens)})
   return rows
 
 
@@ -204,6 +230,18 @@ def markdown(rows: list[dict], title: str, contrasts: list[dict] = ()) -> str:
             "methods); * marks an interval that excludes 0. pass@1 at T > 0 is the unbiased "
             "estimator over each problem's samples. tau = tokens per target call; identical "
             "to greedy = answers equal to target-only greedy (T = 0)."]
+  lines += ["", "Outcomes per answer (every sample of every problem; at cap = answers as long "
+            "as the token cap, i.e. cut off or ending exactly there):", "",
+            "| method | T | answers | pass | fail | error | timeout | mean tokens | at cap |",
+            "|:---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+  for r in rows:
+    o = r.get("outcomes")
+    if o is None:
+      continue
+    mean = "-" if o["mean_tokens"] is None else f"{o['mean_tokens']:.0f}"
+    cap = "-" if o["at_cap"] is None else str(o["at_cap"])
+    lines.append(f"| {r['method']} | {r['temperature']:g} | {o['answers']} | {o['pass']} | "
+                 f"{o['fail']} | {o['error']} | {o['timeout']} | {mean} | {cap} |")
   if contrasts:
     lines += ["", "Gap contrasts (Revisiting Lossy Verification, Tables 2/3: the rule's gap to "
               "its matched baseline under one drafter minus under another):", "",

@@ -247,3 +247,24 @@ def test_build_gives_the_rule_and_its_matched_baseline():
   assert drafter.num_draft == 3 and params is dp
   with pytest.raises(ValueError, match="no drafter"):
     build(parse_method("baseline:target:spec_cascade:p_base=0.3"), ms, None, 1.0)
+
+
+def test_outcomes_count_every_answer():
+  """2 problems x 3 samples: statuses and lengths per answer, counted over all 6 answers
+  (not per problem); the cap counts answers as long as max_new_tokens; without the cap,
+  or with a length missing, at_cap is None."""
+  recs = _records("eagle3_chain:mars", 0.7, {"A": 1, "B": 0}, samples=3)
+  stats = [[("pass", 10), ("error", 64)], [("fail", 64), ("timeout", 20)],
+           [("fail", 30), ("error", 12)]]
+  for rec, per_sample in zip(recs, stats):
+    for p, (status, n) in zip(rec["result"]["problems"], per_sample):
+      p["status"], p["tokens"] = status, n
+  o = summarize(recs, max_new_tokens=64)[0]["outcomes"]
+  assert o == {"answers": 6, "pass": 1, "fail": 2, "timeout": 1, "error": 2,
+               "mean_tokens": pytest.approx(200 / 6), "at_cap": 2}
+  assert summarize(recs)[0]["outcomes"]["at_cap"] is None
+  table = markdown(summarize(recs, max_new_tokens=64), "t")
+  assert "| eagle3_chain:mars | 0.7 | 6 | 1 | 2 | 2 | 1 | 33 | 2 |" in table
+  del recs[0]["result"]["problems"][0]["tokens"]
+  o = summarize(recs, max_new_tokens=64)[0]["outcomes"]
+  assert o["at_cap"] is None and o["mean_tokens"] == pytest.approx(190 / 5)
