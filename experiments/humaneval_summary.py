@@ -235,9 +235,7 @@ def markdown(rows: list[dict], title: str, contrasts: list[dict] = ()) -> str:
             "| method | T | answers | pass | fail | error | timeout | mean tokens | at cap |",
             "|:---|---:|---:|---:|---:|---:|---:|---:|---:|"]
   for r in rows:
-    o = r.get("outcomes")
-    if o is None:
-      continue
+    o = r["outcomes"]
     mean = "-" if o["mean_tokens"] is None else f"{o['mean_tokens']:.0f}"
     cap = "-" if o["at_cap"] is None else str(o["at_cap"])
     lines.append(f"| {r['method']} | {r['temperature']:g} | {o['answers']} | {o['pass']} | "
