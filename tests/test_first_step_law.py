@@ -93,6 +93,12 @@ def test_laws_match_the_loop(lm_models, case):
   assert 0.5 * np.abs(emp - lossless.law.mean(0)).sum() > tol, case
 
 
+# typical's eps per case: on the EAGLE test set-up eps 0.2 and 0.05 give a law equal to
+# p_A up to float noise at these contexts (KL 1.6e-8 and 2.8e-8, which a `kl > 0` check
+# accepted); eps 0.01 gives KL 0.004
+TYPICAL_EPS = {"sampled_chain": 0.2, "greedy_chain": 0.2, "static_tree": 0.2, "eagle_tree": 0.01}
+
+
 @pytest.mark.parametrize("case", ["sampled_chain", "greedy_chain", "static_tree", "eagle_tree"])
 def test_lossless_law_is_the_target_and_truncation_keeps_its_baseline_support(lm_models, case):
   """Lossless: law == p (its baseline) at every context, for every drafter kind; the
@@ -102,9 +108,12 @@ def test_lossless_law_is_the_target_and_truncation_keeps_its_baseline_support(lm
   ll = first_step_laws(target, tp, drafter, dp, verifiers.get("lossless"), T1, [PROMPT] * 64,
                        key=key)
   np.testing.assert_allclose(ll.law, ll.baseline, atol=1e-5)
-  d = first_token_divergence(target, tp, drafter, dp, verifiers.get("typical", eps=0.2), T1,
-                             [PROMPT, [5, 2]], contexts_per_prompt=16, key=key)
-  assert np.isfinite(d["kl"]) and d["kl"] > 0 and 0 < d["tv"] < 1 and d["contexts"] == 32
+  typical = verifiers.get("typical", eps=TYPICAL_EPS[case])
+  d = first_token_divergence(target, tp, drafter, dp, typical, T1, [PROMPT, [5, 2]],
+                             contexts_per_prompt=16, key=key)
+  # float32 rounding alone gives KL ~1e-8 (eps 0.2 on the EAGLE tree: 1.6e-8), so a law
+  # that differs from p_A must clear 1e-3 (measured: >= 0.004 for every case here)
+  assert np.isfinite(d["kl"]) and d["kl"] > 1e-3 and 0 < d["tv"] < 1 and d["contexts"] == 32
   assert d["kl_ci"][0] <= d["kl"] <= d["kl_ci"][1]
 
 
