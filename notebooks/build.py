@@ -1,11 +1,13 @@
 """Build notebooks 01-03 with nbformat (04: build04.py).
 
-  python notebooks/build.py [--execute]   (run from the repository root)
+  python notebooks/build.py [NAME ...] [--execute [--full]]   (run from the repository root)
 
 Every notebook starts with SETUP (installs what a fresh Colab runtime lacks)
 and a settings cell: ``FULL = os.environ.get("SPECJAX_NOTEBOOK_FULL") == "1"``
 selects the full settings; by default the small CI settings run (each notebook
-in about three minutes on a 2-core CPU, compilation included).
+in about three minutes on a 2-core CPU, compilation included). ``--execute
+--full`` runs the full settings and writes the executed notebooks (outputs and
+figures) in place; building without ``--execute`` writes them without outputs.
 """
 
 import sys
@@ -679,17 +681,30 @@ def _meta():
 
 
 def execute(paths):
-  """Execute notebooks in place of copies under /tmp, printing each one's wall time."""
+  """Execute notebooks, printing each one's wall time.
+
+  Default: the small CI settings, each executed copy written to
+  /tmp/executed_NAME (the committed notebook is left as built). With --full on
+  the command line: SPECJAX_NOTEBOOK_FULL=1 (the kernel inherits the
+  environment) and the executed notebook, outputs and figures included, is
+  written back in place -- the committed notebooks carry the full-settings
+  outputs, so a reader sees the figures without running anything.
+  """
   import os
   import time
   from nbclient import NotebookClient
+  full = "--full" in sys.argv
+  if full:
+    os.environ["SPECJAX_NOTEBOOK_FULL"] = "1"
+  else:
+    os.environ.pop("SPECJAX_NOTEBOOK_FULL", None)
   for path in paths:
     nb = nbformat.read(path, as_version=4)
     t0 = time.time()
-    NotebookClient(nb, timeout=900, kernel_name="python3",
+    NotebookClient(nb, timeout=3600 if full else 900, kernel_name="python3",
                    resources={"metadata": {"path": "."}}).execute()
-    print(f"executed {path} in {time.time() - t0:.1f}s")
-    nbformat.write(nb, "/tmp/executed_" + os.path.basename(path))
+    print(f"executed {path} ({'full' if full else 'CI'} settings) in {time.time() - t0:.1f}s")
+    nbformat.write(nb, path if full else "/tmp/executed_" + os.path.basename(path))
 
 
 def main():

@@ -1,6 +1,7 @@
 """Build notebooks/04_speculative_verification.ipynb with nbformat.
 
-  python notebooks/build04.py [--execute]   (run from the repository root)
+  python notebooks/build04.py [--execute [--full]]   (run from the repository root; see
+  build.execute: --full writes the executed full-settings notebook in place)
 """
 
 import sys
