@@ -45,8 +45,9 @@ def nb04():
       N_CALIB, CALIB_NEW = setting((8, 64), (32, 128))    # calibration prompts x tokens (one batch)
       N_EVAL, EVAL_NEW = setting((4, 32), (8, 64))        # evaluation prompts x tokens
       BATCHES = setting((4,), (1, 8))                     # SV generation batch sizes
+      PROMPT_TOKENS = setting(128, 256)   # longest chat prompt (HumanEval: 10 of 164 fit 128)
       print(f"FULL={FULL}: calibration {N_CALIB} x {CALIB_NEW} tokens, evaluation {N_EVAL} x "
-            f"{EVAL_NEW} tokens at batch {BATCHES}, K={K}")
+            f"{EVAL_NEW} tokens at batch {BATCHES}, K={K}, prompts <= {PROMPT_TOKENS} tokens")
       '''),
       code('''
       from experiments.model_sets import load_model_set
@@ -71,7 +72,8 @@ def nb04():
       for n, m in (("target", target), ("draft", draft), ("companion", comp)):
           c = m.config
           print(f"{n:9s} layers={c.num_hidden_layers} hidden={c.hidden_size} vocab={c.vocab_size}")
-      chat = [list(p.ids) for p in load_chat_prompts(ms.encode_chat, N_CALIB + N_EVAL, max_tokens=128)]
+      chat = [list(p.ids) for p in load_chat_prompts(ms.encode_chat, N_CALIB + N_EVAL,
+                                               max_tokens=PROMPT_TOKENS)]
       calib, evalp = chat[:N_CALIB], chat[N_CALIB:]   # disjoint
       '''),
       md("""
