@@ -680,12 +680,12 @@ def _meta():
           "colab": {"provenance": []}}
 
 
-def execute(paths):
+def execute(paths, full: bool = False):
   """Execute notebooks, printing each one's wall time.
 
   Default: the small CI settings, each executed copy written to
-  /tmp/executed_NAME (the committed notebook is left as built). With --full on
-  the command line: SPECJAX_NOTEBOOK_FULL=1 (the kernel inherits the
+  /tmp/executed_NAME (the committed notebook is left as built). With ``full``
+  (``--full`` on the command line): SPECJAX_NOTEBOOK_FULL=1 (the kernel inherits the
   environment) and the executed notebook, outputs and figures included, is
   written back in place -- the committed notebooks carry the full-settings
   outputs, so a reader sees the figures without running anything.
@@ -693,7 +693,6 @@ def execute(paths):
   import os
   import time
   from nbclient import NotebookClient
-  full = "--full" in sys.argv
   if full:
     os.environ["SPECJAX_NOTEBOOK_FULL"] = "1"
   else:
@@ -721,7 +720,8 @@ def main():
     nbformat.write(nb, path)
     print("wrote", path)
   if "--execute" in sys.argv:
-    execute([p for p in paths if not only or any(o in p for o in only)])
+    execute([p for p in paths if not only or any(o in p for o in only)],
+            full="--full" in sys.argv)
 
 
 if __name__ == "__main__":

@@ -260,4 +260,4 @@ if __name__ == "__main__":
   nbformat.write(nb, PATH)
   print("wrote", PATH)
   if "--execute" in sys.argv:
-    execute([PATH])
+    execute([PATH], full="--full" in sys.argv)
