@@ -1,4 +1,5 @@
-"""Verification rules as swappable pure node rules (see ``base.py``).
+"""Verification rules as swappable pure node rules (see ``base.py``) and path rules
+(``path.py``: rules that decide over a whole drafted chain, e.g. block verification).
 
 ``residual`` and the allowed-set helpers are defined in
 :mod:`specjax.distributions` and re-exported here; the registry (rule names
@@ -19,10 +20,14 @@ from specjax.verifiers.truncation import SpecCascade, Typical, TruncationState
 from specjax.verifiers.collaborative import CoS, CoSContrastive, Lenience
 from specjax.verifiers.mars import Mars, MarsState
 from specjax.verifiers.baselines import MatchedBaseline, matched_baseline
+from specjax.verifiers.path import (NodePathRule, PathDecision, PathRule, as_path_rule,
+                                    verify_path_batch)
+from specjax.verifiers.block import Block  # registers "block" (kind "path")
 
 __all__ = ["ChainResult", "NodeRule", "NodeState", "TreeResult", "check_range", "residual",
            "safe_ratio", "verify_chain", "verify_tree", "available", "get", "register",
            "Lossless", "Greedy", "SpecCascade", "Typical", "TruncationState",
            "allowed_set_eta", "allowed_set_min_p", "eta_threshold", "min_p_threshold", "truncate",
            "CoS", "CoSContrastive", "Lenience", "Mars", "MarsState", "register_threshold_hook",
-           "threshold_hooks", "MatchedBaseline", "matched_baseline"]
+           "threshold_hooks", "MatchedBaseline", "matched_baseline", "PathRule",
+           "PathDecision", "NodePathRule", "as_path_rule", "verify_path_batch", "Block"]

@@ -49,14 +49,37 @@ _THRESHOLD_HOOKS = _Table("threshold hook")
 ThresholdHook = Callable[[Any, str, Any, Any], Any]
 
 
-def register(name: str) -> Callable[[type], type]:
-  """Class decorator registering a rule under ``name`` (lower case)."""
-  return _RULES.register(name)
+RULE_KINDS = ("node", "path")
+# name -> kind ("node": the four node functions of base.py, what the decoding loop
+# takes today; "path": a path rule of path.py, e.g. "block").
+_KINDS: dict[str, str] = {}
 
 
-def available() -> list[str]:
-  """Names of all registered rules."""
-  return _RULES.names()
+def register(name: str, kind: str = "node") -> Callable[[type], type]:
+  """Class decorator registering a rule under ``name`` (lower case).
+
+  ``kind`` is ``"node"`` (a :class:`~specjax.verifiers.base.NodeRule`) or
+  ``"path"`` (a :class:`~specjax.verifiers.path.PathRule`); both share one
+  name space, so :func:`get` builds either.
+  """
+  if kind not in RULE_KINDS:
+    raise ValueError(f"kind={kind!r}; allowed: {RULE_KINDS}")
+  deco = _RULES.register(name)
+
+  def register_kind(cls):
+    out = deco(cls)
+    _KINDS[name.lower()] = kind
+    return out
+
+  return register_kind
+
+
+def available(kind: str | None = "node") -> list[str]:
+  """Names of the registered rules of ``kind``: ``"node"`` (default: the rules the
+  node drivers and the decoding loop take), ``"path"`` or ``None`` (all)."""
+  if kind is not None and kind not in RULE_KINDS:
+    raise ValueError(f"kind={kind!r}; allowed: {RULE_KINDS} or None (all)")
+  return [n for n in _RULES.names() if kind is None or _KINDS.get(n, "node") == kind]
 
 
 def register_threshold_hook(name: str) -> Callable[[ThresholdHook], ThresholdHook]:
@@ -118,7 +141,7 @@ def get(name: str, **hparams):
                     f"{', '.join(available())}")
   key = name.strip().lower()
   if key not in _RULES:
-    raise ValueError(f"unknown verifier {name!r}; available: {', '.join(available())}")
+    raise ValueError(f"unknown verifier {name!r}; available: {', '.join(available(None))}")
   cls = _RULES[key]
   fields = {f.name: f for f in dataclasses.fields(cls)}
   unknown = sorted(set(hparams) - set(fields))
