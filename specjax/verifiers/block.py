@@ -83,7 +83,9 @@ def block_terms(p: jax.Array, q: jax.Array, x: jax.Array, length=None) -> BlockT
   s = jnp.sum(r, axis=-1)  # [K]
   # h_i for i = 1..K-1 from s_i and w_i; position index j = i - 1.
   s_next = jnp.concatenate([s[1:], jnp.zeros((1,), p.dtype)])  # s_{j+1}
-  h_mid = jnp.where(s_next > 0, s_next / jnp.where(s_next > 0, s_next + 1.0 - w, 1.0), 0.0)
+  # s / (s + (1 - w)): 1 - w first, so w = 1 gives exactly 1 (not (s + 1) - 1 rounded).
+  den = s_next + (1.0 - w)
+  h_mid = jnp.where(s_next > 0, jnp.minimum(1.0, s_next / jnp.where(s_next > 0, den, 1.0)), 0.0)
   pos = jnp.arange(1, k + 1)  # 1-based position i
   h = jnp.where(pos < n, h_mid, jnp.where(pos == n, w, 0.0))
   return BlockTerms(w=w, r=r, s=s, h=h)
