@@ -43,7 +43,7 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Iterable, Iterator, Optional
+from typing import Callable, Iterable, Iterator, Optional
 
 import jax
 import jax.numpy as jnp
@@ -123,18 +123,51 @@ def build_feature_store(out_dir: str, model, params, sequences: Iterable, *,
     target_sha256: the target file's hash, recorded and checked on resume.
     max_tokens: stop after the first shard that reaches this many stored tokens.
   """
+  check_model_layers(model, config)
+  fn = _feature_fn(model, config.top_k)
+  header = {"format": _FORMAT, "target_sha256": target_sha256, "config": config.to_json(),
+            "source": source}
+  return extend_store(out_dir, header, sequences,
+                      lambda batch, index, bar: (_compute_shard(fn, params, batch, config, bar),
+                                                 {}),
+                      items_per_shard=config.seqs_per_shard, target_name=target_name,
+                      max_tokens=max_tokens, progress=progress)
+
+
+def check_model_layers(model, config: FeatureStoreConfig) -> None:
+  """Refuse a target whose selected hidden layers are not the store's."""
   if tuple(model.config.hidden_layers) != tuple(config.hidden_layers):
     raise ValueError(f"model hidden_layers={model.config.hidden_layers} differ from the "
                      f"store's hidden_layers={config.hidden_layers}; load the target with "
                      f"hidden_layers={config.hidden_layers}")
+
+
+def extend_store(out_dir: str, header: dict, items: Iterable, compute_shard: Callable, *,
+                 items_per_shard: int, target_name: str = "", max_tokens: Optional[int] = None,
+                 count: str = "num_tokens", progress: bool = True) -> dict:
+  """The resumable shard loop shared by every store writer. Returns the manifest.
+
+  Args:
+    header: what the store was built with (format, target hash, config, source,
+      generation settings); a resume with any other value is refused.
+    items: deterministic stream; shard ``i`` is built from items
+      ``[i * items_per_shard, (i + 1) * items_per_shard)``.
+    compute_shard: ``(items, shard_index, progress_bar) -> (arrays, extra)``:
+      ``arrays`` as :func:`_compute_shard` returns them, ``extra`` a JSON dict
+      added to the shard's manifest entry (e.g. its sampling temperature).
+    max_tokens: stop after the first shard at which ``manifest[count]`` reaches it.
+    count: ``"num_tokens"`` (every stored token) or ``"num_loss_tokens"``
+      (tokens with loss mask 1) -- what ``max_tokens`` bounds.
+  """
   if max_tokens is not None and max_tokens < 1:
     raise ValueError(f"max_tokens={max_tokens!r} must be >= 1 or None")
+  if count not in ("num_tokens", "num_loss_tokens"):
+    raise ValueError(f"count={count!r} must be 'num_tokens' or 'num_loss_tokens'")
   os.makedirs(out_dir, exist_ok=True)
-  header = {"format": _FORMAT, "target_sha256": target_sha256, "config": config.to_json(),
-            "source": source}
   manifest = read_manifest(out_dir)
   if manifest is None:
-    manifest = dict(header, target_name=target_name, shards=[], num_tokens=0, num_sequences=0)
+    manifest = dict(header, target_name=target_name, shards=[], num_tokens=0,
+                    num_loss_tokens=0, num_sequences=0)
   else:
     for key, want in header.items():
       if manifest.get(key) != want:
@@ -144,39 +177,41 @@ def build_feature_store(out_dir: str, model, params, sequences: Iterable, *,
     if leftover.startswith(".tmp-shard"):
       shutil.rmtree(os.path.join(out_dir, leftover), ignore_errors=True)
 
-  fn = _feature_fn(model, config.top_k)
   skip = manifest["num_sequences"]
-  it = iter(sequences)
+  it = iter(items)
   for _ in range(skip):
     if next(it, None) is None:
       return manifest
   bar = None
   if progress:
     from tqdm import tqdm
-    bar = tqdm(total=max_tokens, initial=manifest["num_tokens"], unit="tok",
-               desc=f"features -> {os.path.basename(out_dir.rstrip('/'))}")
+    bar = tqdm(total=max_tokens, initial=manifest.get(count, 0), unit="tok",
+               desc=f"store -> {os.path.basename(out_dir.rstrip('/'))}")
   t_start = time.time()
   try:
-    while max_tokens is None or manifest["num_tokens"] < max_tokens:
+    while max_tokens is None or manifest.get(count, 0) < max_tokens:
       batch = []
-      for seq in it:
-        batch.append(seq)
-        if len(batch) == config.seqs_per_shard:
+      for item in it:
+        batch.append(item)
+        if len(batch) == items_per_shard:
           break
       if not batch:
         break
-      shard = _compute_shard(fn, params, batch, config, bar)
+      shard, extra = compute_shard(batch, len(manifest["shards"]), bar)
       name = f"shard-{len(manifest['shards']):05d}"
       _write_shard(out_dir, name, shard)
       n = int(shard["offsets"][-1])
-      manifest["shards"].append({"name": name, "num_sequences": len(batch), "num_tokens": n,
-                                 "first_sequence": manifest["num_sequences"]})
+      n_loss = int(np.asarray(shard["loss_mask"]).sum())
+      manifest["shards"].append(dict({"name": name, "num_sequences": len(batch),
+                                      "num_tokens": n, "num_loss_tokens": n_loss,
+                                      "first_sequence": manifest["num_sequences"]}, **extra))
       manifest["num_sequences"] += len(batch)
       manifest["num_tokens"] += n
+      manifest["num_loss_tokens"] = manifest.get("num_loss_tokens", 0) + n_loss
       manifest["seconds"] = manifest.get("seconds", 0.0) + (time.time() - t_start)
       t_start = time.time()
       write_json_atomic(os.path.join(out_dir, MANIFEST), manifest)
-      if len(batch) < config.seqs_per_shard:
+      if len(batch) < items_per_shard:
         break
   finally:
     if bar is not None:
@@ -185,7 +220,7 @@ def build_feature_store(out_dir: str, model, params, sequences: Iterable, *,
 
 
 def _compute_shard(fn, params, batch, config: FeatureStoreConfig, bar) -> dict:
-  toks, masks, feats, tids, tlogp, offsets = [], [], [], [], [], [0]
+  records = []
   for seq in batch:
     ids = np.asarray(seq.ids, np.int32)
     t = len(ids)
@@ -196,18 +231,45 @@ def _compute_shard(fn, params, batch, config: FeatureStoreConfig, bar) -> dict:
     x = np.zeros((1, padded), np.int32)
     x[0, :t] = ids
     f, ti, tl = fn(params, x)
-    feats.append(np.asarray(jax.device_get(f))[:, :t].swapaxes(0, 1).view(np.uint16))
-    tids.append(np.asarray(ti)[:t].astype(np.int32))
-    tlogp.append(np.asarray(tl)[:t].astype(np.float16))
-    toks.append(ids)
-    masks.append(np.asarray(seq.loss_mask, np.uint8))
-    offsets.append(offsets[-1] + t)
+    records.append(SequenceRecord(
+        tokens=ids, loss_mask=np.asarray(seq.loss_mask, np.uint8),
+        features=np.asarray(jax.device_get(f))[:, :t].swapaxes(0, 1),
+        topk_ids=np.asarray(ti)[:t], topk_logp=np.asarray(tl)[:t],
+        id=str(getattr(seq, "id", ""))))
     if bar is not None:
       bar.update(t)
-  return {"tokens": np.concatenate(toks), "loss_mask": np.concatenate(masks),
-          "offsets": np.asarray(offsets, np.int64), "features": np.concatenate(feats),
-          "topk_ids": np.concatenate(tids), "topk_logp": np.concatenate(tlogp),
-          "ids": [str(getattr(s, "id", "")) for s in batch]}
+  return shard_arrays(records)
+
+
+@dataclasses.dataclass(frozen=True)
+class SequenceRecord:
+  """One stored sequence (T tokens, F hidden layers of width H, top-k candidates).
+
+  Attributes:
+    tokens: int [T]; loss_mask: [T] (1 on tokens a drafter learns to predict);
+    features: bfloat16 [T, F, H]; topk_ids: int [T, k]; topk_logp: float [T, k];
+    id: where the sequence came from (conversation id, turn).
+  """
+
+  tokens: np.ndarray
+  loss_mask: np.ndarray
+  features: np.ndarray
+  topk_ids: np.ndarray
+  topk_logp: np.ndarray
+  id: str = ""
+
+
+def shard_arrays(records: list) -> dict:
+  """Concatenate :class:`SequenceRecord` s into the on-disk shard layout."""
+  offsets = np.cumsum([0] + [len(r.tokens) for r in records]).astype(np.int64)
+  return {"tokens": np.concatenate([np.asarray(r.tokens, np.int32) for r in records]),
+          "loss_mask": np.concatenate([np.asarray(r.loss_mask, np.uint8) for r in records]),
+          "offsets": offsets,
+          "features": np.concatenate([np.asarray(r.features, jnp.bfloat16).view(np.uint16)
+                                      for r in records]),
+          "topk_ids": np.concatenate([np.asarray(r.topk_ids, np.int32) for r in records]),
+          "topk_logp": np.concatenate([np.asarray(r.topk_logp, np.float16) for r in records]),
+          "ids": [r.id for r in records]}
 
 
 def _write_shard(out_dir: str, name: str, shard: dict) -> None:

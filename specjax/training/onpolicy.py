@@ -1,0 +1,274 @@
+"""On-policy feature store: the target answers training prompts itself.
+
+A drafter learns to predict the target's continuations of *the target's own*
+text at decode time; a store built over another model's answers (ShareGPT is
+ChatGPT's text) trains it on a distribution it never sees. Self-distillation
+(Medusa-2, DistillSpec, FastDraft; EAGLE-3 regenerates its data with the
+target) fixes that: here every user turn of a training conversation, with the
+conversation so far as context, is answered by the target, and the store
+records, per token, exactly what :mod:`specjax.training.features` records
+(hidden states at ``hidden_layers``, top-k next-token log-probabilities at
+T = 1) -- captured *during generation*, from the prefill and from each decode
+step's own forward, with no second pass.
+
+Per sequence: the prompt (chat template up to the assistant header; loss mask
+0) followed by the generated answer (loss mask 1, the end-of-turn token
+included when it was generated). Every stored token has been fed to the target
+once, so its features exist: a row stops *after* feeding its end-of-turn token
+or its ``max_new_tokens``-th token.
+
+Sampling mix (recorded per shard in the manifest): shard ``i`` is generated at
+``temperatures[i % len(temperatures)]`` (0 = greedy), with PRNG key
+``fold_in(key(seed), i)`` and per-row streams, so a shard is the same whoever
+computes it and a killed run resumes exactly (:func:`features.extend_store`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Iterable, Iterator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specjax.decoding.autoregressive import prefill, row_key
+from specjax.decoding.prompts import eos_tuple, is_eos, prepare_prompts
+from specjax.distributions import SamplingConfig, sample_logits
+from specjax.models import kv_cache as kvc
+from specjax.training import features
+
+
+@dataclasses.dataclass(frozen=True)
+class Prompt:
+  """One user turn to answer: ``ids`` the chat-templated context ending with the
+  assistant header; ``id`` ``"<conversation id>#<message index>"``."""
+
+  ids: tuple
+  id: str
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerationMix:
+  """How the target answers.
+
+  Attributes:
+    temperatures: shard ``i`` samples at ``temperatures[i % len]``; 0 = greedy.
+    max_new_tokens: longest answer (a longer one is cut; its tokens are kept).
+    max_context: user turns whose templated context is longer are skipped.
+    batch_size: rows generated together (a shard is ``seqs_per_shard`` turns,
+      generated in batches of this size).
+    seed: base PRNG seed.
+  """
+
+  temperatures: tuple = (0.0, 0.7, 1.0)
+  max_new_tokens: int = 512
+  max_context: int = 512
+  batch_size: int = 16
+  seed: int = 0
+
+  def __post_init__(self):
+    if not self.temperatures or any(not isinstance(t, (int, float)) or t < 0
+                                    for t in self.temperatures):
+      raise ValueError(f"temperatures={self.temperatures!r} must be a non-empty tuple of "
+                       "numbers >= 0")
+    for name in ("max_new_tokens", "max_context", "batch_size"):
+      v = getattr(self, name)
+      if not (isinstance(v, int) and v >= 1):
+        raise ValueError(f"{name}={v!r} must be an integer >= 1")
+
+  def temperature(self, shard_index: int) -> float:
+    return float(self.temperatures[shard_index % len(self.temperatures)])
+
+  def to_json(self) -> dict:
+    d = dataclasses.asdict(self)
+    d["temperatures"] = [float(t) for t in self.temperatures]
+    return d
+
+
+def user_turn_prompts(conversations: Iterable, encode_chat, max_context: int,
+                      skipped: list | None = None) -> Iterator[Prompt]:
+  """Every user turn of every conversation, in stream order, as a :class:`Prompt`.
+
+  Args:
+    conversations: objects with ``.id`` and ``.messages`` (``{"role", "content"}``).
+    encode_chat: ``messages -> ids`` with the assistant generation header
+      (``LoadedModel.encode_chat``).
+    max_context: turns whose context is longer are skipped (their ids appended
+      to ``skipped`` when given).
+  """
+  for conv in conversations:
+    for j, m in enumerate(conv.messages):
+      if m["role"] != "user":
+        continue
+      ids = encode_chat(list(conv.messages[:j + 1]))
+      if len(ids) > max_context:
+        if skipped is not None:
+          skipped.append(f"{conv.id}#{j}")
+        continue
+      yield Prompt(ids=tuple(ids), id=f"{conv.id}#{j}")
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class _Recording:
+  """Loop state of :func:`_generate_recording` (B rows, N = max_new_tokens).
+
+  Attributes:
+    cache: the target's KV cache.
+    last: [B] the token fed at the next step.
+    num_fed: [B] generated tokens fed (and recorded) so far.
+    done: [B] the row has fed its last token.
+    tokens: [B, N] fed tokens; features: [B, N, F, H] bf16 their hidden states;
+    topk_ids, topk_logp: [B, N, k] the next-token candidates at each.
+    step: scalar decode step (PRNG stream index).
+  """
+
+  cache: kvc.KVCache
+  last: jax.Array
+  num_fed: jax.Array
+  done: jax.Array
+  tokens: jax.Array
+  features: jax.Array
+  topk_ids: jax.Array
+  topk_logp: jax.Array
+  step: jax.Array
+
+
+def _topk(logits, k: int):
+  logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+  top_logp, top_ids = jax.lax.top_k(logp, k)
+  return top_ids, top_logp
+
+
+@functools.partial(jax.jit, static_argnames=("model", "max_new_tokens", "eos", "top_k",
+                                             "final_index", "chunk"))
+def _generate_recording(model, params, sampling: SamplingConfig, tokens, lengths, key, *,
+                        max_new_tokens: int, eos: tuple, top_k: int, final_index: int,
+                        chunk: int):
+  """Prefill + decode, recording every fed token's features and top-k.
+
+  Args:
+    tokens: [B, P] right-padded prompts; lengths: [B].
+    final_index: position of the final normed feature in ``hidden_layers``
+      (the prompt's top-k come from it through the LM head, in chunks of
+      ``chunk`` positions so [B, P, V] logits never exist at once).
+  Returns ``(prompt_features [B, P, F, H], prompt_topk (ids, logp) [B, P, k],
+  _Recording)``.
+  """
+  b, p = tokens.shape
+  cache_length = p + max_new_tokens
+  cache, logits, hidden = prefill(model, params, tokens, lengths, cache_length)
+  prompt_feats = jnp.moveaxis(hidden, 0, 2).astype(jnp.bfloat16)       # [B, P, F, H]
+  final = hidden[final_index].reshape(b, p // chunk, chunk, -1)         # [B, P/c, c, H]
+  pids, plogp = jax.lax.map(lambda x: _topk(model.lm_head(params, x), top_k),
+                            jnp.moveaxis(final, 1, 0))                  # [P/c, B, c, k]
+  pids = jnp.moveaxis(pids, 0, 1).reshape(b, p, top_k)
+  plogp = jnp.moveaxis(plogp, 0, 1).reshape(b, p, top_k)
+  row_ids = jnp.arange(b, dtype=jnp.int32)
+  first, _ = jax.vmap(lambda k, l: sample_logits(k, l, sampling))(row_key(key, row_ids, 0), logits)
+  n_sel, h = hidden.shape[0], hidden.shape[-1]
+  state = _Recording(
+      cache=cache, last=first, num_fed=jnp.zeros((b,), jnp.int32), done=jnp.zeros((b,), bool),
+      tokens=jnp.zeros((b, max_new_tokens), jnp.int32),
+      features=jnp.zeros((b, max_new_tokens, n_sel, h), jnp.bfloat16),
+      topk_ids=jnp.zeros((b, max_new_tokens, top_k), jnp.int32),
+      topk_logp=jnp.zeros((b, max_new_tokens, top_k), jnp.float32), step=jnp.int32(1))
+  dparams = model.decode_params(params)
+
+  def step(s: _Recording) -> _Recording:
+    active = ~s.done
+    o = model.apply(dparams, s.last[:, None], s.cache.lengths[:, None], s.cache)
+    cache = kvc.commit(o.cache, active.astype(jnp.int32))
+    ids, logp = _topk(o.logits[:, 0], top_k)
+    rows = jnp.arange(b)
+    at = jnp.where(active, s.num_fed, max_new_tokens)  # out of range -> dropped
+    put = lambda buf, v: buf.at[rows, at].set(v.astype(buf.dtype), mode="drop")
+    nxt, _ = jax.vmap(lambda k, l: sample_logits(k, l, sampling))(
+        row_key(key, row_ids, s.step), o.logits[:, 0])
+    num_fed = s.num_fed + active.astype(jnp.int32)
+    done = s.done | (active & (is_eos(s.last, eos) | (num_fed >= max_new_tokens)))
+    return _Recording(cache=cache, last=jnp.where(active, nxt, s.last), num_fed=num_fed,
+                      done=done, tokens=put(s.tokens, s.last),
+                      features=put(s.features, jnp.moveaxis(o.hidden_states[:, :, 0], 0, 1)),
+                      topk_ids=put(s.topk_ids, ids), topk_logp=put(s.topk_logp, logp),
+                      step=s.step + 1)
+
+  state = jax.lax.while_loop(lambda s: ~jnp.all(s.done), step, state)
+  return prompt_feats, (pids, plogp), state
+
+
+def generate_records(model, params, prompts: list, *, temperature: float, key: jax.Array,
+                     max_new_tokens: int, top_k: int, eos_token_id) -> list:
+  """Answer ``prompts`` (one batch) and return one :class:`features.SequenceRecord`
+  each: prompt (loss 0) + answer (loss 1), features captured during generation."""
+  layers = tuple(model.config.hidden_layers)
+  n_layers = model.config.num_hidden_layers
+  if n_layers not in layers:
+    raise ValueError(f"hidden_layers={layers} must include the final feature {n_layers} "
+                     "(the prompt's top-k are computed from it)")
+  tokens, lengths = prepare_prompts([list(p.ids) for p in prompts], model.config.vocab_size)
+  chunk = min(64, tokens.shape[1])
+  sampling = SamplingConfig(temperature=float(temperature))
+  pf, (pids, plogp), rec = _generate_recording(
+      model, params, sampling, jnp.asarray(tokens), jnp.asarray(lengths), key,
+      max_new_tokens=int(max_new_tokens), eos=eos_tuple(eos_token_id), top_k=int(top_k),
+      final_index=layers.index(n_layers), chunk=chunk)
+  pf, pids, plogp = jax.device_get((pf, pids, plogp))
+  rec = jax.device_get(rec)
+  out = []
+  for i, prompt in enumerate(prompts):
+    lp, n = int(lengths[i]), int(rec.num_fed[i])
+    out.append(features.SequenceRecord(
+        tokens=np.concatenate([np.asarray(prompt.ids, np.int32), rec.tokens[i, :n]]),
+        loss_mask=np.concatenate([np.zeros(lp, np.uint8), np.ones(n, np.uint8)]),
+        features=np.concatenate([pf[i, :lp], rec.features[i, :n]]),
+        topk_ids=np.concatenate([pids[i, :lp], rec.topk_ids[i, :n]]),
+        topk_logp=np.concatenate([plogp[i, :lp], rec.topk_logp[i, :n]]),
+        id=prompt.id))
+  return out
+
+
+def build_onpolicy_store(out_dir: str, model, params, prompts: Iterable, *,
+                         config: features.FeatureStoreConfig, mix: GenerationMix,
+                         target_sha256: str, target_name: str = "", eos_token_id=None,
+                         max_loss_tokens: int | None = None, source: str = "",
+                         progress: bool = True) -> dict:
+  """Extend (or create) an on-policy store until it holds ``max_loss_tokens``
+  generated tokens or ``prompts`` runs out. Returns the manifest (same layout as
+  :func:`features.build_feature_store`, plus ``generation`` and each shard's
+  ``temperature``); :class:`features.FeatureStore` reads it.
+
+  Args:
+    prompts: :class:`Prompt` s in a deterministic order (:func:`user_turn_prompts`).
+    config: ``seqs_per_shard`` turns per shard; ``max_len`` must hold
+      ``mix.max_context + mix.max_new_tokens``.
+    eos_token_id: int / list / None: where an answer ends (the end-of-turn token).
+  """
+  features.check_model_layers(model, config)
+  if mix.max_context + mix.max_new_tokens > config.max_len:
+    raise ValueError(f"max_context + max_new_tokens = {mix.max_context + mix.max_new_tokens} "
+                     f"exceeds the store's max_len={config.max_len}")
+  header = {"format": features._FORMAT, "target_sha256": target_sha256,
+            "config": config.to_json(), "source": source, "generation": mix.to_json()}
+  base_key = jax.random.key(mix.seed)
+
+  def compute_shard(batch, index, bar):
+    temperature = mix.temperature(index)
+    key = jax.random.fold_in(base_key, index)
+    records = []
+    for start in range(0, len(batch), mix.batch_size):
+      recs = generate_records(model, params, batch[start:start + mix.batch_size],
+                              temperature=temperature, key=jax.random.fold_in(key, start),
+                              max_new_tokens=mix.max_new_tokens, top_k=config.top_k,
+                              eos_token_id=eos_token_id)
+      records.extend(recs)
+      if bar is not None:
+        bar.update(sum(int(r.loss_mask.sum()) for r in recs))
+    return features.shard_arrays(records), {"temperature": temperature}
+
+  return features.extend_store(out_dir, header, prompts, compute_shard,
+                               items_per_shard=config.seqs_per_shard, target_name=target_name,
+                               max_tokens=max_loss_tokens, count="num_loss_tokens",
+                               progress=progress)

@@ -1,0 +1,123 @@
+"""On-policy store: the target's own answers, features captured during generation.
+
+- greedy answers are exactly ``generate``'s greedy output (EOS included);
+- every stored feature and top-k equals a teacher-forced forward over the stored
+  sequence (so "captured during generation" loses nothing against a second pass);
+- an interrupted build resumes to exactly the store an uninterrupted one writes,
+  with the sampling temperature of each shard recorded;
+- bad settings are refused before any work.
+"""
+
+import dataclasses
+import types
+
+import jax
+import numpy as np
+import pytest
+
+from specjax.decoding.autoregressive import generate
+from specjax.training import features, onpolicy
+from tests.helpers import tiny_pair
+
+LAYERS = (0, 1, 2)  # tiny target: 2 layers; index 2 = final normed feature
+EOS = 7  # the tiny target emits it within 12 tokens on some prompts
+
+
+@pytest.fixture(scope="module")
+def target():
+  model, params, _, _ = tiny_pair(vocab=32, seed=1, eos=EOS)
+  return dataclasses.replace(model, config=model.config.replace(hidden_layers=LAYERS)), params
+
+
+def _prompts(n=6, seed=0):
+  rs = np.random.RandomState(seed)
+  return [onpolicy.Prompt(ids=tuple(int(t) for t in rs.randint(4, 32, rs.randint(2, 9))),
+                          id=f"c{i}#0") for i in range(n)]
+
+
+MIX = onpolicy.GenerationMix(temperatures=(0.0, 1.0), max_new_tokens=12, max_context=8,
+                             batch_size=3)
+CFG = features.FeatureStoreConfig(hidden_layers=LAYERS, top_k=5, seqs_per_shard=3, max_len=20)
+
+
+def _build(d, target, prompts, **kw):
+  model, params = target
+  return onpolicy.build_onpolicy_store(str(d), model, params, prompts, config=CFG, mix=MIX,
+                                       target_sha256="abc", eos_token_id=EOS, progress=False,
+                                       **kw)
+
+
+def _sequences(d):
+  return [{k: np.asarray(v) for k, v in s.items()}
+          for s in features.FeatureStore(str(d)).iter_sequences()]
+
+
+def test_greedy_answers_are_generate_and_features_equal_a_second_pass(tmp_path, target):
+  model, params = target
+  prompts = _prompts()
+  m = _build(tmp_path, target, prompts)
+  assert [s["temperature"] for s in m["shards"]] == [0.0, 1.0]
+  seqs = _sequences(tmp_path)
+  assert len(seqs) == len(prompts)
+  ref = generate(model, params, [list(p.ids) for p in prompts[:3]],
+                 max_new_tokens=MIX.max_new_tokens, eos_token_id=EOS).to_lists()
+  fn = features._feature_fn(model, CFG.top_k)
+  ends_at_eos = 0
+  for i, (p, s) in enumerate(zip(prompts, seqs)):
+    lp = len(p.ids)
+    np.testing.assert_array_equal(s["tokens"][:lp], p.ids)
+    np.testing.assert_array_equal(s["loss_mask"], np.r_[np.zeros(lp), np.ones(len(s["tokens"]) - lp)])
+    answer = s["tokens"][lp:].tolist()
+    if i < 3:  # shard 0 is greedy
+      assert answer == ref[i]
+    ends_at_eos += answer[-1] == EOS
+    assert EOS not in answer[:-1]
+    assert len(answer) <= MIX.max_new_tokens
+    f, ti, tl = fn(params, s["tokens"][None])
+    np.testing.assert_allclose(s["features"].astype(np.float32),
+                               np.asarray(f, np.float32).swapaxes(0, 1),  # bfloat16
+                               rtol=1e-2, atol=1e-2)
+    np.testing.assert_array_equal(s["topk_ids"][:, 0], np.asarray(ti)[:, 0])
+    np.testing.assert_allclose(s["topk_logp"].astype(np.float32), np.asarray(tl), rtol=1e-3, atol=1e-3)  # float16
+  assert ends_at_eos >= 1, "no answer ended at EOS: the test does not cover the EOS stop"
+
+
+def test_interrupted_build_resumes_to_the_same_store(tmp_path, target):
+  prompts = _prompts()
+  full = _build(tmp_path / "full", target, prompts)
+  part = _build(tmp_path / "part", target, prompts, max_loss_tokens=1)  # stops after shard 0
+  assert len(part["shards"]) == 1
+  resumed = _build(tmp_path / "part", target, prompts)
+  assert [s["num_loss_tokens"] for s in resumed["shards"]] == \
+         [s["num_loss_tokens"] for s in full["shards"]]
+  for a, b in zip(_sequences(tmp_path / "full"), _sequences(tmp_path / "part")):
+    for k in a:
+      np.testing.assert_array_equal(a[k], b[k])
+  with pytest.raises(ValueError, match="generation"):
+    model, params = target
+    onpolicy.build_onpolicy_store(str(tmp_path / "full"), model, params, prompts, config=CFG,
+                                  mix=dataclasses.replace(MIX, seed=1), target_sha256="abc",
+                                  eos_token_id=EOS, progress=False)
+
+
+def test_user_turns_and_bad_settings(target):
+  conv = types.SimpleNamespace(id="x", messages=(
+      {"role": "user", "content": "a"}, {"role": "assistant", "content": "bb"},
+      {"role": "user", "content": "cccccccccc"}))
+  skipped = []
+  got = list(onpolicy.user_turn_prompts([conv], lambda ms: [1] * sum(len(m["content"]) for m in ms),
+                                        max_context=5, skipped=skipped))
+  assert [p.id for p in got] == ["x#0"] and skipped == ["x#2"]
+  with pytest.raises(ValueError, match="temperatures"):
+    onpolicy.GenerationMix(temperatures=(-1.0,))
+  with pytest.raises(ValueError, match="batch_size"):
+    onpolicy.GenerationMix(batch_size=0)
+  model, params = target
+  with pytest.raises(ValueError, match="max_len"):
+    onpolicy.build_onpolicy_store("/nonexistent", model, params, [], config=CFG,
+                                  mix=dataclasses.replace(MIX, max_new_tokens=30),
+                                  target_sha256="abc", progress=False)
+  no_final = dataclasses.replace(model, config=model.config.replace(hidden_layers=(0, 1)))
+  with pytest.raises(ValueError, match="final feature"):
+    onpolicy.generate_records(no_final, params, _prompts(1), temperature=0.0,
+                              key=jax.random.key(0), max_new_tokens=4, top_k=2, eos_token_id=EOS)
