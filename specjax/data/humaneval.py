@@ -31,7 +31,12 @@ Two prompt styles:
   otherwise the code is taken as the function body and the program is
   ``problem.prompt + code``.
 
-:func:`check_program` appends the problem's tests and ``check(<entry_point>)``.
+:func:`evaluate` runs each program in the sandbox and the problem's tests
+(:func:`test_program`: ``problem.test`` and ``check(<entry_point>)``) in a
+separate harness process that calls the program's functions across the
+boundary, so the verdict is out of the program's reach
+(:mod:`specjax.data.sandbox`, "Verdicts"). :func:`check_program` is the
+single-process form (program, tests and ``check(<entry_point>)`` in one source).
 """
 
 from __future__ import annotations
@@ -156,17 +161,25 @@ def check_program(problem: Problem, program: str) -> str:
   return f"{program}\n\n{problem.test}\n\ncheck({problem.entry_point})\n"
 
 
+def test_program(problem: Problem) -> str:
+  """The trusted test of a split run: the problem's tests and ``check(entry_point)``;
+  ``entry_point`` and any prompt helper the tests use are the program's."""
+  return f"{problem.test}\n\ncheck({problem.entry_point})\n"
+
+
 def canonical_program(problem: Problem) -> str:
   return problem.prompt + problem.canonical_solution
 
 
 def evaluate(problems: Sequence[Problem], programs: Sequence[Sequence[str]], config=None,
              workers: int = 2) -> list[list]:
-  """Run every program of every problem in the sandbox.
+  """Run every program of every problem in the sandbox, its tests in a separate harness.
 
   ``programs[i]`` are the candidate programs (e.g. from
-  :func:`program_from_chat`) of ``problems[i]``; returns the matching
-  :class:`specjax.data.sandbox.ExecResult` lists. Feed
+  :func:`program_from_chat`) of ``problems[i]``, each run with
+  :func:`test_program` of ``problems[i]`` as the split test (module
+  docstring); returns the matching :class:`specjax.data.sandbox.ExecResult`
+  lists. Feed
   ``n = len(results[i])``, ``c = sum(r.passed for r in results[i])`` to
   :func:`specjax.data.pass_at_k.pass_at_k`.
   """
@@ -176,9 +189,10 @@ def evaluate(problems: Sequence[Problem], programs: Sequence[Sequence[str]], con
   for i, p in enumerate(programs):
     if isinstance(p, str):
       raise TypeError(f"programs[{i}] must be a list of programs, got one str")
-  flat = [check_program(prob, p) for prob, ps in zip(problems, programs) for p in ps]
+  flat = [p for ps in programs for p in ps]
+  tests = [test_program(prob) for prob, ps in zip(problems, programs) for _ in ps]
   config = config if config is not None else sandbox.SandboxConfig()
-  res = sandbox.run_programs(flat, config, workers=workers)
+  res = sandbox.run_programs(flat, config, workers=workers, tests=tests)
   out, k = [], 0
   for ps in programs:
     out.append(res[k:k + len(ps)])
