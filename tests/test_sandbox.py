@@ -3,6 +3,7 @@
 import collections
 import dataclasses
 import importlib.util
+import json
 import math
 import os
 import shutil
@@ -192,6 +193,7 @@ def _problems():
   return humaneval.load_problems()
 
 
+@pytest.mark.real
 def test_humaneval_canonical_solutions_pass_and_wrong_ones_fail_on_five_problems():
   probs = _problems()[:5]
   good = [[humaneval.canonical_program(p)] for p in probs]
@@ -205,6 +207,7 @@ def test_humaneval_canonical_solutions_pass_and_wrong_ones_fail_on_five_problems
 
 
 @pytest.mark.slow
+@pytest.mark.real
 def test_all_164_canonical_solutions_pass():
   """About 10 s with 2 workers on a 2-core machine (split runs under bubblewrap)."""
   probs = _problems()
@@ -237,3 +240,23 @@ def test_guard_level_is_used_only_when_asked_for_and_said_so(capsys):
   assert "isolation level 'guard-test'" in capsys.readouterr().err
   r = _run("pass", GUARD)
   assert r.status == "pass" and r.isolation == "guard"
+
+
+@pytest.mark.slow
+@pytest.mark.real
+def test_committed_humaneval_records_keep_their_statuses():
+  """The programs of a committed record file (T = 0, 492 chat answers, judged
+  by the single-process executor this package replaced) get the same status
+  from today's split runs. About 30 s with 2 workers."""
+  probs = {p.task_id: p for p in _problems()}
+  path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "results", "humaneval_t0",
+                      "humaneval.jsonl")
+  if not os.path.exists(path):
+    pytest.skip(f"no committed records at {path}")
+  rows = [p for line in open(path) for p in json.loads(line)["result"]["problems"]]
+  res = humaneval.evaluate([probs[r["task_id"]] for r in rows],
+                           [[humaneval.program_from_chat(probs[r["task_id"]], r["answer"])]
+                            for r in rows])
+  changed = [(r["task_id"], r["status"], rs[0].status) for r, rs in zip(rows, res)
+             if rs[0].status != r["status"]]
+  assert len(rows) > 400 and not changed, changed[:10]

@@ -11,6 +11,7 @@ the package docstring documents are shown by tests named ``test_residual_*``.
 """
 
 import fcntl
+import json
 import os
 import secrets
 import shutil
@@ -18,6 +19,7 @@ import signal
 import socket
 import struct
 import subprocess
+import tempfile
 import time
 
 import pytest
@@ -391,7 +393,7 @@ FORGERIES = {
                          "      os.write(fd, b'x' * (8 << 20))\n  except OSError:\n    pass\n"
                          "def add(a, b):\n  return a - b\n",
     "kill_the_parent": "import os, signal\ndef add(a, b):\n"
-                       "  os.kill(os.getppid(), signal.SIGKILL)\n  return a + b\n",
+                       "  os.kill(os.getppid(), signal.SIGKILL)\n  return a - b\n",
     "shadow_name_as_module": "import math as check\ndef add(a, b):\n  return a - b\n",
     "sys_exit_in_call": "import sys\ndef add(a, b):\n  sys.exit(0)\n",
 }
@@ -593,3 +595,68 @@ def test_auto_refuses_to_fall_back_to_the_guard(monkeypatch):
     sandbox.run_program("pass")
   with pytest.raises(RuntimeError, match="isolation='bwrap' is not available here"):
     sandbox.run_programs(["pass"], sandbox.SandboxConfig(isolation="bwrap"))
+
+
+NON_ROOT_SCRIPT = r'''
+import json, os, sys
+from specjax.data import sandbox
+level = sandbox.isolation_level()
+cfg = sandbox.SandboxConfig(timeout_s=10.0, audit_hook=False)
+runs = {
+    "identity": sandbox.run_program(
+        "import os\nassert os.getuid() == 1000 and os.listdir('/tmp') == []\n"
+        "assert not os.path.exists(%(home)r)", cfg),
+    "write_outside": sandbox.run_program("open(%(home)r + '/x', 'w')", cfg),
+    "nested_userns": sandbox.run_program(
+        "import os\nassert os.system('unshare --user --map-root-user true') != 0", cfg),
+    "split_pass": sandbox.run_program("def add(a, b):\n  return a + b\n", cfg, test=%(test)r),
+    "split_fail": sandbox.run_program("def add(a, b):\n  return a - b\n", cfg, test=%(test)r),
+    "daemon": sandbox.run_program(%(daemon)r, cfg),
+}
+print(json.dumps({"level": [level.name, level.variant],
+                  "runs": {k: [r.status, r.cleanup_error] for k, r in runs.items()}}))
+'''
+
+
+@pytest.mark.slow
+def test_a_normal_user_gets_the_user_namespace_variant(tmp_path, host):
+  """As a normal user (here: nobody, with the system's Python), level 'bwrap'
+  is the plain user-namespace variant and isolates the same way."""
+  python = "/usr/bin/python3"
+  if os.geteuid() != 0 or not os.access(python, os.X_OK) or shutil.which("setpriv") is None:
+    pytest.skip("needs root (to become nobody), setpriv and /usr/bin/python3")
+  if shutil.which("bwrap") is None:
+    pytest.skip("bubblewrap is not installed")
+  root = tempfile.mkdtemp(prefix="specjax_nonroot_")
+  try:
+    package = os.path.join(root, "specjax", "data", "sandbox")
+    shutil.copytree(os.path.dirname(sandbox.__file__), package,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for stub in ("specjax", "specjax/data"):
+      open(os.path.join(root, stub, "__init__.py"), "w").close()
+    home = os.path.join(root, "home")
+    os.makedirs(home)
+    for d, dirs, files in os.walk(root):
+      os.chmod(d, 0o755)
+      for f in files:
+        os.chmod(os.path.join(d, f), 0o644)
+    os.chmod(home, 0o777)
+    script = NON_ROOT_SCRIPT % {"home": home, "test": ADD_TEST,
+                                "daemon": host.fmt(SPAWN_ATTACKS["double_fork_setsid"]).replace(
+                                    PY, python)}
+    out = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
+                          python, "-c", script], cwd=root, capture_output=True, text=True,
+                         timeout=120, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": root,
+                                           "HOME": home, "TMPDIR": home})
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    if report["level"][0] != "bwrap":
+      pytest.skip(f"unprivileged user namespaces are refused here: {report}")
+    assert report["level"] == ["bwrap", "user"]
+    assert report["runs"] == {"identity": ["pass", ""], "write_outside": ["error", ""],
+                              "nested_userns": ["pass", ""], "split_pass": ["pass", ""],
+                              "split_fail": ["fail", ""], "daemon": ["pass", ""]}, report
+    assert not os.path.exists(os.path.join(home, "x"))
+    assert not _processes_with(host.token)
+  finally:
+    shutil.rmtree(root, ignore_errors=True)

@@ -32,7 +32,7 @@ Two prompt styles:
   ``problem.prompt + code``.
 
 :func:`evaluate` runs each program in the sandbox and the problem's tests
-(:func:`test_program`: ``problem.test`` and ``check(<entry_point>)``) in a
+(:func:`split_test`: ``problem.test`` and ``check(<entry_point>)``) in a
 separate harness process that calls the program's functions across the
 boundary, so the verdict is out of the program's reach
 (:mod:`specjax.data.sandbox`, "Verdicts"). :func:`check_program` is the
@@ -161,7 +161,7 @@ def check_program(problem: Problem, program: str) -> str:
   return f"{program}\n\n{problem.test}\n\ncheck({problem.entry_point})\n"
 
 
-def test_program(problem: Problem) -> str:
+def split_test(problem: Problem) -> str:
   """The trusted test of a split run: the problem's tests and ``check(entry_point)``;
   ``entry_point`` and any prompt helper the tests use are the program's."""
   return f"{problem.test}\n\ncheck({problem.entry_point})\n"
@@ -177,7 +177,7 @@ def evaluate(problems: Sequence[Problem], programs: Sequence[Sequence[str]], con
 
   ``programs[i]`` are the candidate programs (e.g. from
   :func:`program_from_chat`) of ``problems[i]``, each run with
-  :func:`test_program` of ``problems[i]`` as the split test (module
+  :func:`split_test` of ``problems[i]`` as the split test (module
   docstring); returns the matching :class:`specjax.data.sandbox.ExecResult`
   lists. Feed
   ``n = len(results[i])``, ``c = sum(r.passed for r in results[i])`` to
@@ -190,7 +190,7 @@ def evaluate(problems: Sequence[Problem], programs: Sequence[Sequence[str]], con
     if isinstance(p, str):
       raise TypeError(f"programs[{i}] must be a list of programs, got one str")
   flat = [p for ps in programs for p in ps]
-  tests = [test_program(prob) for prob, ps in zip(problems, programs) for _ in ps]
+  tests = [split_test(prob) for prob, ps in zip(problems, programs) for _ in ps]
   config = config if config is not None else sandbox.SandboxConfig()
   res = sandbox.run_programs(flat, config, workers=workers, tests=tests)
   out, k = [], 0

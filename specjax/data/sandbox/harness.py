@@ -149,7 +149,7 @@ def stdlib_module(name: str, module_name: str):
 def bind_program_names(channel: Channel, code: types.CodeType) -> dict:
   """The test's globals: builtins, then what the program defines under the
   names the test uses (the test's own definitions overwrite them when it runs)."""
-  namespace = {"__name__": "__test__", "__builtins__": builtins}
+  namespace = {"__name__": "__main__", "__builtins__": builtins}
   wanted = sorted(global_names(code) - set(dir(builtins)))
   if not wanted:
     return namespace

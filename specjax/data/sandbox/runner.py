@@ -252,18 +252,25 @@ def check_nothing_survived(level, run_uid, pid_ns, sid) -> str:
 
 @dataclasses.dataclass
 class Run:
-  """Paths and descriptors of one run (the host side)."""
+  """Where one run keeps its files on the host."""
 
-  meta: str
+  meta: str  # program, test, stdout, stderr: the runner's, never visible to the program
   work: str  # the program's work dir as it sees it
-  host_work: str | None  # level 'guard': the same dir on the host, removed after
-  files: dict = dataclasses.field(default_factory=dict)
+  host_work: str | None  # level 'guard': that dir on the host (removed after)
+
+  def path(self, name: str) -> str:
+    return os.path.join(self.meta, name)
 
 
 def _write(path: str, text: str) -> int:
+  """Write ``text`` to ``path``; a read-only descriptor of it."""
   with open(path, "w", encoding="utf-8") as f:
     f.write(text)
   return os.open(path, os.O_RDONLY)
+
+
+def _keep_tail(text: str, n: int) -> str:
+  return text[-n:] if n > 0 else ""
 
 
 def _tail(path: str, n: int) -> str:
@@ -271,7 +278,7 @@ def _tail(path: str, n: int) -> str:
     with open(path, "rb") as f:
       f.seek(0, os.SEEK_END)
       f.seek(max(0, f.tell() - 4 * n))
-      return f.read().decode("utf-8", errors="replace")[-n:] if n else ""
+      return _keep_tail(f.read().decode("utf-8", errors="replace"), n)
   except OSError:
     return ""
 
@@ -371,77 +378,70 @@ def run_program(source: str, config: SandboxConfig = SandboxConfig(),
 
 def _with_cleanup_error(result: ExecResult, message: str, config: SandboxConfig) -> ExecResult:
   joined = "; ".join(m for m in (result.cleanup_error, message) if m)
-  tail = (result.stderr_tail + "\n" + message)[-config.stderr_tail_chars:]
+  tail = _keep_tail(result.stderr_tail + "\n" + message, config.stderr_tail_chars)
   return dataclasses.replace(result, status="error", cleanup_error=joined, stderr_tail=tail)
 
 
 def _execute(level, config, source, test, run: Run, uid) -> ExecResult:
   """Start, wait, end and judge one run (cleanup of ``run`` is the caller's)."""
-  mode = "run" if test is None else "serve"
-  program_fd = _write(os.path.join(run.meta, "program.py"), source)
-  parent_sock, sandbox_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-  info_r, info_w = os.pipe()
-  out_path, err_path = os.path.join(run.meta, "stdout"), os.path.join(run.meta, "stderr")
-  harness_err = os.path.join(run.meta, "harness_stderr")
-  box = tester = None
   t0 = time.monotonic()
   deadline = t0 + config.timeout_s
+  parent_sock, sandbox_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+  box = tester = None
   try:
-    argv = _sandbox_argv(level, config, mode, sandbox_sock.fileno(), run.work, uid, info_w)
-    with open(out_path, "wb") as out, open(err_path, "wb") as err:
-      passed = (sandbox_sock.fileno(), info_w) if level.name == "bwrap" else (sandbox_sock.fileno(),)
-      box = Child.start(argv, cwd=run.host_work or "/", env=_env(run.work), stdin=program_fd,
-                        stdout=out, stderr=err, start_new_session=True, close_fds=True,
-                        pass_fds=passed)
-    os.close(info_w)
-    info_w = -1
+    box, init_pid = _start_sandbox(level, config, source, test is not None, run, uid,
+                                   sandbox_sock, deadline)
     sandbox_sock.close()
     if test is not None:
-      tester = _start_harness(run, test, parent_sock, harness_err)
+      tester = _start_harness(run, test, parent_sock)
       parent_sock.close()
-    init_pid = _read_child_pid(info_r, deadline) if level.name == "bwrap" else None
     pid_ns = _pid_namespace(init_pid) if init_pid else ""
-    waited = tester if tester is not None else box
-    timed_out = not waited.wait(deadline)
+    timed_out = _wait_for_verdict(box, tester, deadline)
     duration = time.monotonic() - t0
-    if tester is not None:
-      if timed_out:
-        tester.kill()
-      tester.wait(time.monotonic() + _GRACE_S)
-      if not timed_out:  # the program sees EOF and ends by itself
-        box.wait(time.monotonic() + _GRACE_S)
     end_sandbox(level, box, init_pid)
     survived = check_nothing_survived(level, uid, pid_ns, box.pid)
   finally:
-    os.close(program_fd)
-    os.close(info_r)
-    if info_w >= 0:
-      os.close(info_w)
+    sandbox_sock.close()
     for child in (box, tester):
       if child is not None and child.returncode is None:
         child.kill()
         child.wait(time.monotonic() + _GRACE_S)
   ended = _read_available(parent_sock) if test is None else b""
   parent_sock.close()
-  stderr_tail = _tail(err_path, config.stderr_tail_chars)
-  if tester is not None:
-    stderr_tail = (stderr_tail + _tail(harness_err, config.stderr_tail_chars))[
-        -config.stderr_tail_chars:] if config.stderr_tail_chars else ""
   status = _verdict(level, config, box, tester, timed_out, ended, duration)
-  if status == "error" and test is None and box.returncode == 0:
-    stderr_tail = (stderr_tail + "\nsandbox: the program exited before its end")[
-        -config.stderr_tail_chars:]
-  rc = box.returncode
-  sig = _signal_of(level, rc)
-  result = ExecResult(status=status, returncode=-sig if sig else rc, stderr_tail=stderr_tail,
-                      duration_s=duration, isolation=level.name)
+  result = _result(level, config, run, box, tester, status, duration)
   return _with_cleanup_error(result, survived, config) if survived else result
 
 
-def _start_harness(run: Run, test: str, sock: socket.socket, err_path: str) -> Child:
-  test_fd = _write(os.path.join(run.meta, "test.py"), test)
+def _start_sandbox(level, config, source, split: bool, run: Run, uid, sock: socket.socket,
+                   deadline: float) -> tuple:
+  """The sandboxed program, started; and (bwrap) the host pid of its pid 1."""
+  program_fd = _write(run.path("program.py"), source)
+  info_r, info_w = os.pipe() if level.name == "bwrap" else (-1, -1)
+  mode = "serve" if split else "run"
   try:
-    with open(err_path, "wb") as err:
+    argv = _sandbox_argv(level, config, mode, sock.fileno(), run.work, uid, info_w)
+    passed = (sock.fileno(),) + ((info_w,) if info_w >= 0 else ())
+    with open(run.path("stdout"), "wb") as out, open(run.path("stderr"), "wb") as err:
+      box = Child.start(argv, cwd=run.host_work or "/", env=_env(run.work), stdin=program_fd,
+                        stdout=out, stderr=err, start_new_session=True, close_fds=True,
+                        pass_fds=passed)
+    if info_w >= 0:
+      os.close(info_w)
+      info_w = -1
+      return box, _read_child_pid(info_r, deadline)
+    return box, None
+  finally:
+    for fd in (program_fd, info_r, info_w):
+      if fd >= 0:
+        os.close(fd)
+
+
+def _start_harness(run: Run, test: str, sock: socket.socket) -> Child:
+  """The test's harness (trusted code, unsandboxed), holding the other end of ``sock``."""
+  test_fd = _write(run.path("test.py"), test)
+  try:
+    with open(run.path("harness_stderr"), "wb") as err:
       return Child.start([levels.interpreter().executable, "-I", "-S", "-B", "-c",
                           script("harness"), str(sock.fileno())],
                          cwd=run.meta, env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
@@ -449,6 +449,34 @@ def _start_harness(run: Run, test: str, sock: socket.socket, err_path: str) -> C
                          close_fds=True, pass_fds=(sock.fileno(),))
   finally:
     os.close(test_fd)
+
+
+def _wait_for_verdict(box: Child, tester: Child | None, deadline: float) -> bool:
+  """Wait for the one who decides (the harness of a split run, else the
+  program) until ``deadline``; whether it timed out. After a split run's
+  verdict the program, which then sees EOF, gets a moment to end by itself."""
+  timed_out = not (tester if tester is not None else box).wait(deadline)
+  if tester is not None:
+    if timed_out:
+      tester.kill()
+    tester.wait(time.monotonic() + _GRACE_S)
+    if not timed_out:
+      box.wait(time.monotonic() + _GRACE_S)
+  return timed_out
+
+
+def _result(level, config, run: Run, box: Child, tester, status: str,
+            duration: float) -> ExecResult:
+  tail = _tail(run.path("stderr"), config.stderr_tail_chars)
+  if tester is not None:
+    tail = _keep_tail(tail + _tail(run.path("harness_stderr"), config.stderr_tail_chars),
+                      config.stderr_tail_chars)
+  elif status == "error" and box.returncode == 0:
+    tail = _keep_tail(tail + "\nsandbox: the program exited before its end",
+                      config.stderr_tail_chars)
+  sig = _signal_of(level, box.returncode)
+  return ExecResult(status=status, returncode=-sig if sig else box.returncode,
+                    stderr_tail=tail, duration_s=duration, isolation=level.name)
 
 
 def _read_available(sock: socket.socket, limit: int = 1 << 16) -> bytes:
