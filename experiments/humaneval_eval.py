@@ -30,8 +30,9 @@ in a fresh sandboxed interpreter (:mod:`specjax.data.sandbox`). At T = 0 one
 sample per problem; at T > 0 ``--samples`` samples with different keys (the same
 keys for every method). The summary (:mod:`experiments.humaneval_summary`):
 pass@1 per (method, T) with a 95% bootstrap interval over problems, the paired
-differences to target-only and to the matched baseline, tau, and the fraction
-of answers identical to target-only greedy at T = 0.
+differences to target-only and to the matched baseline, tau, the fraction
+of answers identical to target-only greedy at T = 0, and per comparison its
+minimum detectable effect at 80% power and its verdict against the paper's claim.
 
 Results go to ``--output_dir/humaneval.jsonl`` (one record per method,
 temperature, sample and batch of problems: resumable, a rerun skips finished
@@ -48,7 +49,7 @@ from absl import app, flags
 
 from experiments import humaneval_methods
 from experiments.humaneval_methods import Method
-from experiments.humaneval_summary import gap_contrasts, markdown, summarize
+from experiments.humaneval_summary import gap_contrasts, markdown, power_rows, summarize
 
 FLAGS = flags.FLAGS
 __all__ = ["batch_configs", "summarize", "check_flags", "main"]
@@ -237,8 +238,8 @@ def main():
     f.write(text)
   with open(os.path.join(FLAGS.output_dir, "humaneval_summary.json"), "w") as f:
     json.dump({"settings": settings, "fingerprints": fingerprints, "rows": rows,
-               "gap_contrasts": contrasts, "batches": [len(records), len(configs)]}, f,
-              indent=1)
+               "gap_contrasts": contrasts, "power": power_rows(rows, contrasts),
+               "batches": [len(records), len(configs)]}, f, indent=1)
   print(text)
 
 

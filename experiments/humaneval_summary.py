@@ -17,9 +17,18 @@ difference of their gaps, e.g. (EAGLE-3 tree - its baseline) - (draft-LM chain -
 baseline) -- the paper's Tables 2/3 claim is that this is negative (the lossy rule costs
 more quality under EAGLE-style drafts) -- with a paired interval over the problems all
 four (three, when the baseline is the shared target-side one) share.
+
+Power (:func:`mde80`): every paired difference also carries the SD of its per-problem
+paired differences and the minimum detectable effect at 80% power, two-sided alpha 0.05,
+MDE = (z_0.975 + z_0.8) * sd / sqrt(n) ~= 2.80 sd / sqrt(n) (the normal approximation
+of a paired test over n problems). :func:`verdict` reads an interval against a paper's
+effect on our scale: agree / differ / inconclusive; :func:`power_rows` sets every
+method's main comparison beside the paper's claim (:mod:`experiments.paper_claims`).
 """
 
 from __future__ import annotations
+
+from statistics import NormalDist
 
 import numpy as np
 
@@ -27,6 +36,40 @@ from experiments.bootstrap import bootstrap_ci
 
 TARGET = "target"
 BASELINE_PREFIX = "baseline:"
+Z_ALPHA = NormalDist().inv_cdf(0.975)  # two-sided alpha 0.05
+Z_POWER = NormalDist().inv_cdf(0.80)  # 80% power
+
+
+def mde80(sd: float, n: int) -> float:
+  """Minimum detectable effect at 80% power, two-sided alpha 0.05, of the mean of ``n``
+  paired differences whose SD is ``sd``: ``(z_0.975 + z_0.8) * sd / sqrt(n)``
+  (~2.80 sd / sqrt(n); normal approximation). A true difference this large is found
+  (interval excludes 0) in ~80% of repetitions of the design; smaller ones mostly not."""
+  if n < 1:
+    raise ValueError(f"n={n!r} must be >= 1")
+  return float((Z_ALPHA + Z_POWER) * sd / np.sqrt(n))
+
+
+def verdict(ci: tuple[float, float], paper_effect: float, margin: float = 0.0) -> str:
+  """agree / differ / inconclusive: a 95% interval ``ci`` of our difference read
+  against the paper's effect on our scale.
+
+  A paper effect of 0 is a no-effect claim ("keeps accuracy"): agree when the interval
+  lies inside ``[-margin, +margin]``, differ when it lies wholly outside, else
+  inconclusive (with margin 0 an interval that holds 0 is inconclusive: it contains
+  both zero and the paper's effect). A non-zero effect: inconclusive when the interval
+  contains both 0 and the effect; agree when it excludes 0 on the effect's side; differ
+  otherwise (it excludes the effect but not 0, or lies on the other side of 0)."""
+  lo, hi = ci
+  if lo > hi or margin < 0:
+    raise ValueError(f"bad interval {ci!r} or margin {margin!r}")
+  if paper_effect == 0:
+    if -margin <= lo and hi <= margin:
+      return "agree"
+    return "differ" if hi < -margin or lo > margin else "inconclusive"
+  if lo <= 0 <= hi:
+    return "inconclusive" if lo <= paper_effect <= hi else "differ"
+  return "agree" if (lo > 0) == (paper_effect > 0) else "differ"
 
 
 def cells(records: list[dict]) -> dict:
@@ -56,25 +99,29 @@ def pass_scores(cell: dict) -> dict:
   return {t: pass_at_k(len(d["passed"]), int(sum(d["passed"])), 1) for t, d in cell.items()}
 
 
-def _joint_bootstrap(score_dicts: list[dict], statistic, num_resamples: int, seed: int
-                     ) -> dict | None:
+def _joint_bootstrap(score_dicts: list[dict], statistic, weights: tuple,
+                     num_resamples: int, seed: int) -> dict | None:
   """``statistic`` of the ``[n, len(score_dicts)]`` matrix of scores over the problems
   all dicts share, with a 95% percentile-bootstrap interval from ONE resample of
-  problems for every column. None when no problem is shared."""
+  problems for every column; ``statistic`` is the mean of the per-problem contrast
+  ``x @ weights``, whose SD gives ``sd`` and ``mde80`` (:func:`mde80`). None when no
+  problem is shared."""
   common = sorted(set.intersection(*(set(d) for d in score_dicts)))
   if not common:
     return None
   x = np.array([[d[t] for d in score_dicts] for t in common], np.float64)  # [n, m]
   lo, hi = bootstrap_ci(x, statistic=statistic, num_resamples=num_resamples, seed=seed)
+  per_problem = x @ np.asarray(weights, np.float64)
+  sd = float(np.std(per_problem, ddof=1)) if len(common) > 1 else 0.0
   return {"diff": float(statistic(x)), "ci95": [lo, hi], "problems": len(common),
-          "excludes_zero": bool(lo > 0 or hi < 0)}
+          "excludes_zero": bool(lo > 0 or hi < 0), "sd": sd, "mde80": mde80(sd, len(common))}
 
 
 def paired_difference(a: dict, b: dict, num_resamples: int = 2000, seed: int = 0) -> dict | None:
   """mean(a) - mean(b) over the problems in both ``{task_id: score}`` dicts, with a 95%
   paired percentile-bootstrap interval (one resample of problems for both). None when
   no problem is shared."""
-  return _joint_bootstrap([a, b], lambda s: s[:, 0].mean() - s[:, 1].mean(),
+  return _joint_bootstrap([a, b], lambda s: s[:, 0].mean() - s[:, 1].mean(), (1, -1),
                           num_resamples, seed)
 
 
@@ -84,7 +131,7 @@ def difference_of_gaps(a: dict, base_a: dict, b: dict, base_b: dict,
   ``{task_id: score}`` dicts, with a 95% percentile-bootstrap interval from ONE resample
   of problems for all four. None when no problem is shared."""
   stat = lambda s: (s[:, 2].mean() - s[:, 3].mean()) - (s[:, 0].mean() - s[:, 1].mean())
-  return _joint_bootstrap([a, base_a, b, base_b], stat, num_resamples, seed)
+  return _joint_bootstrap([a, base_a, b, base_b], stat, (-1, 1, 1, -1), num_resamples, seed)
 
 
 def _tau(cell: dict) -> tuple[float | None, list | None]:
@@ -204,6 +251,75 @@ def gap_contrasts(rows: list[dict], records: list[dict]) -> list[dict]:
   return out
 
 
+def _comparison(row: dict) -> tuple[str, dict | None]:
+  """A row's main comparison: a truncation rule's gap to its matched baseline when it
+  has one, else its difference to target-only."""
+  if row["vs_baseline"] is not None and not row["method"].startswith(BASELINE_PREFIX):
+    return row["vs_baseline"]["baseline"], row["vs_baseline"]
+  return TARGET, row["vs_target"]
+
+
+def _read_claim(claim, diff: dict, reference: float) -> dict:
+  """The claim's effect on our scale (``reference`` = the compared method's pass@1), its
+  margin and the :func:`verdict` of ``diff``'s interval; all None without a claim."""
+  from experiments.paper_claims import NoLossClaim
+  if claim is None:
+    return {"claim": None, "paper_effect": None, "margin": None, "verdict": None}
+  no_loss = isinstance(claim, NoLossClaim)
+  effect = 0.0 if no_loss else claim.on_our_scale(reference)
+  margin = claim.margin(reference) if no_loss else 0.0
+  return {"claim": claim.describe(), "paper_effect": effect, "margin": margin,
+          "verdict": verdict(tuple(diff["ci95"]), effect, margin)}
+
+
+def power_rows(rows: list[dict], contrasts: list[dict] = ()) -> list[dict]:
+  """Every comparison with its power and, where a paper makes a claim
+  (:func:`experiments.paper_claims.claim_for`), the verdict: one row per non-target
+  method (its :func:`_comparison`) and one per gap contrast (read against the paper's
+  EAGLE-3 gap minus its plain-SD gap). Fields: ``method, temperature, compared_with,
+  diff`` (the paired difference, with ``sd`` and ``mde80``), ``reference`` (pass@1 of
+  the compared method), ``claim, paper_effect, margin, verdict``."""
+  from experiments.paper_claims import claim_for, contrast_on_our_scale
+  pass1 = {(r["method"], r["temperature"]): r["pass@1"] for r in rows}
+  out = []
+  for r in rows:
+    other, diff = _comparison(r)
+    if diff is None:
+      continue
+    ref = pass1[(other, r["temperature"])]
+    out.append({"method": r["method"], "temperature": r["temperature"], "compared_with": other,
+                "diff": diff, "reference": ref, **_read_claim(claim_for(r["method"]), diff, ref)})
+  for c in contrasts:
+    first = next(r for r in rows if r["method"] == c["first"] and
+                 r["temperature"] == c["temperature"])
+    ref = pass1[(first["vs_baseline"]["baseline"], c["temperature"])]
+    effect = contrast_on_our_scale(c["rule"].partition(":")[0], ref)
+    read = {"claim": None, "paper_effect": None, "margin": None, "verdict": None}
+    if effect is not None and c["first"].startswith("draft_chain:"):
+      read = {"claim": "EAGLE-3 gap minus plain-SD gap (Wang, Zhou et al. 2026, Tables 2/3)",
+              "paper_effect": effect, "margin": 0.0,
+              "verdict": verdict(tuple(c["contrast"]["ci95"]), effect)}
+    out.append({"method": f"{c['second']} gap - {c['first']} gap",
+                "temperature": c["temperature"], "compared_with": "(gap contrast)",
+                "diff": c["contrast"], "reference": ref, **read})
+  return out
+
+
+def power_markdown(prows: list[dict]) -> list[str]:
+  """The lines of the power / verdict table of :func:`power_rows`."""
+  lines = ["| comparison | T | minus | difference [95% CI] | problems | SD of paired "
+           "differences | MDE (80% power) | paper's effect on our scale | verdict |",
+           "|:---|---:|:---|:---|---:|---:|---:|:---|:---|"]
+  for p in prows:
+    d = p["diff"]
+    paper = "-" if p["paper_effect"] is None else (
+        f"0 (margin ±{p['margin']:.3f})" if p["paper_effect"] == 0 else f"{p['paper_effect']:+.4f}")
+    lines.append(f"| {p['method']} | {p['temperature']:g} | {p['compared_with']} | {_ci(d)} | "
+                 f"{d['problems']} | {d['sd']:.3f} | {d['mde80']:.3f} | {paper} | "
+                 f"{p['verdict'] or '-'} |")
+  return lines
+
+
 def _ci(d: dict | None, digits: int = 3) -> str:
   if d is None:
     return "-"
@@ -212,8 +328,9 @@ def _ci(d: dict | None, digits: int = 3) -> str:
 
 
 def markdown(rows: list[dict], title: str, contrasts: list[dict] = ()) -> str:
-  """The summary table (``*``: the paired 95% interval excludes 0) and, when given, the
-  gap contrasts of :func:`gap_contrasts`."""
+  """The summary table (``*``: the paired 95% interval excludes 0), the outcomes, the
+  power / verdict table of :func:`power_rows` and, when given, the gap contrasts of
+  :func:`gap_contrasts`."""
   lines = [title, "",
            "| method | T | problems | samples/problem | pass@1 [95% CI] | minus target [95% CI] | "
            "minus matched baseline [95% CI] | tau [95% CI] | identical to greedy |",
@@ -240,6 +357,13 @@ def markdown(rows: list[dict], title: str, contrasts: list[dict] = ()) -> str:
     cap = "-" if o["at_cap"] is None else str(o["at_cap"])
     lines.append(f"| {r['method']} | {r['temperature']:g} | {o['answers']} | {o['pass']} | "
                  f"{o['fail']} | {o['error']} | {o['timeout']} | {mean} | {cap} |")
+  prows = power_rows(rows, contrasts)
+  if prows:
+    lines += ["", "Power and verdicts (MDE = minimum detectable effect of the paired difference "
+              "at 80% power, two-sided alpha 0.05: 2.80 x SD / sqrt(problems); the paper's "
+              "effect is a relative loss put on our scale (experiments/paper_claims.py); "
+              "verdict: inconclusive when the interval holds both 0 and the paper's effect, or "
+              "for a no-loss claim reaches past its margin):", "", *power_markdown(prows)]
   if contrasts:
     lines += ["", "Gap contrasts (Revisiting Lossy Verification, Tables 2/3: the rule's gap to "
               "its matched baseline under one drafter minus under another):", "",
