@@ -76,8 +76,9 @@ def announce(level: levels.Level) -> None:
   print(f"specjax.data.sandbox: isolation level {level.name!r} ({level.variant}): "
         f"{level.description}", file=sys.stderr, flush=True)
   if level.variant == "in-process":
-    warnings.warn("specjax.data.sandbox: isolation 'guard' is an in-process audit hook only; "
-                  "a program written to escape can. Install bubblewrap for full isolation.",
+    warnings.warn("specjax.data.sandbox: isolation 'guard' is an in-process audit hook only, "
+                  "which code written to escape it can switch off. Install bubblewrap for "
+                  "full isolation.",
                   RuntimeWarning, stacklevel=3)
 
 
