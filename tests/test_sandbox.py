@@ -209,7 +209,7 @@ def test_humaneval_canonical_solutions_pass_and_wrong_ones_fail_on_five_problems
 @pytest.mark.slow
 @pytest.mark.real
 def test_all_164_canonical_solutions_pass():
-  """About 10 s with 2 workers on a 2-core machine (split runs under bubblewrap)."""
+  """10-15 s with 2 workers on a busy 2-core machine (split runs under bubblewrap)."""
   probs = _problems()
   assert len(probs) == humaneval.N_PROBLEMS
   t0 = time.monotonic()
@@ -247,7 +247,7 @@ def test_guard_level_is_used_only_when_asked_for_and_said_so(capsys):
 def test_committed_humaneval_records_keep_their_statuses():
   """The programs of a committed record file (T = 0, 492 chat answers, judged
   by the single-process executor this package replaced) get the same status
-  from today's split runs. About 30 s with 2 workers."""
+  from today's split runs. 30-40 s with 2 workers on a busy 2-core machine."""
   probs = {p.task_id: p for p in _problems()}
   path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "results", "humaneval_t0",
                       "humaneval.jsonl")

@@ -92,11 +92,11 @@ kernel's system calls are reachable as from any unprivileged process.
 
 Cost, by ``python -m benchmarks.sandbox_overhead`` (the 164 canonical
 HumanEval solutions, 2 workers, wall time / 164, median of 3, on a 2-core
-machine shared with other jobs, 1-minute load 8-9): the previous
-single-process executor 31 ms per program; split runs under ``bwrap`` (what
-``humaneval.evaluate`` does) 99 ms; single-process under ``bwrap`` 81 ms;
-split under ``unshare`` 118 ms; split at ``guard`` 80 ms. The split run's
-second interpreter costs more than the namespaces do.
+machine shared with other jobs, 1-minute load 7-11): the previous
+single-process executor 23 ms per program; split runs under ``bwrap`` (what
+``humaneval.evaluate`` does) 76 ms; single-process under ``bwrap`` 59 ms;
+split under ``unshare`` 95 ms; split at ``guard`` 60 ms. Namespaces and the
+split run's second interpreter cost about the same.
 """
 
 from __future__ import annotations

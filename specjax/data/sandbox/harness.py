@@ -27,7 +27,6 @@ object whose ``__eq__`` always answers ``True`` never reaches the test.
 import builtins
 import os
 import sys
-import traceback
 import types
 
 from specjax.data.sandbox.codec import LineReader, WireError, decode, encode, send  # noqa: F401
@@ -207,15 +206,20 @@ def main(argv: list) -> None:
     namespace = bind_program_names(channel, code)
     exec(code, namespace)
   except AssertionError:
-    traceback.print_exc()
+    print_traceback()
     finish(FAIL_RC)
   except ProgramGone as e:
     print(f"sandbox: {e}", file=sys.stderr)
     finish(GONE_RC)
   except BaseException:
-    traceback.print_exc()
+    print_traceback()
     finish(ERROR_RC)
   finish(PASS_RC)
+
+
+def print_traceback() -> None:
+  import traceback  # only when there is one to print (it costs a few ms to import)
+  traceback.print_exc()
 
 
 if __name__ == "__main__":
