@@ -9,13 +9,6 @@ from experiments.humaneval_summary import (Z_ALPHA, Z_POWER, mde80, paired_diffe
                                            power_rows, verdict)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _release_compiled_programs():
-  """These tests compile nothing: override conftest's fixture, which imports JAX to
-  release compiled programs after the module."""
-  yield
-
-
 def _simulated_power(mde_fn, n: int = 80, sd: float = 0.15, sims: int = 4000) -> float:
   """Share of simulated paired designs (n differences ~ N(mde, sd)) whose two-sided
   z-test at alpha 0.05 rejects 0, with the effect set to ``mde_fn(sd, n)``."""

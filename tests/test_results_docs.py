@@ -12,13 +12,6 @@ from experiments.results_tables import TABLES
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _release_compiled_programs():
-  """These tests compile nothing: override conftest's fixture, which imports JAX to
-  release compiled programs after the module."""
-  yield
-
-
 def _first_difference(doc: rr.Rendered) -> str:
   diff = difflib.unified_diff(doc.current.splitlines(), doc.rendered.splitlines(), lineterm="",
                               n=0)
