@@ -58,7 +58,8 @@ flags.DEFINE_list("drafters", ["lm_chain"],
                   "lm_chain (independent draft LM), eagle1_chain, eagle3_chain, "
                   "eagle3_tree:N[:TOP_K] / eagle1_tree:N[:TOP_K] (EAGLE-2 dynamic tree with N "
                   "nodes, depth K, TOP_K children per expanded node, default 8); EAGLE rows need "
-                  "the embedded target or a real --target")
+                  "the embedded target or a real --target; model-free: lookup_chain (prompt "
+                  "lookup, K drafts), suffix_tree:N (SuffixDecoding-style tree, N nodes, depth K)")
 flags.DEFINE_boolean("hf_peer", True, "also time transformers assisted generation (batch 1, greedy)")
 flags.DEFINE_integer("max_prompt_tokens", 256, "real --target: longest rendered chat prompt")
 flags.DEFINE_string("output", "benchmarks/results/speculative.json", "JSON output")
@@ -147,7 +148,7 @@ def parse_tree_spec(name: str) -> tuple:
   return values[0], (values[1] if len(values) == 2 else 8)
 
 
-DRAFTER_KINDS = ("lm_chain", "eagle1_chain", "eagle3_chain")
+DRAFTER_KINDS = ("lm_chain", "eagle1_chain", "eagle3_chain", "lookup_chain")
 
 
 def check_drafter_names(names) -> None:
@@ -158,8 +159,11 @@ def check_drafter_names(names) -> None:
     if name.startswith(("eagle1_tree:", "eagle3_tree:")):
       parse_tree_spec(name)
       continue
+    if name.startswith("suffix_tree:") and name.count(":") == 1:
+      parse_tree_spec(name)  # N, the node count
+      continue
     raise app.UsageError(f"--drafters entry {name!r} is not one of {', '.join(DRAFTER_KINDS)}, "
-                         "eagle1_tree:N[:TOP_K], eagle3_tree:N[:TOP_K]")
+                         "eagle1_tree:N[:TOP_K], eagle3_tree:N[:TOP_K], suffix_tree:N")
 
 
 def make_drafter(name, k, samp, draft, dp, target, tp, model_set=None):
@@ -168,6 +172,13 @@ def make_drafter(name, k, samp, draft, dp, target, tp, model_set=None):
   from specjax.decoding.drafters import LMDrafter
   if name == "lm_chain":
     return LMDrafter(k, samp, draft), dp
+  if name == "lookup_chain":  # model-free: no params
+    from specjax.decoding.lookup_drafter import PromptLookupDrafter
+    return PromptLookupDrafter(k, vocab=target.config.vocab_size), None
+  if name.startswith("suffix_tree:"):
+    from specjax.decoding.suffix_drafter import SuffixTreeDrafter
+    return (SuffixTreeDrafter(target.config.vocab_size, depth=k,
+                              total_tokens=parse_tree_spec(name)[0]), None)
   from specjax.decoding.eagle_drafter import EagleDrafter
   kind, _, rest = name.partition("_")
   if model_set is not None:

@@ -51,13 +51,17 @@ flags.DEFINE_string("verifiers", "lossless, mars:theta=0.9",
                     "comma-separated rules, each name[:hparam=value[:...]]")
 flags.DEFINE_list("drafters", ["chain", "eagle_chain", "eagle_tree"],
                   "any of: chain (draft LM), tree (static tree of the draft LM), eagle_chain, "
-                  "eagle_tree (EAGLE head, EAGLE-2 dynamic tree)")
+                  "eagle_tree (EAGLE head, EAGLE-2 dynamic tree), lookup_chain (prompt lookup, "
+                  "K = --k), suffix_tree (SuffixDecoding-style frequency tree); the last two "
+                  "need no model")
 flags.DEFINE_integer("k", 4, "draft length K for chains")
 flags.DEFINE_string("tree_paths", "[[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0], [0, 0, 1], "
                     "[0, 0, 0, 0]]", "static tree of the draft LM as a JSON list of rank paths")
 flags.DEFINE_integer("eagle_depth", 5, "EAGLE-2 dynamic tree: draft depth")
 flags.DEFINE_integer("eagle_top_k", 8, "EAGLE-2 dynamic tree: children per expanded node")
 flags.DEFINE_integer("eagle_total_tokens", 16, "EAGLE-2 dynamic tree: nodes verified per step")
+flags.DEFINE_integer("suffix_depth", 4, "suffix_tree: tree depth")
+flags.DEFINE_integer("suffix_total_tokens", 16, "suffix_tree: nodes verified per step")
 flags.DEFINE_list("temperatures", ["0", "1"], "sampling temperatures")
 flags.DEFINE_integer("num_prompts", 0, "prompts (0: 4 chat prompts for a real model, 8 code "
                      "prompts for the default models)")
@@ -107,7 +111,8 @@ def _validate_flags() -> None:
   for name, low in (("k", 1), ("num_prompts", 0), ("max_new_tokens", 0), ("repeats", 1),
                     ("batch_size", 0), ("prompt_bucket", -1), ("mesh_data", 0),
                     ("mesh_model", 1), ("eagle_depth", 1), ("eagle_top_k", 1),
-                    ("eagle_total_tokens", 1), ("max_prompt_tokens", 8)):
+                    ("eagle_total_tokens", 1), ("suffix_depth", 1),
+                    ("suffix_total_tokens", 1), ("max_prompt_tokens", 8)):
     try:
       check_int(f"--{name}", getattr(FLAGS, name), low=low)
     except ValueError as e:
@@ -155,6 +160,7 @@ def _config():
   c.tree_paths = FLAGS.tree_paths
   c.eagle_depth, c.eagle_top_k = FLAGS.eagle_depth, FLAGS.eagle_top_k
   c.eagle_total_tokens = FLAGS.eagle_total_tokens
+  c.suffix_depth, c.suffix_total_tokens = FLAGS.suffix_depth, FLAGS.suffix_total_tokens
   c.temperatures = tuple(float(t) for t in FLAGS.temperatures)
   c.matched_baselines = False
   c.seed = FLAGS.seed

@@ -52,6 +52,15 @@ def build(ctx: Context, row: dict):
   if d == "tree":
     return (LMTreeDrafter(ctx.draft, paths=tree_paths(ctx.c), sampling=samp), ctx.draft_params,
             verifier, target_samp)
+  if d == "lookup_chain":  # model-free: no params
+    from specjax.decoding.lookup_drafter import PromptLookupDrafter
+    return (PromptLookupDrafter(k, vocab=ctx.target.config.vocab_size), None, verifier,
+            target_samp)
+  if d == "suffix_tree":
+    from specjax.decoding.suffix_drafter import SuffixTreeDrafter
+    return (SuffixTreeDrafter(ctx.target.config.vocab_size, depth=k,
+                              total_tokens=int(row.get("total_tokens", 16))), None, verifier,
+            target_samp)
   if d in ("eagle_chain", "eagle_tree"):
     if ctx.eagle is None:
       raise ValueError(f"drafter {d!r} needs config.eagle_dir")

@@ -58,7 +58,8 @@ def plot_quality_vs_speed(records: list[dict], path: str, title: str = "") -> st
   import matplotlib.pyplot as plt
   temps = sorted({r["config"]["temperature"] for r in records})
   fig, axes = plt.subplots(2, len(temps), figsize=(6 * len(temps), 9), squeeze=False)
-  markers = {"chain": "o", "tree": "s", "eagle_chain": "^", "eagle_tree": "D", "-": "*"}
+  markers = {"chain": "o", "tree": "s", "eagle_chain": "^", "eagle_tree": "D",
+             "lookup_chain": "v", "suffix_tree": "P", "-": "*"}
   for j, t in enumerate(temps):
     rows = [r for r in records if r["config"]["temperature"] == t]
     tgt = [r for r in rows if r["config"]["kind"] == "target"]

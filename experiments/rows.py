@@ -51,7 +51,8 @@ def parse_rules(spec: str) -> list[tuple[str, dict]]:
   return list(out.items())
 
 
-DRAFTERS = ("chain", "tree", "eagle_chain", "eagle_tree")
+# lookup_chain / suffix_tree: the model-free drafters (prompt lookup; SuffixDecoding-style tree).
+DRAFTERS = ("chain", "tree", "eagle_chain", "eagle_tree", "lookup_chain", "suffix_tree")
 
 
 def validate_config(c) -> None:
@@ -81,6 +82,9 @@ def validate_config(c) -> None:
     static_tree(paths)
   for name in ("eagle_depth", "eagle_top_k", "eagle_total_tokens"):
     check_int(name, c[name], low=1)
+  if "suffix_tree" in drafters:
+    for name in ("suffix_depth", "suffix_total_tokens"):
+      check_int(name, c.get(name, 1), low=1)
   for name in ("num_prompts", "max_new_tokens", "max_prompt_tokens"):
     check_int(f"data.{name}", c.data[name], low=1)
   check_int("data.batch_size", c.data.batch_size, low=0)
@@ -144,9 +148,10 @@ def default_rows(c) -> list[dict]:
     rows.append(make_row(c, kind="target", drafter="-", temperature=t, num_draft=0))
     for d in drafters:
       k = drafter_depth(c, d)
+      extra = drafter_extra(c, d)
       for name, hp in rules:
         rows.append(make_row(c, kind="spec", drafter=d, temperature=t, num_draft=k, rule=name,
-                             hparams=hp))
+                             hparams=hp, extra=extra))
       if t > 0 and c.matched_baselines:
         for name, hp in rules:
           if name in ("spec_cascade", "typical"):
@@ -166,5 +171,15 @@ def drafter_depth(c, drafter: str) -> int:
     return max(len(p) for p in tree_paths(c))
   if drafter == "eagle_tree":
     return int(c.eagle_depth)
+  if drafter == "suffix_tree":
+    return int(c.get("suffix_depth", 4))
   return int(c.num_draft)
+
+
+def drafter_extra(c, drafter: str) -> dict | None:
+  """Row settings of a drafter beyond its depth that are not in the run settings hash
+  (the suffix tree's node count), so a changed value never reuses a stale row."""
+  if drafter == "suffix_tree":
+    return {"total_tokens": int(c.get("suffix_total_tokens", 16))}
+  return None
 

@@ -49,6 +49,9 @@ def get_config(variant: str = ""):
   c.eagle_depth = 4
   c.eagle_top_k = 4
   c.eagle_total_tokens = 12
+  # The model-free suffix tree (suffix_tree rows; lookup_chain uses num_draft).
+  c.suffix_depth = 4
+  c.suffix_total_tokens = 16
 
   c.data = ml_collections.ConfigDict()
   c.data.root = ""  # "" = the interpreter's stdlib (the default models' corpus)

@@ -15,6 +15,7 @@ static); its params and state are pytrees passed in and out.  The protocol::
                                                                            last, keys)
     state = drafter.commit(state, target_lengths[B], committed[B,D+1], num_committed[B],
                            target_hidden)             # [n_sel, B, D+1, H] or None
+    num_valid = drafter.num_valid(state)               # chains: [B] drafts offered, or None (K)
 
 Sizes have one name each: a chain drafter's ``num_draft`` is K, the drafts
 per step; a tree drafter's ``depth`` is the longest path (N, the node count,
@@ -132,6 +133,19 @@ class Drafter(Hyperparams):
 
   def commit(self, state, target_lengths, committed, num_committed, target_hidden=None):
     raise NotImplementedError
+
+  def num_valid(self, state):
+    """Chains: ``[B]`` int32 drafts (0..K) the last ``draft`` offers per row, read from
+    the state it returned; the loop verifies only those (``verify_chain``'s
+    ``num_valid``).  Default None: all K (model drafters always fill the chain)."""
+    return None
+
+  @property
+  def verify_buckets(self):
+    """Chains: the verify lengths (sorted, ending with K) the target forward is
+    compiled for when :meth:`num_valid` offers fewer than K (as a verify-length
+    policy's ``buckets``); None: always K.  A policy's buckets take precedence."""
+    return None
 
 
 def _check_model(owner: str, model) -> None:

@@ -4,9 +4,10 @@
 :func:`speculative_step` ``(loop, inputs, state) -> (state, record)`` is the
 step, for every row: the drafter's strategy (``drafter.strategy``, chain or
 tree, :mod:`specjax.decoding.strategies`) proposes drafts -> an optional
-verify-length policy picks gamma -> the strategy runs one target forward and
-verifies -> the drafter and policy commit what the target kept -> the tokens
-are appended and EOS / length / cache limits applied.  Rows advance by
+verify-length policy picks gamma (a drafter's ``num_valid`` caps it) -> the
+strategy runs one target forward and verifies -> the drafter and policy commit
+what the target kept -> the tokens are appended and EOS / length / cache
+limits applied.  Rows advance by
 different amounts; finished rows idle (static shapes).  Per-row randomness
 comes from ``fold_in(fold_in(key, global_row), step)``, so results do not
 depend on how rows are split over devices.
@@ -222,9 +223,11 @@ def speculative_step(loop: SpecLoop, inputs: SpecInputs, state: SpecState
   else:
     gamma, p_state, signals = policy.choose(inputs.policy_params, p_state, prev, last,
                                             proposal.tokens, proposal.q, active)
+  if proposal.num_valid is not None:  # the drafter offers fewer (prompt lookup: 0 without a match)
+    gamma = jnp.where(active, jnp.minimum(gamma, proposal.num_valid), 0).astype(jnp.int32)
   v = strategy.verify(target, inputs.target_params, state.target_cache, verifier, sampling,
                       last, proposal, gamma, split[:, 1], split[:, 2], active, depth,
-                      None if policy is None else policy.buckets)
+                      drafter.verify_buckets if policy is None else policy.buckets)
   nacc, t_cache = v.num_accepted, v.cache
   # --- commit: drafter / policy learn what the target kept.
   committed = jnp.concatenate([last[:, None], v.path_tokens], 1)  # [B, D+1]

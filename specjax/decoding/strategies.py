@@ -53,6 +53,8 @@ class Proposal:
       uses ``q``; None for a tree drafter that does not supply it.
     parents: [B, N] int32 tree index of each node's parent (0 = root); None for chains.
     depths: [B, N] int32 depth of each node (root = 0); None for chains.
+    num_valid: [B] int32 drafts the drafter offers per row (chains, ``drafter.num_valid``:
+      a model-free drafter without a match offers 0); None: all of them.
   """
 
   tokens: jax.Array
@@ -60,6 +62,7 @@ class Proposal:
   q_node: Optional[jax.Array]
   parents: Optional[jax.Array] = None
   depths: Optional[jax.Array] = None
+  num_valid: Optional[jax.Array] = None
 
 
 @jax.tree_util.register_dataclass
@@ -139,7 +142,8 @@ class ChainStrategy:
   def propose(self, drafter, params, state, prev, last, keys):
     x, q, q_node, state = drafter.draft(params, state, prev, last, keys)
     # A sampled chain's q is its node distribution (validate_pair checks the rest).
-    return Proposal(x, q, q if q_node is None else q_node), state
+    return Proposal(x, q, q if q_node is None else q_node,
+                    num_valid=drafter.num_valid(state)), state
 
   def verify(self, target, target_params, t_cache, verifier, sampling, last,
              proposal: Proposal, gamma, u_keys, verify_keys, active, depth: int,
