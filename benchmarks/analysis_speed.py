@@ -1,4 +1,4 @@
-"""Speed of the exact induced-distribution analysis (SPEC §6) at LLM vocabulary size.
+"""Speed of the exact induced-distribution analysis (docs/spec.md §6) at LLM vocabulary size.
 
 Plain script: ``python benchmarks/analysis_speed.py [--contexts 1000 --vocab 32000]``.
 Prints, per case, compile+first-call time and steady-state time for computing

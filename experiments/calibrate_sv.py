@@ -4,7 +4,7 @@ r"""Calibrate Speculative Verification for a (target, draft, companion) triple.
       [--config.verifier=mars] [--config.temperature=0.0] [--config.workdir=...]
   python -m experiments.calibrate_sv --config=experiments/configs/sv_tiny.py   # smoke test
 
-Steps (SPEC.md §5):
+Steps (docs/spec.md §5):
 1. Run ordinary speculative decoding (all K drafts verified) on calibration
    prompts -- windows of the leading ``data.calib_fraction`` of the held-out
    token stream -- logging ``(S, A, accepted)`` for every reached draft

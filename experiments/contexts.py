@@ -1,4 +1,4 @@
-"""Real model contexts for the exact analyses (SPEC §6: "on real model contexts").
+"""Real model contexts for the exact analyses (docs/spec.md §6: "on real model contexts").
 
 This loads models, corpora and tokenizers, so it lives with the experiments;
 :mod:`specjax.analysis` only does the math on the arrays it returns.

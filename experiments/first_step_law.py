@@ -5,7 +5,7 @@ The speculative loop's first step starts from the context ``c = prompt + t1``
 (``t1``: the token the target's prefill emitted).  Given ``c``, the law of the
 first token the verifier emits is a function of the target's logits at ``c`` and
 of what the drafter proposes there -- nothing else -- and
-:mod:`specjax.analysis.induced` computes it exactly (SPEC §6):
+:mod:`specjax.analysis.induced` computes it exactly (docs/spec.md §6):
 
 * a chain with sampled drafts (T > 0): ``x_1 ~ q_1``, the closed O(V) form
   (``sampled_form="closed"``; every registered rule is rejection-invariant);

@@ -48,7 +48,7 @@ import numpy as np
 
 from experiments.prompts import PROMPT_SETS
 
-PAPER_IG = {"chat": (1.38, 0.91), "code": (1.78, 1.42)}  # H(X) -> H(X|S,A), REFERENCES.md
+PAPER_IG = {"chat": (1.38, 0.91), "code": (1.78, 1.42)}  # H(X) -> H(X|S,A), docs/spec.md §7
 TABLE_SIGNALS = ("SA", "S")
 BINNINGS = ("quantile", "fixed")
 

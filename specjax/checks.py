@@ -1,4 +1,4 @@
-"""Boundary checks shared by every public entry point (DESIGN.md "Errors at the boundary").
+"""Boundary checks shared by every public entry point (errors at the boundary).
 
 One job: turn a user's misuse into an error raised in Python, before tracing
 or loading anything, that names the argument, the offending value and what is

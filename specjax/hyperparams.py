@@ -5,7 +5,7 @@ One job: let a frozen dataclass of hyperparameters (a verification rule, a
 ``jax.jit`` as an ordinary argument, so that a sweep over its continuous
 hyperparameters (MARS theta, CoS lam, a temperature, ...) reuses ONE compiled
 program, while whatever fixes shapes or Python control flow stays part of the
-compilation key (STYLE.md "Configuration vs data", t5x's per-example
+compilation key (docs/design.md "Static vs traced hyperparameters"; t5x's per-example
 temperature).
 
 Subclasses of :class:`Hyperparams` are registered as pytrees automatically

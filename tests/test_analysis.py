@@ -1,4 +1,4 @@
-"""specjax.analysis: the generic enumerator against closed forms (SPEC §6), the drivers'
+"""specjax.analysis: the generic enumerator against closed forms (docs/spec.md §6), the drivers'
 empirical output, chunking, and the propositions on synthetic families."""
 
 import jax
@@ -75,7 +75,7 @@ def test_cos_contrastive_is_pi(ctx):
 def test_cos_deterministic_candidates_emit_pi(ctx, top_k):
   """CoS on EAGLE-style top-k candidates (q = one-hot) with the drafter's node distribution q:
   pi is formed once from q and the candidates are verified losslessly against it, so the
-  node emits exactly pi (SPEC §3).  The old one-hot re-mix puts far more mass on c_1."""
+  node emits exactly pi (docs/spec.md §3).  The old one-hot re-mix puts far more mass on c_1."""
   z, p, q = ctx
   for rule, pi in ((_rule("cos", lam=0.3), 0.3 * p + 0.7 * q),
                    (_rule("cos_contrastive", mu=0.7, q_floor=1e-3),
@@ -102,7 +102,7 @@ def _truncation_rules():
 
 @pytest.mark.parametrize("name,kw", _truncation_rules())
 def test_truncation_sampled_closed_form(ctx, name, kw):
-  """Hard gate: q 1_A + (1 - q(A)) p_A (SPEC §3); soft gate adds q p/thr outside A."""
+  """Hard gate: q 1_A + (1 - q(A)) p_A (docs/spec.md §3); soft gate adds q p/thr outside A."""
   z, p, q = ctx
   hard = _rule(name, gate="hard", **kw)
   mask = dv.matched_allowed_set(hard, p)
@@ -135,7 +135,7 @@ def test_truncation_topk_closed_form(ctx, name, kw):
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_mars_sampled_closed_form(temperature):
-  """Relax-only MARS at T > 0 (SPEC §3; derivation in ``verifiers/mars.py``), T = top-2::
+  """Relax-only MARS at T > 0 (docs/spec.md §3; derivation in ``verifiers/mars.py``), T = top-2::
 
     P = p + 1_T (q - p)^+ - (sum_T (q - p)^+) norm((p - q)^+)   where relaxation is active,
     P = p                                                      elsewhere.

@@ -189,7 +189,7 @@ def test_tree_drafts_are_valid_and_static_tree_matches_chain():
   _check_tree(tree, 3, 10, set(DRAFT_IDS.tolist()))
   assert np.allclose(np.asarray(q), np.asarray(jax.nn.one_hot(tree.tokens, V)))
   # q_node: the head's full (T = 1, greedy drafter) distribution at every node with children,
-  # and each node's children are the top of its parent's row (CoS mixes this row, SPEC §3).
+  # and each node's children are the top of its parent's row (CoS mixes this row, docs/spec.md §3).
   qn, par, toks = np.asarray(q_node), np.asarray(tree.parents), np.asarray(tree.tokens)
   assert qn.shape == (2, 11, V)
   for b in range(2):

@@ -5,7 +5,7 @@ Each family -- chain, tree, SV verify-length policy -- runs the real driver
 and ``choose_row``) N times on a synthetic Markov target and draft over V
 tokens and compares the law of the first emitted tokens with an INDEPENDENT
 reference: the target's own law ``p(y1) p(y2 | y1)`` for lossless rules, the
-SPEC §6 closed form for lenience.  (The Monte Carlo tests elsewhere compare
+docs/spec.md §6 closed form for lenience.  (The Monte Carlo tests elsewhere compare
 the drivers with :func:`induced_distribution`, which calls the same four rule
 functions -- a wrong rule passes those; here it cannot.)
 
@@ -31,7 +31,7 @@ real rule passes; their measured TVs are asserted to exceed ``tol``):
   tried against the probabilities the rejected sibling already used (and the
   correction can re-emit rejected candidates).
 * ``ScaledResidualLenience``: the lenience residual built with ``l q`` instead
-  of the unscaled ``q`` (SPEC §3).
+  of the unscaled ``q`` (docs/spec.md §3).
 * off-by-one bonus position: after a fully accepted chain (or an accepted
   tree leaf / all SV-verified drafts) the bonus is drawn from the target's
   distribution one position too early (the last accepted node's parent).
@@ -81,7 +81,7 @@ L = 0.5
 
 
 def lenience_closed_form(p, q, l):
-  """SPEC §6: ``min(q, p/l) + (1 - sum min(q, p/l)) norm(max(0, p - q))``."""
+  """docs/spec.md §6: ``min(q, p/l) + (1 - sum min(q, p/l)) norm(max(0, p - q))``."""
   m = np.minimum(q, p / l)
   r = np.maximum(p - q, 0)
   return m + (1 - m.sum()) * r / r.sum()

@@ -17,7 +17,7 @@ from specjax.policies.calibration import CalibrationTable
 from specjax.policies.sv_collect import collect_records
 from tests.helpers import independent_draft
 
-# The 8-token rollout of the SV note §6, with our own numbers: K = 8 drafts.
+# An 8-token rollout of the goodput search (docs/spec.md §5), our own numbers: K = 8 drafts.
 P8 = [0.9, 0.9, 0.8, 0.7, 0.3, 0.1, 0.1, 0.1]
 LAT8 = [4.0 + 0.3 * g for g in range(9)]  # ms for gamma = 0..8
 
@@ -50,7 +50,7 @@ def test_hill_climb_semantics():
   assert int(hill_climb(jnp.asarray([1.0, 2.0, 1.5, 3.0]))) == 1
   assert int(hill_climb(jnp.asarray([1.0, 1.0, 3.0]))) == 0  # ties stop
   assert int(hill_climb(jnp.asarray([1.0, 2.0, 3.0]))) == 2
-  # climb_until_decrease (SPEC §5): ties continue, the first decrease stops.
+  # climb_until_decrease (docs/spec.md §5): ties continue, the first decrease stops.
   assert int(climb_until_decrease(jnp.asarray([1.0, 1.0, 3.0]))) == 2
   assert int(climb_until_decrease(jnp.asarray([1.0, 2.0, 1.5, 3.0]))) == 1
   assert int(climb_until_decrease(jnp.asarray([2.0, 1.0]))) == 0
@@ -67,7 +67,7 @@ def test_hill_climb_semantics():
 
 
 def test_row_search_from_one_stops_at_first_decrease():
-  """SPEC §5 by hand.  p_hat = [0.05, 0.9, 0.9], latency = [1, 1.5, 1.6, 1.7]:
+  """docs/spec.md §5 by hand.  p_hat = [0.05, 0.9, 0.9], latency = [1, 1.5, 1.6, 1.7]:
   goodput = [1/1, 1.05/1.5, 1.095/1.6, 1.1355/1.7] = [1.0, 0.700, 0.684, 0.668]:
   from gamma = 1 the first step already decreases -> gamma = 1 (the old search: 0).
   Ties continue: with flat goodput 2 -> 3 the search goes on to the next decrease."""

@@ -76,7 +76,7 @@ def _assert_same_rule(rule_a, rule_b, z, p, q, exact=True, keys=("a", "r", "a2",
 
 
 def induced_distribution(rule, z, p, q, table=_table):
-  """SPEC §6 one-node induced distribution for a sampled draft, by enumeration:
+  """docs/spec.md §6 one-node induced distribution for a sampled draft, by enumeration:
   ``P(y) = sum_x q(x) [a(x) 1[x = y] + (1 - a(x)) correction(on_reject(state, q, x))(y)]``."""
   t = table(rule, z, p, q, False)
   return q * t["a"] + jnp.einsum("x,xy->y", q * (1.0 - t["a"]), t["r"])
@@ -139,7 +139,7 @@ def test_mars_theta_ge_1_is_greedy_at_t0_and_lossless_at_t1(theta, ratio):
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_mars_never_relaxes_top3(temperature):
   """Top-3 is never relaxed: it gets exactly the strict (base) rule's probability -- 0 in
-  greedy form, lossless ``min(1, p/q) = 1`` here at T = 1 (relax-only, SPEC §3).  The
+  greedy form, lossless ``min(1, p/q) = 1`` here at T = 1 (relax-only, docs/spec.md §3).  The
   strict ablation rejects it outright while relaxation is active (the old, wrong default)."""
   z = _close_top2(ratio=0.99)  # z3 / z1 = 0.96 > theta as well
   assert float(z[0] / z[2]) > 0.9
@@ -280,7 +280,7 @@ def test_mars_accept_prob_is_strict_then_fallback(rule, temperature, ratio):
 
 
 def test_mars_relax_only_accepts_everything_lossless_accepts():
-  """Relax-only MARS at T = 1 never tightens lossless (SPEC §3): with shared draws (x ~ q, u)
+  """Relax-only MARS at T = 1 never tightens lossless (docs/spec.md §3): with shared draws (x ~ q, u)
   every K = 4 chain accepts at least as many drafts under MARS as under lossless, so tau(MARS)
   >= tau(lossless); and the exact first-draft acceptance rate is >= lossless's for sampled and
   top-k drafts.  The strict ablation (the earlier default) is caught: it accepts fewer on some
@@ -326,7 +326,7 @@ def _tree_root(children, temperature, z_root, rule, u, parent=None):
 
 
 def test_mars_tree_strict_before_relaxed():
-  """SPEC §3 trees.  Root (active: z2/z1 = 0.95, top1 = 2, top2 = 5) with children
+  """docs/spec.md §3 trees.  Root (active: z2/z1 = 0.95, top1 = 2, top2 = 5) with children
   [top-2, top-1]: MARS takes the exactly matching top-1 sibling, not the earlier top-2 child
   (the old first-accepted-in-order driver took node 1 -- the broken variant this catches)."""
   z = _close_top2(ratio=0.95)
@@ -413,7 +413,7 @@ def test_mars_difference_margin_and_adaptive_hook():
   hash(Mars(adaptive="_test_halve_theta"))  # stays hashable (static under jit)
 
 
-# --- CoS: pi formed once per node from the drafter's full distribution (SPEC §3) -----------
+# --- CoS: pi formed once per node from the drafter's full distribution (docs/spec.md §3) ---
 
 
 @pytest.mark.parametrize("rule", [CoS(lam=0.3), CoSContrastive(mu=0.7)], ids=lambda r: r.name)
@@ -588,7 +588,7 @@ def test_allowed_sets_and_truncate():
 
 
 def test_eta_threshold_above_max_p_keeps_the_argmax():
-  """SPEC §3: A(p) always holds argmax p.  p = [0.4, 0.35, 0.25]: H = 1.0805 nats, so with
+  """docs/spec.md §3: A(p) always holds argmax p.  p = [0.4, 0.35, 0.25]: H = 1.0805 nats, so with
   eps = 0.5, delta = 5 the threshold is min(0.5, 5 e^-H = 1.70) = 0.5 > max p = 0.4 -- the
   bare set {v : p(v) >= 0.5} would be empty (the broken variant); A = {0}.  Typical then
   accepts only token 0 and emits onehot(0); the induced law is onehot(0)."""
@@ -633,7 +633,7 @@ def test_matched_baseline_produces_p_A(seed):
     verifiers.matched_baseline(SpecCascade(), sampling.SamplingConfig(min_p=0.1))
 
 
-# --- closed forms (SPEC §6) ------------------------------------------------------------------
+# --- closed forms (docs/spec.md §6) ----------------------------------------------------------
 
 
 @pytest.mark.parametrize("seed", [0, 1])

@@ -1,4 +1,4 @@
-"""Config of ``experiments/lossy_propositions.py`` (SPEC §6, issue 7).
+"""Config of ``experiments/lossy_propositions.py`` (docs/spec.md §6, issue 7).
 
 ``--config=experiments/configs/propositions.py`` runs in a few minutes on 2
 CPU cores with the default models; ``...propositions.py:tiny`` is the smoke
@@ -73,7 +73,7 @@ def get_config(variant: str = ""):
   c.ts = (1.0, 0.8, 0.6, 0.4, 0.2, 0.1, 0.05, 0.02, 0.0)
   c.eagle_top_k = (1, 4)
 
-  # (c) truncation sweeps (REFERENCES.md: p_base in {0.1..0.9}, eta in {0.05..0.25}).
+  # (c) truncation sweeps (docs/spec.md §7: p_base in {0.1..0.9}, eta in {0.05..0.25}).
   c.p_base_values = (0.1, 0.3, 0.5, 0.7, 0.9)
   c.eta_values = (0.05, 0.1, 0.15, 0.2, 0.25)
   c.gamma = 5

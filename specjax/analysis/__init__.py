@@ -1,4 +1,4 @@
-"""Exact analysis of verification rules (SPEC §6).
+"""Exact analysis of verification rules (docs/spec.md §6).
 
 * :mod:`~specjax.analysis.induced` -- the exact induced distribution of the
   first emitted token(s) of any node rule, for sampled and top-k drafts.

@@ -1,10 +1,10 @@
 """Divergences, acceptance rate, block efficiency and matched truncation baselines.
 
-SPEC.md §6 utilities.  Every function works over the last axis (the
+docs/spec.md §6 utilities.  Every function works over the last axis (the
 vocabulary) and broadcasts over leading axes (contexts).  Conventions:
 ``0 log 0 = 0``; ``KL(P || Q) = +inf`` when P puts mass where Q has none.
 
-The allowed sets and truncated distributions of SPEC §3 (min-p / SpecCascade,
+The allowed sets and truncated distributions of docs/spec.md §3 (min-p / SpecCascade,
 eta / typical acceptance) and the entropy are defined once, in
 :mod:`specjax.distributions`, and re-exported here; the matched
 baselines of "Revisiting Lossy Verification" (the truncation applied to the
@@ -97,7 +97,7 @@ def min_p_baseline(p: jax.Array, p_base: float) -> jax.Array:
 def eta_baseline(p: jax.Array, eps: float, delta: float | None = None) -> jax.Array:
   """Matched baseline of typical acceptance: eta sampling on the target, ``p_A`` [..., V].
 
-  ``delta`` defaults to ``sqrt(eps)`` (the eta-sampling convention, SPEC §3).
+  ``delta`` defaults to ``sqrt(eps)`` (the eta-sampling convention, docs/spec.md §3).
   """
   return truncate(p, allowed_set_eta(p, eps, delta))
 

@@ -1,6 +1,6 @@
 """Exact induced distribution of the first emitted token(s) for any node rule.
 
-SPEC.md §6.  For a rule R (the four node functions of SPEC §2 /
+docs/spec.md §6.  For a rule R (the four node functions of docs/spec.md §2 /
 :mod:`specjax.verifiers.base`), target logits ``z``, target distribution ``p``
 and draft distribution ``q`` at one position, the distribution of the first
 emitted token is computed by enumeration -- from the rule's four functions
@@ -37,7 +37,7 @@ only, exactly as the chain / tree drivers use them:
     P(y) = sum_j reach_j a_j 1[c_j = y] + reach_{k+1} correction(s_k)(y),
     reach_1 = 1, reach_{j+1} = reach_j (1 - a_j),  s_j = on_reject(s_{j-1}, onehot(c_j), c_j).
 
-  For rules with ``has_relaxed_fallback`` (MARS: strict before relaxed, SPEC
+  For rules with ``has_relaxed_fallback`` (MARS: strict before relaxed, docs/spec.md
   §3) ``a_j`` is ``strict_accept_prob`` and the mass ``reach_{k+1}`` goes to
   the candidate with the highest positive ``relaxed_fallback(s_k, c)`` (a
   relaxed acceptance) when there is one, else to ``correction(s_k)`` -- the
@@ -45,7 +45,7 @@ only, exactly as the chain / tree drivers use them:
 
 In both cases the node state is ``init_node(z, p, q)`` for rules with
 ``needs_node_dist`` (CoS: ``pi`` is formed once from the drafter's full
-distribution ``q`` at the node, SPEC §3), else ``init(z, p)``.
+distribution ``q`` at the node, docs/spec.md §3), else ``init(z, p)``.
 
 Results are split into the part emitted by accepting a draft, the part emitted
 by the correction, and the accepted part that only the relaxation allowed
@@ -300,7 +300,7 @@ def induced_parts(rule: NodeRule, z: jax.Array, p: jax.Array, q: jax.Array, *,
                   chunk_size: int | None = 32, max_support: int | None = None,
                   context_batch: int | None = None, sampled_form: str = "enumerate"
                   ) -> InducedParts:
-  """Exact first-token distribution of ``rule``, split by emission route (SPEC §6).
+  """Exact first-token distribution of ``rule``, split by emission route (docs/spec.md §6).
 
   Args:
     rule: a node rule (``specjax.verifiers.get(name, ...)``).
@@ -354,7 +354,7 @@ def induced_parts(rule: NodeRule, z: jax.Array, p: jax.Array, q: jax.Array, *,
 
 def induced_distribution(rule: NodeRule, z: jax.Array, p: jax.Array, q: jax.Array,
                          **kwargs) -> jax.Array:
-  """[..., V] exact induced first-token distribution P (SPEC §6); see :func:`induced_parts`."""
+  """[..., V] exact induced first-token distribution P (docs/spec.md §6); see :func:`induced_parts`."""
   return induced_parts(rule, z, p, q, **kwargs).dist
 
 

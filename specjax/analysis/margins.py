@@ -1,7 +1,7 @@
 """Logit-ratio vs probability-ratio statistics: the MARS margin figures.
 
 MARS (Song et al. 2026) relaxes verification where the target is
-*indecisive*: ``r = z2 / z1 > theta`` on the two largest raw logits (SPEC §3,
+*indecisive*: ``r = z2 / z1 > theta`` on the two largest raw logits (docs/spec.md §3,
 with the guard ``z1 > 0``).  This module measures, over a set of contexts
 (raw target logits ``z [N, V]``, e.g. from :mod:`experiments.contexts`):
 
@@ -12,7 +12,7 @@ with the guard ``z1 > 0``).  This module measures, over a set of contexts
 * the strict rejection rate *inside* the relaxation region,
   ``P(strict reject | r > theta)`` -- the MARS paper's Fig. 1d quantity:
   among EAGLE-3 drafts at positions with ``r > 0.9``, 53.5% (2590 / 4838) are
-  rejected by strict verification (REFERENCES.md).  With a greedy draft a
+  rejected by strict verification (docs/spec.md §7).  With a greedy draft a
   strict rejection is a position where the draft's argmax differs from the
   target's; with a sampled draft each position is weighted by its lossless
   rejection probability ``1 - sum min(p, q)``;

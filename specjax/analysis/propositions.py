@@ -1,4 +1,4 @@
-"""The lossy-verification propositions of SPEC §6 as functions.
+"""The lossy-verification propositions of docs/spec.md §6 as functions.
 
 "Revisiting Lossy Verification in Speculative Decoding" (Wang et al. 2026),
 Lemma 1, Lemma 2 and Proposition 1, and the MARS margin analysis (Song et al.
@@ -420,7 +420,7 @@ def mars_sweep(z: jax.Array, p: jax.Array, q: jax.Array, thetas: Sequence[float]
                draft: str = "sampled", top_k: int = 1, chunk_size: int | None = 32,
                max_support: int | None = None, context_batch: int | None = None,
                sampled_form: str = "enumerate", **mars_kwargs) -> MarsSweep:
-  """MARS (SPEC §3) as theta varies: KL to the target and the relaxable rejections.
+  """MARS (docs/spec.md §3) as theta varies: KL to the target and the relaxable rejections.
 
   Args:
     z: [B, V] raw target logits (the ratio ``z2 / z1`` uses them);

@@ -1,5 +1,5 @@
 """Drafters: propose K tokens (or a tree of N nodes) per row together with the
-exact distribution q each was drawn from (DESIGN.md "Drafter").
+exact distribution q each was drawn from (docs/design.md "Drafter").
 
 A drafter is a frozen dataclass and a pytree whose only leaves are its
 sampling config's continuous values (traced under jit; everything else is
@@ -31,7 +31,7 @@ drafter's own processors (one-hot for greedy or top-k drafts): losslessness
 depends on it being the one the token was really drawn from.  ``q_node`` is
 the drafter's *full* distribution at each position (chains) or at each tree
 node (row 0 the root; row j predicts node j's children), from which the
-candidates were proposed: what CoS mixes with the target (SPEC §3).  It equals
+candidates were proposed: what CoS mixes with the target (docs/spec.md §3).  It equals
 ``q`` for sampled chains; for greedy / top-k drafts it is
 :func:`node_distribution`.  A drafter that cannot supply it returns ``None``
 and sets ``supplies_node_dist = False``; rules that need it then raise.  At
@@ -273,7 +273,7 @@ class LMTreeDrafter(Drafter):
       tree's ``depth`` is its longest path; N = ``len(paths)`` nodes.
     sampling: only shapes ``q_node`` (:func:`node_distribution`; default
       greedy: the model's softmax at T = 1).  Drafts are deterministic top-k
-      candidates, so ``q`` is one-hot (SPEC §1) whatever ``sampling`` says.
+      candidates, so ``q`` is one-hot (docs/spec.md §1) whatever ``sampling`` says.
 
   Each step first reads the tokens the target committed last step (the
   accepted path, kept as ``pending``) and the new root, then drafts the tree

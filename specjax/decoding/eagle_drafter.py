@@ -1,6 +1,6 @@
 """EagleDrafter: chains and trees from an EAGLE-1 / EAGLE-3 head (drafters.py protocol).
 
-Cache convention (REFERENCES.md, "EAGLE implementation notes"): the head's
+Cache convention (docs/spec.md §4, "EAGLE cache convention"): the head's
 entry i pairs the target feature f_i with the token x_{i+1} and sits at RoPE
 position i, so when the target has committed L tokens the head can hold at
 most L - 1 *complete* entries -- entry L-1 needs the token at position L (the

@@ -1,5 +1,5 @@
-"""Typed loop states of the two decode loops (STYLE.md "Loop state: typed, one
-step function").
+"""Typed loop states of the two decode loops (docs/design.md "Loop":
+typed states, one step function).
 
 Each loop is ``state = init(...)`` then ``state = step(state)`` until no row
 is RUNNING; the ``lax.while_loop`` inside ``generate`` /

@@ -1,5 +1,5 @@
 """speculative_generate(): the whole speculative generation in ONE jitted
-``lax.while_loop`` (DESIGN.md "Loop") around ONE step function.
+``lax.while_loop`` (docs/design.md "Loop") around ONE step function.
 
 :func:`speculative_step` ``(loop, inputs, state) -> (state, record)`` is the
 step, for every row: the drafter's strategy (``drafter.strategy``, chain or
@@ -310,13 +310,13 @@ def validate_pair(target: Model, drafter: Drafter, verifier: NodeRule,
 
 def node_dist_missing(drafter: Drafter, verifier: NodeRule) -> str:
   """Why ``verifier`` is undefined with ``drafter`` ("" when it is defined): a rule
-  that needs the drafter's full distribution at each node (CoS, SPEC §3) with a
+  that needs the drafter's full distribution at each node (CoS, docs/spec.md §3) with a
   drafter that does not supply it and drafts deterministically (one-hot q).  A
   sampled chain's q is its node distribution, so it always works."""
   if (verifier.needs_node_dist and not drafter.supplies_node_dist
       and (drafter.tree or drafter.sampling.greedy)):
     return (f"verifier {type(verifier).__name__} ({verifier.name!r}) needs the drafter's full "
-            f"distribution at each node (SPEC §3), but drafter {type(drafter).__name__} does "
+            f"distribution at each node (docs/spec.md §3), but drafter {type(drafter).__name__} does "
             f"not supply it (supplies_node_dist=False) and its drafts are deterministic "
             f"(one-hot q)")
   return ""

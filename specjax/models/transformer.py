@@ -1,7 +1,7 @@
 """Decoder-only transformer for the Llama / Qwen2 / Qwen3 family (Flax linen,
 used only through pure ``apply``).
 
-Contract (DESIGN.md "Model")::
+Contract (docs/design.md "Model")::
 
     model = Model(config)
     out = model.apply(params, tokens[B,T], positions[B,T], cache, attn_mask=None)

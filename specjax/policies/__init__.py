@@ -1,4 +1,4 @@
-"""Verify-length policies (SPEC.md §5): how many drafts each row verifies.
+"""Verify-length policies (docs/spec.md §5): how many drafts each row verifies.
 
 ``FixedLength`` (all K, the default), ``ConstantGamma`` and Speculative
 Verification (``SpeculativeVerification``: companion signals, calibrated

@@ -1,5 +1,5 @@
 """Verify-length policies: how many of the K drafted tokens each row sends to
-the target (SPEC.md §5; the no-op default verifies all K).
+the target (docs/spec.md §5; the no-op default verifies all K).
 
 A policy is a frozen dataclass (hashable: static under ``jax.jit``); its
 params and state are pytrees passed in and out, like a drafter's::

@@ -1,5 +1,5 @@
 """Calibration of Speculative Verification: the table ``P_hat(accept | S, A)``
-(SPEC.md §5; the SV note §3.1, §4, Table 1).
+(docs/spec.md §5; the SV paper, Kim et al., Table 1).
 
 Logged data: one record per draft position that the verifier actually
 reached in ordinary speculative decoding (positions ``i <= n`` of a step that
@@ -229,7 +229,7 @@ def information_by_group(s, a, x, groups, names, s_edges, a_edges) -> dict:
 
   ``groups [N]`` int labels indexing ``names`` (e.g. the prompt set of each
   record's row).  Each group's ``H(X)`` is its own, so ``ig_frac`` is relative
-  to that group's entropy (SPEC §5: compare IG / H(X), not entropies).
+  to that group's entropy (docs/spec.md §5: compare IG / H(X), not entropies).
   Returns ``{name: report}`` for the names that have records.
   """
   groups = np.asarray(groups).reshape(-1)

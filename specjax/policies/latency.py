@@ -1,13 +1,13 @@
 """Target verify-latency profile: seconds per target forward over ``gamma + 1``
 tokens per row, for each (batch size, gamma), measured on the running machine
-(SPEC.md §5: ``goodput(gamma) = (E[N|gamma] + 1) / latency(gamma)``).
+(docs/spec.md §5: ``goodput(gamma) = (E[N|gamma] + 1) / latency(gamma)``).
 
 Measurement: a jitted ``target.apply`` over ``[B, gamma + 1]`` new tokens with
 a cache of ``cache_length`` slots of which ``context_length`` are committed
 (the attention reads the whole static cache, as the loop does), compiled
 once, then ``repeats`` timed calls with ``block_until_ready``; the median is
-stored.  The SV note (§7.1) warns that latency must be profiled under the
-conditions it will be used in -- measure on the machine, with the batch
+stored.  Latency must be profiled under the conditions it will be used in
+(docs/spec.md §5) -- measure on the machine, with the batch
 sizes and cache length of the run.
 
 A profile is JSON; :func:`load_profile` refuses one made for a different

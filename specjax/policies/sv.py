@@ -1,7 +1,7 @@
 """Speculative Verification (SV): a companion LM scores the K drafts, a
 calibrated table turns its signals into per-position acceptance estimates, and
-a goodput search picks how many drafts each row verifies (SPEC.md §5; the SV
-note §4-§5).
+a goodput search picks how many drafts each row verifies (docs/spec.md
+§5).
 
 Per step and row, with ``P_d = q`` (the drafter's distributions) and ``P_c``
 the companion's (after ``companion_sampling``):
@@ -12,7 +12,7 @@ the companion's (after ``companion_sampling``):
 * ``E[N|gamma] = sum_{n=1..gamma} prod_{i<=n} P_hat_i``,
 * ``goodput(gamma) = (E[N|gamma] + 1) / latency(gamma)``.
 
-Row mode (the note §5; SPEC §5): search gamma = 1, 2, ... and stop at the
+Row mode (docs/spec.md §5): search gamma = 1, 2, ... and stop at the
 first decrease of goodput (``gamma_search="from1_decrease"``, the default:
 every active row verifies at least one draft, ties continue).  The earlier
 form, ``gamma_search="from0_nonincrease"``, climbs from gamma = 0 while goodput
@@ -20,7 +20,7 @@ strictly rises (so gamma = 0 when goodput(1) <= goodput(0)), kept as an
 option.  ``latency(gamma)`` is the profile's latency for the running batch
 size with every row verifying gamma.
 
-Batch mode (the note §5.1), the batch goodput is
+Batch mode (docs/spec.md §5), the batch goodput is
 ``sum_b (E[N_b|gamma_b] + 1) / latency(batch)`` over active rows, and the cost
 model is a static choice (``batch_cost``):
 
@@ -148,7 +148,7 @@ def choose_row(p_hat: jax.Array, latency: jax.Array, active: jax.Array,
                search: str = "from1_decrease") -> jax.Array:
   """Row mode gamma per row. ``p_hat [B, K]``, ``latency [K+1]`` -> ``[B]`` (0 if inactive).
 
-  ``search="from1_decrease"`` (SPEC §5, default): gamma = 1, 2, ... until goodput
+  ``search="from1_decrease"`` (docs/spec.md §5, default): gamma = 1, 2, ... until goodput
   first decreases; ``"from0_nonincrease"``: from gamma = 0 while it strictly rises.
   """
   if search not in GAMMA_SEARCHES:
@@ -206,7 +206,7 @@ class SpeculativeVerification(VerifyPolicy):
     num_draft: K.
     companion: the companion ``Model`` (same vocabulary as the drafter).
     mode: "row" (per-row goodput search) or "batch" (greedy across rows).
-    gamma_search: row mode's search, "from1_decrease" (SPEC §5, default) or
+    gamma_search: row mode's search, "from1_decrease" (docs/spec.md §5, default) or
       "from0_nonincrease" (the earlier form; may verify 0 drafts).
     batch_cost: "max" (bucketed forward) or "total" (packed tokens); batch mode only.
     companion_sampling: processors turning companion logits into ``P_c``

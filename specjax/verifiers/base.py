@@ -1,6 +1,6 @@
 """The node-rule protocol and the generic chain / tree drivers.
 
-A verification rule is four pure functions over ONE tree node (SPEC.md §2):
+A verification rule is four pure functions over ONE tree node (docs/spec.md §2):
 
     state = rule.init(z, p)                 # z raw target logits [V], p target dist [V]
     a     = rule.accept_prob(state, q, x)   # in [0, 1]; q [V] the draft dist, x the token
@@ -21,12 +21,12 @@ Two optional hooks, both used identically by the drivers and the analysis:
 
 * ``init_node(z, p, q_node)`` (rules with ``needs_node_dist = True``, e.g.
   CoS): the node state may depend on the drafter's *full* distribution
-  ``q_node [V]`` at the node (SPEC §3: CoS forms ``pi`` once per node), which
+  ``q_node [V]`` at the node (docs/spec.md §3: CoS forms ``pi`` once per node), which
   for deterministic candidates (one-hot ``q``) is not the ``q`` passed to
   ``accept_prob``.  Nodes without candidates (the bonus) still use ``init``.
 * ``relaxed_fallback(state, x) -> [] priority`` (rules with
   ``has_relaxed_fallback = True``, e.g. MARS): *strict before relaxed* on
-  trees (SPEC §3).  The children of a node are first tried in order with
+  trees (docs/spec.md §3).  The children of a node are first tried in order with
   ``strict_accept_prob`` (and ``on_reject`` between them); only if every child
   is rejected, the child with the highest positive priority (first in order
   on ties) is accepted as a relaxed acceptance; with none, ``correction``.
@@ -210,14 +210,14 @@ def _node_states(rule: NodeRule, z, p, q_node):
 
 def _missing_node_dist(rule: NodeRule) -> ValueError:
   return ValueError(f"verifier {type(rule).__name__} ({rule.name!r}) forms its target from "
-                    "the drafter's full distribution at each node (SPEC §3), but no q_node "
+                    "the drafter's full distribution at each node (docs/spec.md §3), but no q_node "
                     "was given")
 
 
 def verify_chain(rule: NodeRule, z: jax.Array, p: jax.Array, q: jax.Array, x: jax.Array,
                  u: jax.Array, key: jax.Array, num_valid: jax.Array | int | None = None,
                  q_node: jax.Array | None = None) -> ChainResult:
-  """Generic chain driver (SPEC §2) for one row.
+  """Generic chain driver (docs/spec.md §2) for one row.
 
   Node i (0..K-1) has the single child x[i]; it is accepted iff
   ``u[i] < accept_prob``.  At the first rejection n the token is drawn from
@@ -285,7 +285,7 @@ def verify_tree(rule: NodeRule, z: jax.Array, p: jax.Array, q: jax.Array, x: jax
                 parent: jax.Array, u: jax.Array, key: jax.Array,
                 valid: jax.Array | None = None, q_node: jax.Array | None = None
                 ) -> TreeResult:
-  """Generic tree driver (SPEC §2) for one row.
+  """Generic tree driver (docs/spec.md §2) for one row.
 
   Node 0 is the root (the last committed token); nodes 1..N are draft nodes
   with ``parent[j] < j``.  Starting at the root, the children of the current
@@ -294,7 +294,7 @@ def verify_tree(rule: NodeRule, z: jax.Array, p: jax.Array, q: jax.Array, x: jax
   untried child left, the token is drawn from ``correction`` of its state.
 
   Rules with ``has_relaxed_fallback`` (MARS) are *strict before relaxed*
-  (SPEC §3): the children are tried with ``strict_accept_prob`` and, once all
+  (docs/spec.md §3): the children are tried with ``strict_accept_prob`` and, once all
   are rejected, the child with the highest positive ``relaxed_fallback``
   priority is accepted (a relaxed acceptance) before falling back to
   ``correction``.  Rules with ``needs_node_dist`` (CoS) build the state of a

@@ -15,7 +15,7 @@ draft model q, or loosen the lossless ratio test:
   regions).  ``l = 1`` is lossless.
 
 CoS (both variants) forms ``pi`` ONCE per node from the drafter's *full*
-distribution ``q_node`` at that node (SPEC §3), through the ``init_node``
+distribution ``q_node`` at that node (docs/spec.md §3), through the ``init_node``
 hook of :mod:`specjax.verifiers.base` (``needs_node_dist = True``), and then
 verifies the node's candidates losslessly against ``pi``: ``a = min(1,
 pi_cur(x) / q(x))``, ``pi_cur <- norm(max(0, pi_cur - q))``, correction
@@ -100,7 +100,7 @@ class _CombinedTarget(NodeRule):
 class CoS(_CombinedTarget):
   """CoS weighted ensemble: lossless verification of ``pi = lam p + (1 - lam) q_node``.
 
-  ``q_node`` is the drafter's full distribution at the node (SPEC §3).  For a
+  ``q_node`` is the drafter's full distribution at the node (docs/spec.md §3).  For a
   sampled draft (``q = q_node``): ``a = min(1, lam p(x)/q(x) + 1 - lam)``,
   residual ``norm(max(0, p - q))``; induced distribution ``pi`` for sampled
   and deterministic candidates alike (Revisiting Lossy Verification, weighted

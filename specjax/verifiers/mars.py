@@ -4,7 +4,7 @@ Let ``top1, top2`` be the two largest raw target logits ``z1 >= z2`` at the
 node.  The target is *indecisive* -- relaxation is active -- iff
 
 * ``margin="ratio"`` (the paper, Eq. 5): ``r = z2 / z1 > theta`` and, with
-  ``guard=True``, ``z1 > 0``.  **(choice, SPEC §3)**: the paper gives no rule
+  ``guard=True``, ``z1 > 0``.  **(choice, docs/spec.md §3)**: the paper gives no rule
   for ``z1 <= 0`` (there ``r >= 1`` and every node would relax; at ``z1 = 0`` the
   ratio is undefined); ``guard=False`` reproduces the bare ratio test, with
   ``r = 1`` for ``z1 = z2 = 0`` and ``r = -inf`` for ``z1 = 0 > z2``.
@@ -19,7 +19,7 @@ Greedy form (paper Algorithm 1, used when ``p`` is one-hot, i.e. T = 0):
 accept iff ``x = top1``, or ``x = top2`` and relaxation is active; on
 rejection emit ``top1`` (the driver truncates the rest of the draft).
 
-Sampled form (T > 0, ``sampled_mode="relax"``, the default; SPEC §3): MARS
+Sampled form (T > 0, ``sampled_mode="relax"``, the default; docs/spec.md §3): MARS
 only ever *relaxes* the base rule.  ``a = 1`` if relaxation is active and
 ``x in {top1, top2}``, otherwise the base rule's ``a`` (lossless
 ``min(1, p_cur(x)/q(x))`` by default); ``on_reject`` and ``correction`` are
@@ -43,7 +43,7 @@ Sums to 1; ``P >= p`` on T, and ``P = p`` when ``q <= p`` on T.
 ``x in {top1, top2}`` (drafts outside the top-2 are rejected with probability
 1, which is stricter than lossless) and emit from the unmodified base state.
 
-Trees (SPEC §3): strict before relaxed, via the ``relaxed_fallback`` hook of
+Trees (docs/spec.md §3): strict before relaxed, via the ``relaxed_fallback`` hook of
 :mod:`specjax.verifiers.base`.  The children are first tried with
 ``strict_accept_prob`` -- the base rule (greedy: ``x = top1``; ablation at an
 active node: ``x = top1``, state untouched) with its residual updates; only if
@@ -70,7 +70,7 @@ Relaxed-acceptance statistics: ``strict_accept_prob`` is the strict rule's
 probability -- ``1[x = top1]`` in greedy form (and for the ablation at active
 nodes), the base rule's ``accept_prob`` otherwise (lossless
 ``min(1, p_cur(x)/q(x))`` by default) -- so the drivers count
-``strict <= u < a`` as relaxed: accepted only because of MARS (SPEC §3).
+``strict <= u < a`` as relaxed: accepted only because of MARS (docs/spec.md §3).
 """
 
 from __future__ import annotations
@@ -182,7 +182,7 @@ class Mars(NodeRule):
   Relaxation active iff ``z2 / z1 > theta`` (and ``z1 > 0`` if ``guard``), or
   ``z1 - z2 < delta`` for ``margin="difference"``.  Greedy (p one-hot):
   ``a = 1[x = top1] + 1[x = top2 and active]``, correction ``onehot(top1)``.
-  Sampled (relax-only, SPEC §3): ``a = 1`` if active and ``x in {top1, top2}``,
+  Sampled (relax-only, docs/spec.md §3): ``a = 1`` if active and ``x in {top1, top2}``,
   else the base rule's ``a``; ``on_reject`` / ``correction`` the base's.
   Trees: strict before relaxed (``relaxed_fallback``, module docstring).
 
@@ -200,7 +200,7 @@ class Mars(NodeRule):
   Traced under jit (one compilation for a sweep): ``theta``, ``delta`` and
   the base rule's floats.  Static: ``guard``, ``margin``, ``adaptive``,
   ``sampled_mode`` and the base rule's kind.
-    sampled_mode: "relax" (default, SPEC §3) or "strict_ablation" (the earlier
+    sampled_mode: "relax" (default, docs/spec.md §3) or "strict_ablation" (the earlier
       form that rejects non-top-2 drafts outright while relaxation is active;
       an ablation, never the default).
   """

@@ -75,7 +75,7 @@ class _TruncationRule(NodeRule):
   lies outside A.
 
   ``on_reject`` zeroes x in ``p_cur`` and renormalises; ``correction`` is
-  ``p_cur`` restricted to A and renormalised **(choice, SPEC §3: the truncated
+  ``p_cur`` restricted to A and renormalised **(choice, docs/spec.md §3: the truncated
   target, so that with q -> p the chain output tends to p_A)**.  Since rejected
   tokens are outside A this equals ``p_A`` at every node.  **(choice)** Should
   the restriction ever carry no mass (every token of A rejected -- impossible
