@@ -130,11 +130,9 @@ def draft_timer(drafter, draft_params, target, target_params, prompts_tokens, pr
 
   def step(dp, carry):
     state, last, acc = carry
-    if drafter.tree:
-      tree, q, _, state = drafter.draft_tree(dp, state, prev, last, keys)
-      x = tree.tokens
-    else:
-      x, q, _, state = drafter.draft(dp, state, prev, last, keys)
+    draft = drafter.draft_tree if drafter.tree else drafter.draft
+    proposal, state = draft(dp, state, prev, last, keys)
+    x, q = proposal.tokens, proposal.q
     committed = jnp.concatenate([last[:, None], x[:, :drafter.max_accepted]], 1)
     state = drafter.commit(state, t_cache.lengths, committed, jnp.ones((b,), jnp.int32), hid)
     return state, x[:, 0], acc + jnp.sum(q)

@@ -9,6 +9,8 @@ attention output is zeroed, so its greedy text falls into a loop as a model
 repeating itself does) only changes param values, never the program.
 """
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -195,8 +197,8 @@ class _ClaimsUniformQ(PromptLookupDrafter):
   were sampled), so the lossless rule accepts a copy with min(1, V p(x)): lossy."""
 
   def draft(self, params, state, prev, last, keys):
-    x, q, q_node, state = super().draft(params, state, prev, last, keys)
-    return x, jnp.full_like(q, 1.0 / self.vocab), q_node, state
+    proposal, state = super().draft(params, state, prev, last, keys)
+    return dataclasses.replace(proposal, q=jnp.full_like(proposal.q, 1.0 / self.vocab)), state
 
 
 def _max_z(target, params, drafter, prompt, n_rows=1500, n_new=7):

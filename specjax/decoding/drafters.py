@@ -8,14 +8,15 @@ static); its params and state are pytrees passed in and out.  The protocol::
     state = drafter.prefill(params, tokens[B,P], lengths[B], cache_length,
                             target_hidden)            # [n_sel, B, P, H] or None
     # chains (drafter.strategy is strategies.CHAIN, drafter.tree == False):
-    x[B,K], q[B,K,V], q_node[B,K,V], state = drafter.draft(params, state, prev[B], last[B],
-                                                           keys[B])
+    proposal, state = drafter.draft(params, state, prev[B], last[B], keys[B])
     # trees (drafter.strategy is strategies.TREE), see decoding/tree.py for the layout:
-    tree: TreeDraft, q[B,N,V], q_node[B,N+1,V], state = drafter.draft_tree(params, state, prev,
-                                                                           last, keys)
+    proposal, state = drafter.draft_tree(params, state, prev, last, keys)
     state = drafter.commit(state, target_lengths[B], committed[B,D+1], num_committed[B],
                            target_hidden)             # [n_sel, B, D+1, H] or None
-    num_valid = drafter.num_valid(state)               # chains: [B] drafts offered, or None (K)
+
+A :class:`~specjax.decoding.proposal.Proposal` holds the drafts (``tokens``
+[B, K] or [B, N]), ``q``, ``q_node``, a tree's ``parents`` / ``depths`` and,
+for chains, ``num_valid`` ([B] drafts offered, or None: all K).
 
 Sizes have one name each: a chain drafter's ``num_draft`` is K, the drafts
 per step; a tree drafter's ``depth`` is the longest path (N, the node count,
@@ -52,6 +53,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.checks import ArgumentTypeError, check_int
+from specjax.decoding.proposal import Proposal
 from specjax.decoding.strategies import CHAIN, TREE
 from specjax.decoding.tree import TreeDraft, static_tree
 from specjax.distributions import SamplingConfig, probs_from_logits, sample_logits
@@ -125,20 +127,16 @@ class Drafter(Hyperparams):
     ``prefill`` (e.g. :meth:`Model.decode_params`); default ``params``."""
     return params
 
-  def draft(self, params, state, prev, last, keys):
+  def draft(self, params, state, prev, last, keys) -> tuple[Proposal, Any]:
+    """Chains: ``(Proposal, state)`` with K drafts per row (module docstring)."""
     raise NotImplementedError(f"{type(self).__name__} drafts trees only")
 
-  def draft_tree(self, params, state, prev, last, keys):
+  def draft_tree(self, params, state, prev, last, keys) -> tuple[Proposal, Any]:
+    """Trees: ``(Proposal, state)`` with N nodes per row and their parents / depths."""
     raise NotImplementedError(f"{type(self).__name__} drafts chains only")
 
   def commit(self, state, target_lengths, committed, num_committed, target_hidden=None):
     raise NotImplementedError
-
-  def num_valid(self, state):
-    """Chains: ``[B]`` int32 drafts (0..K) the last ``draft`` offers per row, read from
-    the state it returned; the loop verifies only those (``verify_chain``'s
-    ``num_valid``).  Default None: all K (model drafters always fill the chain)."""
-    return None
 
   @property
   def verify_buckets(self):
@@ -238,7 +236,7 @@ class LMDrafter(Drafter):
     q = jnp.concatenate([q0[:, None], jnp.swapaxes(qs, 0, 1)], axis=1)  # [B, K, V]
     q_node = (jnp.concatenate([n0[:, None], jnp.swapaxes(ns, 0, 1)], axis=1) if greedy
               else q)  # [B, K, V]
-    return x, q, q_node, cache
+    return Proposal(x, q, q_node), cache
 
   def commit(self, state: kvc.KVCache, target_lengths, committed=None, num_committed=None,
              target_hidden=None):
@@ -358,7 +356,8 @@ class LMTreeDrafter(Drafter):
     q_node = node_distribution(node_logits, self.sampling)  # [B, N+1, V]
     tree = TreeDraft(tokens, jnp.broadcast_to(jnp.asarray(parents), (b, n)),
                      jnp.broadcast_to(jnp.asarray(depths), (b, n)))
-    return tree, q, q_node, PendingState(cache, state.pending, state.num_pending)
+    return (Proposal.from_tree(tree, q, q_node),
+            PendingState(cache, state.pending, state.num_pending))
 
   def commit(self, state: PendingState, target_lengths, committed=None, num_committed=None,
              target_hidden=None):

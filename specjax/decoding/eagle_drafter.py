@@ -47,6 +47,7 @@ from specjax.checks import ArgumentTypeError, check_int
 from specjax.decoding.drafters import Drafter, node_distribution
 from specjax.decoding.strategies import CHAIN, TREE
 from specjax.distributions import SamplingConfig, sample_logits
+from specjax.decoding.proposal import Proposal
 from specjax.decoding.tree import TreeDraft, static_tree
 from specjax.models import kv_cache as kvc
 from specjax.models.eagle import EagleHead
@@ -284,7 +285,7 @@ class EagleDrafter(Drafter):
       q_node = jnp.concatenate([n0[:, None], jnp.swapaxes(ns, 0, 1)], axis=1)
     else:
       x, q, q_node = x0[:, None], q0[:, None], n0[:, None]
-    return x, q, (q_node if greedy else q), dataclasses.replace(state, cache=cache)
+    return Proposal(x, q, q_node if greedy else q), dataclasses.replace(state, cache=cache)
 
   def commit(self, state: EagleState, target_lengths, committed=None, num_committed=None,
              target_hidden=None) -> EagleState:
@@ -393,7 +394,8 @@ class EagleDrafter(Drafter):
       src = jnp.argmax(hit, axis=2)  # [B, N]
       got = jnp.take_along_axis(e_dist, src[:, :, None], 1)  # [B, N, V]
       q_node = q_node.at[:, 1:].set(jnp.where(jnp.any(hit, 2)[:, :, None], got, 0.0))
-    return tree, self._one_hot(tok), q_node, dataclasses.replace(state, cache=cache)
+    return (Proposal.from_tree(tree, self._one_hot(tok), q_node),
+            dataclasses.replace(state, cache=cache))
 
   def _static_tree(self, params, state: EagleState, last):
     """A fixed tree of rank paths: node = the rank-r token of its parent's distribution."""
@@ -429,4 +431,5 @@ class EagleDrafter(Drafter):
       q_node = q_node.at[:, ids + 1].set(node_distribution(logits, self.sampling))
     tree = TreeDraft(tok, jnp.broadcast_to(jnp.asarray(parents_np), (b, n)),
                      jnp.broadcast_to(jnp.asarray(depths_np), (b, n)))
-    return tree, self._one_hot(tok), q_node, dataclasses.replace(state, cache=cache)
+    return (Proposal.from_tree(tree, self._one_hot(tok), q_node),
+            dataclasses.replace(state, cache=cache))

@@ -24,7 +24,7 @@ row's text and the matching):
   copy, period = distance to the occurrence), so a repeated span is proposed
   in full.
 * **no match:** the draft is still K tokens (static shapes) but the drafter
-  reports ``num_valid = 0`` for the row (:meth:`num_valid`): the verifier
+  reports ``num_valid = 0`` for the row (``Proposal.num_valid``): the verifier
   offers none of them, the step emits the target's own next token exactly as
   target-only decoding would, and with ``buckets`` containing 0 (the default
   ``(0, K)``) a step in which *no* row matched runs the target over 1 token
@@ -53,6 +53,7 @@ import numpy as np
 from specjax.checks import check_int
 from specjax.decoding import token_history as th
 from specjax.decoding.drafters import Drafter
+from specjax.decoding.proposal import Proposal
 from specjax.distributions import SamplingConfig
 
 
@@ -153,10 +154,7 @@ class PromptLookupDrafter(Drafter):
     del params, prev, keys  # no model; deterministic
     x, num_valid = self.propose(state.history, last)
     q = jax.nn.one_hot(x, self.vocab, dtype=jnp.float32)  # [B, K, V]
-    return x, q, None, LookupState(state.history, num_valid)
-
-  def num_valid(self, state: LookupState) -> jax.Array:
-    return state.num_valid
+    return Proposal(x, q, None, num_valid=num_valid), LookupState(state.history, num_valid)
 
   def commit(self, state: LookupState, target_lengths, committed=None, num_committed=None,
              target_hidden=None) -> LookupState:

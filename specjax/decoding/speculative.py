@@ -45,6 +45,7 @@ from specjax.decoding.arguments import (check_model_params, check_position_range
                                         check_tokenizers)
 from specjax.decoding.drafters import Drafter
 from specjax.decoding.loop_state import SpecInputs, SpecState, SpecStats, StepRecord
+from specjax.decoding.strategies import VerifyInputs
 from specjax.decoding.prompts import (eos_tuple, is_eos, prepare_prompts,
                                       resolve_cache_length)
 from specjax.distributions import SamplingConfig, sample_logits
@@ -225,9 +226,12 @@ def speculative_step(loop: SpecLoop, inputs: SpecInputs, state: SpecState
                                             proposal.tokens, proposal.q, active)
   if proposal.num_valid is not None:  # the drafter offers fewer (prompt lookup: 0 without a match)
     gamma = jnp.where(active, jnp.minimum(gamma, proposal.num_valid), 0).astype(jnp.int32)
-  v = strategy.verify(target, inputs.target_params, state.target_cache, verifier, sampling,
-                      last, proposal, gamma, split[:, 1], split[:, 2], active, depth,
-                      drafter.verify_buckets if policy is None else policy.buckets)
+  buckets = drafter.verify_buckets if policy is None else policy.buckets
+  v = strategy.verify(VerifyInputs(
+      target=target, depth=depth, buckets=None if buckets is None else tuple(buckets),
+      target_params=inputs.target_params, cache=state.target_cache, verifier=verifier,
+      sampling=sampling, last=last, proposal=proposal, gamma=gamma, u_keys=split[:, 1],
+      verify_keys=split[:, 2], active=active))
   nacc, t_cache = v.num_accepted, v.cache
   # --- commit: drafter / policy learn what the target kept.
   committed = jnp.concatenate([last[:, None], v.path_tokens], 1)  # [B, D+1]

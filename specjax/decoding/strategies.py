@@ -7,9 +7,10 @@ calls in order::
 
     proposal, d_state = strategy.propose(drafter, draft_params, d_state,
                                          prev[B], last[B], keys[B])
-    verdict = strategy.verify(target, target_params, target_cache, verifier,
-                              sampling, last[B], proposal, gamma[B], u_keys[B],
-                              verify_keys[B], active[B], depth, buckets)
+    verdict = strategy.verify(VerifyInputs(target, depth, buckets, target_params,
+                                           target_cache, verifier, sampling, last[B],
+                                           proposal, gamma[B], u_keys[B],
+                                           verify_keys[B], active[B]))
 
 * :data:`CHAIN` -- ``drafter.draft`` proposes K tokens; the target runs over
   ``[last, x_1..x_b]`` (``b`` the smallest verify-length bucket covering
@@ -22,47 +23,73 @@ calls in order::
 
 Either way the step gets the same :class:`Verdict`, so everything after
 verification (drafter / policy commit, output, statistics) is shared.
-``depth`` below is ``drafter.max_accepted``: the most drafts one step can
-accept (K for a chain, the tree depth for a tree).
+``depth`` is ``drafter.max_accepted``: the most drafts one step can accept
+(K for a chain, the tree depth for a tree).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
 
+from specjax.decoding.proposal import Proposal
 from specjax.decoding.tree import ancestor_mask, with_root
-from specjax.distributions import probs_from_logits
+from specjax.distributions import SamplingConfig, probs_from_logits
 from specjax.models import kv_cache as kvc
 from specjax.verifiers.base import verify_chain, verify_tree
+
+__all__ = ["Proposal", "VerifyInputs", "Verdict", "ChainStrategy", "TreeStrategy", "CHAIN",
+           "TREE"]
+
+
+def _static():
+  return dataclasses.field(metadata=dict(static=True))
 
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
-class Proposal:
-  """One step's drafts for every row (N = K for a chain, the node count for a tree).
+class VerifyInputs:
+  """Everything ``strategy.verify`` reads in one step (B rows, D = ``depth``).
+
+  Static (they select the compiled program):
 
   Attributes:
-    tokens: [B, N] int32 draft tokens (tree: node j has tree index j + 1).
-    q: [B, N, V] distribution each draft was drawn from (one-hot for top-k drafts).
-    q_node: [B, N, V] (chain) or [B, N+1, V] (tree, row 0 the root) the
-      drafter's full distribution at each position / node; a chain without one
-      uses ``q``; None for a tree drafter that does not supply it.
-    parents: [B, N] int32 tree index of each node's parent (0 = root); None for chains.
-    depths: [B, N] int32 depth of each node (root = 0); None for chains.
-    num_valid: [B] int32 drafts the drafter offers per row (chains, ``drafter.num_valid``:
-      a model-free drafter without a match offers 0); None: all of them.
+    target: the target ``Model``.
+    depth: D, the most drafts one step can accept (``drafter.max_accepted``).
+    buckets: sorted verify lengths the chain forward is compiled for (a
+      policy's or ``drafter.verify_buckets``), or None: always K.
+
+  Traced:
+
+  Attributes:
+    target_params: the target's decode params.
+    cache: the target's KV cache before this step (``lengths [B]``).
+    verifier: the node rule, a pytree whose float hyperparameters are traced.
+    sampling: the target's ``SamplingConfig``.
+    last: [B] int32 the token emitted last step (in no cache yet).
+    proposal: the drafter's :class:`Proposal` (chains: ``q_node`` filled).
+    gamma: [B] int32 drafts verified per row (0..K; trees: N, unused).
+    u_keys: [B] PRNG keys for the acceptance uniforms.
+    verify_keys: [B] PRNG keys for the emitted token.
+    active: [B] bool rows still RUNNING (others commit nothing).
   """
 
-  tokens: jax.Array
-  q: jax.Array
-  q_node: Optional[jax.Array]
-  parents: Optional[jax.Array] = None
-  depths: Optional[jax.Array] = None
-  num_valid: Optional[jax.Array] = None
+  target: Any = _static()
+  depth: int = _static()
+  buckets: Optional[tuple] = _static()
+  target_params: Any
+  cache: kvc.KVCache
+  verifier: Any
+  sampling: SamplingConfig
+  last: jax.Array
+  proposal: Proposal
+  gamma: jax.Array
+  u_keys: jax.Array
+  verify_keys: jax.Array
+  active: jax.Array
 
 
 @jax.tree_util.register_dataclass
@@ -134,35 +161,59 @@ def _hidden_at(hidden, node_ids):
   return jnp.take_along_axis(hidden, node_ids[None, :, :, None], axis=2)
 
 
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class _ChainDecision:
+  """One step's chain verification for every row (K drafts).
+
+  Attributes:
+    num_accepted: [B] int32 accepted drafts, 0..gamma.
+    token: [B] int32 the emitted token.
+    accepted: [B, K] bool draft i accepted.
+    num_relaxed: [B] int32 acceptances only a lossy relaxation allowed.
+  """
+
+  num_accepted: jax.Array
+  token: jax.Array
+  accepted: jax.Array
+  num_relaxed: jax.Array
+
+
+def _node_chain(rule, z, p, q, x, u, keys, gamma, q_node) -> _ChainDecision:
+  """A node rule over every row: ``verify_chain`` (z, p [B, K+1, V]; q, q_node
+  [B, K, V]; x, u [B, K]; keys, gamma [B])."""
+  res = jax.vmap(lambda zz, pp, qq, xx, uu, kk, g, qn: verify_chain(
+      rule, zz, pp, qq, xx, uu, kk, num_valid=g, q_node=qn))(z, p, q, x, u, keys, gamma, q_node)
+  return _ChainDecision(res.num_accepted, res.token, res.accepted,
+                        jnp.sum(res.relaxed, 1).astype(jnp.int32))
+
+
 class ChainStrategy:
   """K drafts in a row, verified by ``verify_chain`` (see the module docstring)."""
 
   tree = False
 
-  def propose(self, drafter, params, state, prev, last, keys):
-    x, q, q_node, state = drafter.draft(params, state, prev, last, keys)
-    # A sampled chain's q is its node distribution (validate_pair checks the rest).
-    return Proposal(x, q, q if q_node is None else q_node,
-                    num_valid=drafter.num_valid(state)), state
+  def propose(self, drafter, params, state, prev, last, keys) -> tuple[Proposal, Any]:
+    proposal, state = drafter.draft(params, state, prev, last, keys)
+    if proposal.q_node is None:  # A sampled chain's q is its node distribution
+      proposal = dataclasses.replace(proposal, q_node=proposal.q)  # (validate_pair: the rest).
+    return proposal, state
 
-  def verify(self, target, target_params, t_cache, verifier, sampling, last,
-             proposal: Proposal, gamma, u_keys, verify_keys, active, depth: int,
-             buckets) -> Verdict:
+  def verify(self, inputs: VerifyInputs) -> Verdict:
+    proposal, gamma = inputs.proposal, inputs.gamma
     x, q = proposal.tokens, proposal.q
     b, k = x.shape
-    z, hidden, o_cache, processed = _chain_forward(target, target_params, t_cache, last, x,
-                                                   gamma, buckets)
-    p = probs_from_logits(z, sampling)
-    u = jax.vmap(lambda kk: jax.random.uniform(kk, (k,)))(u_keys)
-    res = jax.vmap(lambda zz, pp, qq, xx, uu, kk, g, qn: verify_chain(
-        verifier, zz, pp, qq, xx, uu, kk, num_valid=g, q_node=qn))(
-            z, p, q, x, u, verify_keys, gamma, proposal.q_node)
+    z, hidden, o_cache, processed = _chain_forward(inputs.target, inputs.target_params,
+                                                   inputs.cache, inputs.last, x, gamma,
+                                                   inputs.buckets)
+    p = probs_from_logits(z, inputs.sampling)
+    u = jax.vmap(lambda kk: jax.random.uniform(kk, (k,)))(inputs.u_keys)
+    res = _node_chain(inputs.verifier, z, p, q, x, u, inputs.verify_keys, gamma, proposal.q_node)
     nacc = res.num_accepted
-    cache = kvc.commit(o_cache, jnp.where(active, nacc + 1, 0))
+    cache = kvc.commit(o_cache, jnp.where(inputs.active, nacc + 1, 0))
     node_ids = jnp.broadcast_to(jnp.arange(k + 1)[None, :], (b, k + 1))
-    return Verdict(cache, nacc, res.token, x, res.accepted,
-                   jnp.sum(res.relaxed, 1).astype(jnp.int32), _hidden_at(hidden, node_ids),
-                   processed)
+    return Verdict(cache, nacc, res.token, x, res.accepted, res.num_relaxed,
+                   _hidden_at(hidden, node_ids), processed)
 
 
 class TreeStrategy:
@@ -170,32 +221,31 @@ class TreeStrategy:
 
   tree = True
 
-  def propose(self, drafter, params, state, prev, last, keys):
-    tree, q, q_node, state = drafter.draft_tree(params, state, prev, last, keys)
-    return Proposal(tree.tokens, q, q_node, tree.parents, tree.depths), state
+  def propose(self, drafter, params, state, prev, last, keys) -> tuple[Proposal, Any]:
+    return drafter.draft_tree(params, state, prev, last, keys)
 
-  def verify(self, target, target_params, t_cache, verifier, sampling, last,
-             proposal: Proposal, gamma, u_keys, verify_keys, active, depth: int,
-             buckets) -> Verdict:
-    del gamma, buckets  # every node is verified (no verify-length policy for trees)
+  def verify(self, inputs: VerifyInputs) -> Verdict:
+    # Every node is verified (gamma and buckets unused: no verify-length policy for trees).
+    target, t_cache, verifier, last = inputs.target, inputs.cache, inputs.verifier, inputs.last
+    proposal, depth, active = inputs.proposal, inputs.depth, inputs.active
     q, q_node = proposal.q, proposal.q_node
     b, n_nodes = proposal.tokens.shape
     x_full = jnp.concatenate([last[:, None], proposal.tokens], 1)  # [B, N+1]
     parents = with_root(proposal.parents)  # [B, N+1]
     depths = jnp.concatenate([jnp.zeros((b, 1), jnp.int32), proposal.depths], 1)
     mask = jax.vmap(ancestor_mask)(parents)  # [B, N+1, N+1]
-    o = target.apply(target_params, x_full, t_cache.lengths[:, None] + depths, t_cache,
+    o = target.apply(inputs.target_params, x_full, t_cache.lengths[:, None] + depths, t_cache,
                      attn_mask=mask)
     z = o.logits  # [B, N+1, V]
-    p = probs_from_logits(z, sampling)
+    p = probs_from_logits(z, inputs.sampling)
     q_full = jnp.concatenate([jnp.zeros_like(q[:, :1]), q], 1)
-    u = jax.vmap(lambda kk: jax.random.uniform(kk, (n_nodes + 1,)))(u_keys)
+    u = jax.vmap(lambda kk: jax.random.uniform(kk, (n_nodes + 1,)))(inputs.u_keys)
     if q_node is None:  # validate_pair: the verifier does not need it
       res = jax.vmap(lambda *a: verify_tree(verifier, *a))(z, p, q_full, x_full, parents, u,
-                                                            verify_keys)
+                                                            inputs.verify_keys)
     else:
       res = jax.vmap(lambda *a, qn: verify_tree(verifier, *a, q_node=qn))(
-          z, p, q_full, x_full, parents, u, verify_keys, qn=q_node)
+          z, p, q_full, x_full, parents, u, inputs.verify_keys, qn=q_node)
     nacc = jnp.minimum(res.num_accepted, depth)
     path = res.path[:, :depth]  # [B, D] tree indices of accepted nodes
     gathered = kvc.gather_path(o.cache, path, jnp.where(active, nacc, 0))

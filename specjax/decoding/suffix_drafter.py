@@ -51,6 +51,7 @@ from specjax.checks import check_int
 from specjax.decoding import token_history as th
 from specjax.decoding.drafters import Drafter
 from specjax.decoding.strategies import TREE
+from specjax.decoding.proposal import Proposal
 from specjax.decoding.tree import TreeDraft
 from specjax.distributions import SamplingConfig
 
@@ -196,7 +197,7 @@ class SuffixTreeDrafter(Drafter):
     del params, prev, keys  # no model; deterministic
     cand = self.candidates(state, last)
     q = jax.nn.one_hot(cand.tree.tokens, self.vocab, dtype=jnp.float32)  # [B, N, V]
-    return cand.tree, q, cand.q_node, state
+    return Proposal.from_tree(cand.tree, q, cand.q_node), state
 
   def commit(self, state: th.TokenHistory, target_lengths, committed=None, num_committed=None,
              target_hidden=None) -> th.TokenHistory:

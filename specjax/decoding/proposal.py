@@ -1,0 +1,58 @@
+"""What a drafter hands the loop each step: one :class:`Proposal` per batch.
+
+Every drafter's ``draft`` (chains) and ``draft_tree`` (trees) returns
+``(Proposal, state)``.  The class lives here, apart from the drafters and the
+strategies (:mod:`specjax.decoding.strategies`), so both import it without a
+cycle.  Tree layout (tree indices, parents before children): see
+:mod:`specjax.decoding.tree`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import jax
+
+from specjax.decoding.tree import TreeDraft
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Proposal:
+  """One step's drafts for every row (N = K for a chain, the node count for a tree).
+
+  Attributes:
+    tokens: [B, N] int32 draft tokens (tree: node j has tree index j + 1).
+    q: [B, N, V] distribution each draft was drawn from (one-hot for greedy /
+      top-k drafts).
+    q_node: [B, N, V] (chain) or [B, N+1, V] (tree, row 0 the root) the
+      drafter's full distribution at each position / node, or None when the
+      drafter does not supply it (``supplies_node_dist = False``; the chain
+      strategy then uses ``q``, right for sampled chains).
+    parents: [B, N] int32 tree index of each node's parent (0 = root); None for chains.
+    depths: [B, N] int32 depth of each node (root = 0, so >= 1); None for chains.
+    num_valid: [B] int32 drafts the drafter offers per row (chains: a
+      model-free drafter without a match offers 0); None: all N.
+  """
+
+  tokens: jax.Array
+  q: jax.Array
+  q_node: Optional[jax.Array] = None
+  parents: Optional[jax.Array] = None
+  depths: Optional[jax.Array] = None
+  num_valid: Optional[jax.Array] = None
+
+  @classmethod
+  def from_tree(cls, tree: TreeDraft, q: jax.Array,
+                q_node: Optional[jax.Array] = None) -> "Proposal":
+    """A tree proposal from a :class:`TreeDraft` ([B, N] tokens / parents / depths),
+    ``q [B, N, V]`` and ``q_node [B, N+1, V]`` (or None)."""
+    return cls(tree.tokens, q, q_node, tree.parents, tree.depths)
+
+  @property
+  def tree(self) -> Optional[TreeDraft]:
+    """The :class:`TreeDraft` of a tree proposal; None for a chain."""
+    if self.parents is None:
+      return None
+    return TreeDraft(self.tokens, self.parents, self.depths)
