@@ -115,7 +115,8 @@ def make_reference(head, target, k):
   return ref
 
 
-@pytest.mark.parametrize("kind,reduced", [("eagle1", False), ("eagle3", True)])
+@pytest.mark.parametrize("kind,reduced", [pytest.param("eagle1", False, marks=pytest.mark.slow),
+                                           ("eagle3", True)])
 def test_drafter_cache_bookkeeping_matches_recompute(kind, reduced):
   """prefill -> (draft, commit n+1 tokens) steps with per-row counts reproduce the
   drafts of a head recomputed from scratch on each row's committed context."""
@@ -139,7 +140,8 @@ def test_drafter_cache_bookkeeping_matches_recompute(kind, reduced):
   for accepted in ([0, 2], [3, 1], [1, 0]):
     last = seqs[rows, lengths]
     prev = seqs[rows, lengths - 1]
-    x, q, q_node, state = draft(params, state, prev, last, keys)
+    proposal, state = draft(params, state, prev, last, keys)
+    x, q, q_node = proposal.tokens, proposal.q, proposal.q_node
     np.testing.assert_array_equal(np.asarray(q_node), np.asarray(q))  # sampled chain: q_node = q
     for r in range(2):
       want = ref(p, tp, d2t_j, seqs[r], jnp.int32(lengths[r]), x[r])
@@ -185,7 +187,8 @@ def test_tree_drafts_are_valid_and_static_tree_matches_chain():
   assert dyn.tree and dyn.tokens_per_step == 11
   run = lambda d: jax.jit(lambda *a: (d.draft_tree if d.tree else d.draft)(
       params, d.prefill(params, seqs, lengths, 24, hid), *a))(prev, last, keys)
-  tree, q, q_node, _ = run(dyn)
+  proposal, _ = run(dyn)
+  tree, q, q_node = proposal.tree, proposal.q, proposal.q_node
   _check_tree(tree, 3, 10, set(DRAFT_IDS.tolist()))
   assert np.allclose(np.asarray(q), np.asarray(jax.nn.one_hot(tree.tokens, V)))
   # q_node: the head's full (T = 1, greedy drafter) distribution at every node with children,
@@ -202,9 +205,11 @@ def test_tree_drafts_are_valid_and_static_tree_matches_chain():
   st = EagleDrafter(sampling=GREEDY, head=head, tree_kind="static",
                     tree_paths=paths)
   chain = EagleDrafter(num_draft=3, sampling=GREEDY, head=head)
-  tree_s, _, qn_s, _ = run(st)
+  proposal_s, _ = run(st)
+  tree_s, qn_s = proposal_s.tree, proposal_s.q_node
   _check_tree(tree_s, 3, len(paths))
-  x, _, qn_c, _ = run(chain)
+  proposal_c, _ = run(chain)
+  x, qn_c = proposal_c.tokens, proposal_c.q_node
   # Greedy chain: q is one-hot but q_node is the head's softmax; the static tree's spine
   # nodes have the chain's node distributions.
   np.testing.assert_allclose(np.asarray(qn_s)[:, [0, 1, 3]], np.asarray(qn_c), atol=1e-5)

@@ -127,6 +127,7 @@ def _tiny_config(tmp_path, **over):
   return c
 
 
+@pytest.mark.slow  # the main job's end-to-end test stays in the default suite
 def test_compare_verifiers_end_to_end(tmp_path):
   """Target-only + lossless chain at T = 0 and T = 1 (with the first-token KL), resumable."""
   from experiments import compare_verifiers as cv

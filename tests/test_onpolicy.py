@@ -52,12 +52,19 @@ def _sequences(d):
           for s in features.FeatureStore(str(d)).iter_sequences()]
 
 
-def test_greedy_answers_are_generate_and_features_equal_a_second_pass(tmp_path, target):
+@pytest.fixture(scope="module")
+def full_store(tmp_path_factory, target):
+  """The store of an uninterrupted build over ``_prompts()`` (built once)."""
+  d = tmp_path_factory.mktemp("full")
+  return d, _build(d, target, _prompts())
+
+
+def test_greedy_answers_are_generate_and_features_equal_a_second_pass(target, full_store):
   model, params = target
   prompts = _prompts()
-  m = _build(tmp_path, target, prompts)
+  d, m = full_store
   assert [s["temperature"] for s in m["shards"]] == [0.0, 1.0]
-  seqs = _sequences(tmp_path)
+  seqs = _sequences(d)
   assert len(seqs) == len(prompts)
   ref = generate(model, params, [list(p.ids) for p in prompts[:3]],
                  max_new_tokens=MIX.max_new_tokens, eos_token_id=EOS).to_lists()
@@ -82,20 +89,20 @@ def test_greedy_answers_are_generate_and_features_equal_a_second_pass(tmp_path, 
   assert ends_at_eos >= 1, "no answer ended at EOS: the test does not cover the EOS stop"
 
 
-def test_interrupted_build_resumes_to_the_same_store(tmp_path, target):
+def test_interrupted_build_resumes_to_the_same_store(tmp_path, target, full_store):
   prompts = _prompts()
-  full = _build(tmp_path / "full", target, prompts)
+  full_dir, full = full_store
   part = _build(tmp_path / "part", target, prompts, max_loss_tokens=1)  # stops after shard 0
   assert len(part["shards"]) == 1
   resumed = _build(tmp_path / "part", target, prompts)
   assert [s["num_loss_tokens"] for s in resumed["shards"]] == \
          [s["num_loss_tokens"] for s in full["shards"]]
-  for a, b in zip(_sequences(tmp_path / "full"), _sequences(tmp_path / "part")):
+  for a, b in zip(_sequences(full_dir), _sequences(tmp_path / "part")):
     for k in a:
       np.testing.assert_array_equal(a[k], b[k])
   with pytest.raises(ValueError, match="generation"):
     model, params = target
-    onpolicy.build_onpolicy_store(str(tmp_path / "full"), model, params, prompts, config=CFG,
+    onpolicy.build_onpolicy_store(str(full_dir), model, params, prompts, config=CFG,
                                   mix=dataclasses.replace(MIX, seed=1), target_sha256="abc",
                                   eos_token_id=EOS, progress=False)
 

@@ -5,6 +5,7 @@ import json
 import os
 
 import numpy as np
+import pytest
 
 from experiments import proposition_reports as reports
 from experiments import proposition_sweep as lp
@@ -49,6 +50,7 @@ def test_contexts_tiny_shapes():
   np.testing.assert_array_equal(ctx.next_token, windows[ctx.window, ctx.position + 1])
 
 
+@pytest.mark.slow  # the binary end to end (65 s); the main job's end-to-end test stays
 def test_binary_end_to_end_and_restart(tmp_path):
   c = _tiny_config()
   out = str(tmp_path / "run")

@@ -93,6 +93,7 @@ def ctx(tiny_set, tmp_path, monkeypatch):
   return out
 
 
+@pytest.mark.slow  # a whole evaluated row on the chat set-up (49 s)
 def test_real_model_context(ctx):
   """A chat model: chat prompts from data.prompt_sets, both drafters, no parse fraction."""
   assert ctx.calls == [{"n": 2, "sets": ("sharegpt", "humaneval"), "max_tokens": 32, "seed": 0}]

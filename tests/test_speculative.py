@@ -239,6 +239,7 @@ def test_tree_lossless_reproduces_target_distribution(pair):
   assert np.abs(z).max() < 4.5, z
 
 
+@pytest.mark.slow  # tests/test_models.py checks the decode-params forward in the default suite
 def test_prepared_decode_params(pair):
   """Target and draft params prepared once with Model.decode_params (per-layer trees)
   give the same tokens and statistics as the stored (stacked) params, greedy and sampled."""
@@ -255,6 +256,7 @@ def test_prepared_decode_params(pair):
       np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
+@pytest.mark.slow  # compiles the step and the whole loop twice (33 s)
 def test_host_loop_of_the_jitted_step_matches_the_while_loop(pair):
   """The one step, called from a host loop (jit_init / jit_step, as SV calibration
   and streaming callers do), gives the while_loop's tokens and statistics bit for bit,

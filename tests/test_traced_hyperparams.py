@@ -190,6 +190,7 @@ def test_generate_temperature_and_top_p_sweeps_compile_once(models):
   assert fn._cache_size() == before + 3
 
 
+@pytest.mark.slow  # the single-device sweeps' compile-once tests stay
 def test_sharded_sweep_compiles_once(models, monkeypatch):
   """The mesh path (parallel.run_sharded) traces the loop once for a sweep of
   temperature (target and drafter) and theta; results match one device."""
