@@ -53,6 +53,26 @@ def parse_rules(spec: str) -> list[tuple[str, dict]]:
 
 # lookup_chain / suffix_tree: the model-free drafters (prompt lookup; SuffixDecoding-style tree).
 DRAFTERS = ("chain", "tree", "eagle_chain", "eagle_tree", "lookup_chain", "suffix_tree")
+TREE_DRAFTERS = ("tree", "eagle_tree", "suffix_tree")
+
+
+def path_rule_names(rules: list[tuple[str, dict]]) -> list[str]:
+  """The path rules (e.g. ``block``) among :func:`parse_rules` output: chains only."""
+  from specjax import verifiers
+  path = set(verifiers.available("path"))
+  return [name for name, _ in rules if name in path]
+
+
+def check_path_rules_on_trees(rules: list[tuple[str, dict]], drafters) -> None:
+  """``ValueError`` naming the rule and drafter when a path rule (chains only) is
+  asked of a tree drafter: trees need a tree path rule, not implemented yet."""
+  path = path_rule_names(rules)
+  trees = [d for d in drafters if d in TREE_DRAFTERS]
+  if path and trees:
+    raise ValueError(f"rules={path} are path rules for chain drafters; drafters={trees} "
+                     f"propose trees, which need a tree path rule (traversal verification, "
+                     f"not implemented yet); allowed drafters for them: "
+                     f"{[d for d in DRAFTERS if d not in TREE_DRAFTERS]}")
 
 
 def validate_config(c) -> None:
@@ -77,6 +97,7 @@ def validate_config(c) -> None:
   except (ValueError, TypeError) as e:
     raise ValueError(f"tree_paths={c.tree_paths!r} is not a JSON list of rank paths such as "
                      f"[[0], [1], [0, 0]]: {e}") from None
+  check_path_rules_on_trees(parse_rules(c.rules), drafters)
   if "tree" in drafters:
     from specjax.decoding.tree import static_tree
     static_tree(paths)
@@ -140,6 +161,7 @@ def default_rows(c) -> list[dict]:
   validate_config(c)
   rows = []
   rules = parse_rules(c.rules)
+  path_rules = path_rule_names(rules)
   drafters = list(c.drafters)
   eagle = ("eagle_chain", "eagle_tree")
   if c.eagle_dir not in ("", "none") and not any(d in eagle for d in drafters):
@@ -150,6 +172,8 @@ def default_rows(c) -> list[dict]:
       k = drafter_depth(c, d)
       extra = drafter_extra(c, d)
       for name, hp in rules:
+        if d in TREE_DRAFTERS and name in path_rules:
+          continue  # an EAGLE tree added for a head (validate_config refuses explicit ones)
         rows.append(make_row(c, kind="spec", drafter=d, temperature=t, num_draft=k, rule=name,
                              hparams=hp, extra=extra))
       if t > 0 and c.matched_baselines:

@@ -122,7 +122,7 @@ class SpecInputs:
   """Loop-invariant traced inputs of ``speculative_step``."""
 
   drafter: Any               # Drafter pytree (sampling values traced, shapes static)
-  verifier: Any              # NodeRule pytree (theta, lam, ... traced)
+  verifier: Any              # NodeRule or (chains) PathRule pytree (theta, lam, ... traced)
   sampling: Any              # the target's SamplingConfig pytree
   target_params: Any         # target decode params (Model.decode_params)
   draft_params: Any          # drafter decode params (Drafter.decode_params)

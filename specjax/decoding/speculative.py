@@ -45,12 +45,13 @@ from specjax.decoding.arguments import (check_model_params, check_position_range
                                         check_tokenizers)
 from specjax.decoding.drafters import Drafter
 from specjax.decoding.loop_state import SpecInputs, SpecState, SpecStats, StepRecord
-from specjax.decoding.strategies import VerifyInputs
+from specjax.decoding.strategies import VerifyInputs, check_rule_for_strategy
 from specjax.decoding.prompts import (eos_tuple, is_eos, prepare_prompts,
                                       resolve_cache_length)
 from specjax.distributions import SamplingConfig, sample_logits
 from specjax.models.transformer import Model
 from specjax.verifiers.base import NodeRule
+from specjax.verifiers.path import PathRule
 
 __all__ = ["SpecLoop", "SpecResult", "SpecStats", "SpecState", "SpecInputs", "StepRecord",
            "speculative_init", "speculative_step", "jit_init", "jit_step", "speculative_core",
@@ -294,9 +295,10 @@ def speculative_core(target: Model, drafter: Drafter, verifier: NodeRule, policy
 def validate_pair(target: Model, drafter: Drafter, verifier: NodeRule,
                   allow_tokenizer_mismatch: bool = False) -> None:
   """Boundary checks shared by the speculative entry points."""
-  if not isinstance(verifier, NodeRule):
-    raise ArgumentTypeError(f"verifier must be a NodeRule (e.g. specjax.verifiers.get('lossless')), "
-                    f"got {type(verifier).__name__}")
+  if not isinstance(verifier, (NodeRule, PathRule)):
+    raise ArgumentTypeError(f"verifier must be a NodeRule or a PathRule (e.g. "
+                            f"specjax.verifiers.get('lossless') or get('block')), "
+                            f"got {type(verifier).__name__}")
   if not isinstance(drafter, Drafter):
     raise ArgumentTypeError(f"drafter must be a specjax Drafter, got {type(drafter).__name__}")
   if not isinstance(target, Model):
@@ -307,6 +309,7 @@ def validate_pair(target: Model, drafter: Drafter, verifier: NodeRule,
   draft_model = getattr(drafter, "model", None)
   if isinstance(draft_model, Model):
     check_tokenizers(target, draft_model.config, allow_tokenizer_mismatch)
+  check_rule_for_strategy(verifier, drafter.tree)
   reason = node_dist_missing(drafter, verifier)
   if reason:
     raise ValueError(reason)
@@ -317,7 +320,7 @@ def node_dist_missing(drafter: Drafter, verifier: NodeRule) -> str:
   that needs the drafter's full distribution at each node (CoS, docs/spec.md §3) with a
   drafter that does not supply it and drafts deterministically (one-hot q).  A
   sampled chain's q is its node distribution, so it always works."""
-  if (verifier.needs_node_dist and not drafter.supplies_node_dist
+  if (getattr(verifier, "needs_node_dist", False) and not drafter.supplies_node_dist
       and (drafter.tree or drafter.sampling.greedy)):
     return (f"verifier {type(verifier).__name__} ({verifier.name!r}) needs the drafter's full "
             f"distribution at each node (docs/spec.md §3), but drafter {type(drafter).__name__} does "
@@ -340,7 +343,8 @@ def speculative_generate(target: Model, target_params, drafter: Drafter, draft_p
     target, target_params: the target model.
     drafter, draft_params: e.g. ``LMDrafter(num_draft=K, sampling=..., model=draft_model)``
       (a chain of K drafts) or ``LMTreeDrafter(model=draft_model, paths=...)`` (a tree).
-    verifier: a node rule (``specjax.verifiers.get(name, **hparams)``).
+    verifier: a node rule (``specjax.verifiers.get(name, **hparams)``) or, for chain
+      drafters, a path rule (``specjax.verifiers.get("block")``).
     prompts: list of token-id lists or ``(tokens [B, P], lengths [B])``.
     max_new_tokens: tokens to generate per row.
     sampling: the target's temperature / processors (T = 0: greedy).

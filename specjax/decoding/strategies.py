@@ -14,12 +14,15 @@ calls in order::
 
 * :data:`CHAIN` -- ``drafter.draft`` proposes K tokens; the target runs over
   ``[last, x_1..x_b]`` (``b`` the smallest verify-length bucket covering
-  ``max(gamma)``, K without a policy); ``verify_chain`` accepts a prefix;
-  ``n + 1`` tokens are committed to the target cache (per-row cursor).
+  ``max(gamma)``, K without a policy); the rule accepts a prefix --
+  ``verify_chain`` for a node rule, ``verify_path`` for a path rule
+  (:mod:`specjax.verifiers.path`, e.g. block verification); ``n + 1`` tokens
+  are committed to the target cache (per-row cursor).
 * :data:`TREE` -- ``drafter.draft_tree`` proposes N nodes (``tree.py``
   layout); the target runs over the root and every node under the ancestor
   mask at positions prefix + depth; ``verify_tree`` accepts one root-to-node
   path, which ``kv_cache.gather_path`` moves to contiguous slots and commits.
+  Node rules only: a tree needs a tree path rule for path-level verification.
 
 Either way the step gets the same :class:`Verdict`, so everything after
 verification (drafter / policy commit, output, statistics) is shared.
@@ -37,12 +40,13 @@ import jax.numpy as jnp
 
 from specjax.decoding.proposal import Proposal
 from specjax.decoding.tree import ancestor_mask, with_root
-from specjax.distributions import SamplingConfig, probs_from_logits
+from specjax.distributions import SamplingConfig, probs_from_logits, sample_from_probs
 from specjax.models import kv_cache as kvc
 from specjax.verifiers.base import verify_chain, verify_tree
+from specjax.verifiers.path import PathRule
 
 __all__ = ["Proposal", "VerifyInputs", "Verdict", "ChainStrategy", "TreeStrategy", "CHAIN",
-           "TREE"]
+           "TREE", "check_rule_for_strategy"]
 
 
 def _static():
@@ -67,7 +71,8 @@ class VerifyInputs:
   Attributes:
     target_params: the target's decode params.
     cache: the target's KV cache before this step (``lengths [B]``).
-    verifier: the node rule, a pytree whose float hyperparameters are traced.
+    verifier: the rule, a node rule or (chains) a path rule; a pytree whose
+      float hyperparameters are traced.
     sampling: the target's ``SamplingConfig``.
     last: [B] int32 the token emitted last step (in no cache yet).
     proposal: the drafter's :class:`Proposal` (chains: ``q_node`` filled).
@@ -161,6 +166,16 @@ def _hidden_at(hidden, node_ids):
   return jnp.take_along_axis(hidden, node_ids[None, :, :, None], axis=2)
 
 
+def check_rule_for_strategy(rule, tree: bool) -> None:
+  """``ValueError`` (before tracing) for a path rule on a tree: traversal
+  verification, the tree path rule, is not implemented yet."""
+  if tree and isinstance(rule, PathRule):
+    raise ValueError(
+        f"verifier {type(rule).__name__} ({rule.name!r}) is a path rule for chains, but the "
+        f"drafter proposes trees: trees need a tree path rule (traversal verification, not "
+        f"implemented yet); use a chain drafter or a node rule (verifiers.available())")
+
+
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class _ChainDecision:
@@ -188,8 +203,20 @@ def _node_chain(rule, z, p, q, x, u, keys, gamma, q_node) -> _ChainDecision:
                         jnp.sum(res.relaxed, 1).astype(jnp.int32))
 
 
+def _path_chain(rule: PathRule, z, p, q, x, u, keys, gamma, q_node) -> _ChainDecision:
+  """A path rule over every row (shapes as :func:`_node_chain`): ``verify_path`` with
+  ``length = gamma``; the token is drawn from ``emit_dist`` with the row's key; the
+  accepted drafts are the leading ``num_accepted``; no relaxed acceptances."""
+  dec = jax.vmap(lambda zz, pp, qq, xx, uu, g, qn: rule.verify_path(
+      zz, pp, qq, xx, uu, length=g, q_node=qn))(z, p, q, x, u, gamma, q_node)
+  nacc = dec.num_accepted.astype(jnp.int32)
+  token = jax.vmap(sample_from_probs)(keys, dec.emit_dist)
+  accepted = jnp.arange(x.shape[1])[None, :] < nacc[:, None]
+  return _ChainDecision(nacc, token, accepted, jnp.zeros_like(nacc))
+
+
 class ChainStrategy:
-  """K drafts in a row, verified by ``verify_chain`` (see the module docstring)."""
+  """K drafts in a row, verified by the rule (see the module docstring)."""
 
   tree = False
 
@@ -208,7 +235,8 @@ class ChainStrategy:
                                                    inputs.buckets)
     p = probs_from_logits(z, inputs.sampling)
     u = jax.vmap(lambda kk: jax.random.uniform(kk, (k,)))(inputs.u_keys)
-    res = _node_chain(inputs.verifier, z, p, q, x, u, inputs.verify_keys, gamma, proposal.q_node)
+    decide = _path_chain if isinstance(inputs.verifier, PathRule) else _node_chain
+    res = decide(inputs.verifier, z, p, q, x, u, inputs.verify_keys, gamma, proposal.q_node)
     nacc = res.num_accepted
     cache = kvc.commit(o_cache, jnp.where(inputs.active, nacc + 1, 0))
     node_ids = jnp.broadcast_to(jnp.arange(k + 1)[None, :], (b, k + 1))
@@ -226,6 +254,7 @@ class TreeStrategy:
 
   def verify(self, inputs: VerifyInputs) -> Verdict:
     # Every node is verified (gamma and buckets unused: no verify-length policy for trees).
+    check_rule_for_strategy(inputs.verifier, tree=True)
     target, t_cache, verifier, last = inputs.target, inputs.cache, inputs.verifier, inputs.last
     proposal, depth, active = inputs.proposal, inputs.depth, inputs.active
     q, q_node = proposal.q, proposal.q_node

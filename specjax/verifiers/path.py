@@ -34,7 +34,8 @@ pure methods over one row:
   (zeros for ``t > length``, which has probability 0).
 
 The exact analysis (:mod:`specjax.analysis.path_law`) is built from the last
-two; the loop will call the first.  ``q_node [K, V]`` is the drafter's full
+two; the decoding loop calls the first on chains
+(:mod:`specjax.decoding.strategies`).  ``q_node [K, V]`` is the drafter's full
 distribution at each position: only node rules with ``needs_node_dist``
 (CoS) read it, and it defaults to ``q``, as in :func:`base.verify_chain`.
 

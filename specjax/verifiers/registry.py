@@ -50,8 +50,8 @@ ThresholdHook = Callable[[Any, str, Any, Any], Any]
 
 
 RULE_KINDS = ("node", "path")
-# name -> kind ("node": the four node functions of base.py, what the decoding loop
-# takes today; "path": a path rule of path.py, e.g. "block").
+# name -> kind ("node": the four node functions of base.py, for chains and trees;
+# "path": a path rule of path.py, e.g. "block", for chains).
 _KINDS: dict[str, str] = {}
 
 
