@@ -8,12 +8,6 @@ Compile time, not checking, is what the suite spends most of its time on, so:
   (:func:`specjax.compiled_code.release_if_crowded`). Each XLA:CPU executable
   keeps its code mapped; one process that never released them ran past
   ``vm.max_map_count`` (65,530) and segfaulted mid-compile.
-* **Cheaper LLVM compiles**: ``--xla_llvm_disable_expensive_passes`` (XLA:CPU
-  skips LLVM's costliest optimisation passes). On the speculative-loop tests
-  it cut XLA compile time by about a third, run time of the statistical tests
-  did not rise measurably, and the golden outputs stay bit for bit
-  (``tests/test_golden.py`` passes under it); numbers in ``tests/README.md``.
-  Library code and benchmarks run with XLA's defaults.
 * **A persistent compilation cache** (``JAX_COMPILATION_CACHE_DIR``) for the
   session: programs recompiled after a release, and the same programs in the
   binaries the tests start as subprocesses (they inherit the variable), are a
@@ -26,14 +20,7 @@ import os
 import shutil
 import tempfile
 
-
-def _with_flag(flags: str, flag: str) -> str:
-  name = flag.split("=")[0]
-  return flags if name in flags else f"{flags} {flag}".strip()
-
-
-_xla = _with_flag(os.environ.get("XLA_FLAGS", ""), "--xla_force_host_platform_device_count=8")
-os.environ["XLA_FLAGS"] = _with_flag(_xla, "--xla_llvm_disable_expensive_passes=true")
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 _OWN_CACHE = None
