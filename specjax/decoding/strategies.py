@@ -222,8 +222,9 @@ class ChainStrategy:
 
   def propose(self, drafter, params, state, prev, last, keys) -> tuple[Proposal, Any]:
     proposal, state = drafter.draft(params, state, prev, last, keys)
-    if proposal.q_node is None:  # A sampled chain's q is its node distribution
-      proposal = dataclasses.replace(proposal, q_node=proposal.q)  # (validate_pair: the rest).
+    if proposal.q_node is None:
+      # A sampled chain's q is its node distribution (validate_pair refuses the rest).
+      proposal = dataclasses.replace(proposal, q_node=proposal.q)
     return proposal, state
 
   def verify(self, inputs: VerifyInputs) -> Verdict:
