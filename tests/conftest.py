@@ -8,6 +8,16 @@ Compile time, not checking, is what the suite spends most of its time on, so:
   (:func:`specjax.compiled_code.release_if_crowded`). Each XLA:CPU executable
   keeps its code mapped; one process that never released them ran past
   ``vm.max_map_count`` (65,530) and segfaulted mid-compile.
+* **LLVM at -O0 for the default suite**: a run whose marker expression
+  excludes the slow tests (the README's ``python -m pytest -q``) compiles with
+  ``--xla_backend_optimization_level=0``; what it runs is small and compile
+  time dominates (user time of test_speculative + test_tree + test_first_step_law:
+  197 s at -O0 vs 300 s at XLA's default). Runs that select slow or real tests
+  (CI's second step) keep XLA's default level: their long statistical runs and
+  the SmolLM2 programs run slower at -O0. A caller's own
+  ``--xla_backend_optimization_level`` in ``XLA_FLAGS`` always wins. The golden
+  outputs were written at the default level; ``tests/test_golden.py``
+  recomputes them in a subprocess at that level when this process is at -O0.
 * **A persistent compilation cache** (``JAX_COMPILATION_CACHE_DIR``) for the
   session: programs recompiled after a release, and the same programs in the
   binaries the tests start as subprocesses (they inherit the variable), are a
@@ -33,6 +43,18 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 
 
 import pytest  # noqa: E402
+
+
+OPT_LEVEL_FLAG = "--xla_backend_optimization_level"
+
+
+def pytest_configure(config):
+  """-O0 for runs that exclude the slow tests (module docstring); before any
+  test module is imported, so before JAX's CPU backend starts."""
+  expr = " ".join((config.getoption("markexpr") or "").split())
+  flags = os.environ.get("XLA_FLAGS", "")
+  if "not slow" in expr and OPT_LEVEL_FLAG not in flags:
+    os.environ["XLA_FLAGS"] = f"{flags} {OPT_LEVEL_FLAG}=0".strip()
 
 
 def pytest_sessionfinish(session, exitstatus):
