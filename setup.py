@@ -19,7 +19,7 @@ CORE = [
     "jinja2>=3.1.6",
 ]
 PEER = ["torch==2.13.0", "transformers>=4.51", "accelerate>=1.0"]
-TEST = ["pytest>=8", "pytest-timeout>=2.3", "scipy>=1.11"]
+TEST = ["pytest>=8", "pytest-timeout>=2.3", "pytest-xdist>=3.5", "scipy>=1.11"]
 NOTEBOOKS = ["nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6.29"]
 
 setup(

@@ -14,7 +14,7 @@ import re
 import sys
 
 _LINE = re.compile(r"^\s*([0-9.]+)s (setup|call|teardown)\s+(\S+)")
-_SUMMARY = re.compile(r"=+ (.*) in ([0-9.]+)s")
+_SUMMARY = re.compile(r"^=*\s*(\d+ (?:passed|failed).*) in ([0-9.]+)s")
 
 
 def parse(text: str) -> dict:

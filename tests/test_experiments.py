@@ -67,9 +67,12 @@ def test_target_loglik_equals_direct_computation():
   assert got["num_tokens"] == 5
   np.testing.assert_allclose(got["mean"], np.mean(flat), rtol=1e-5)
   np.testing.assert_allclose(got["per_row"], [np.mean(r) for r in want_rows], rtol=1e-5)
-  # Batching / padding does not change anything.
+  # Batching / padding does not change anything beyond float32 rounding: padded
+  # widths 4 vs 64 reduce in another order (measured 1.9e-5 relative at LLVM -O0,
+  # where the default suite compiles; a masking or padding bug moves a log-prob by
+  # O(1)).
   got2 = quality.target_loglik(model, params, prompts, comps, batch_size=8, bucket=64)
-  np.testing.assert_allclose(got2["per_row"], got["per_row"], rtol=1e-5)
+  np.testing.assert_allclose(got2["per_row"], got["per_row"], rtol=1e-4)
 
 
 def test_greedy_agreement():
