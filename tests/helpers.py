@@ -36,6 +36,13 @@ def noisy_pair(cfg: ModelConfig, seed: int = 0, noise: float = 0.02, scale: floa
   return target, tp, dp
 
 
+def ragged_prompts(n: int, vocab: int, seed: int = 0, max_len: int = 13) -> list[list[int]]:
+  """``n`` random prompts of 1..max_len - 1 tokens from ids 4..vocab - 1."""
+  import numpy as np
+  rs = np.random.RandomState(seed)
+  return [rs.randint(4, vocab, size=rs.randint(1, max_len)).tolist() for _ in range(n)]
+
+
 def independent_draft(vocab: int = 32, eos: int | None = None, seed: int = 7):
   """A 1-layer draft LM with its own random params (different architecture)."""
   cfg = ModelConfig(vocab_size=vocab, hidden_size=16, intermediate_size=32,

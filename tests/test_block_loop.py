@@ -23,17 +23,12 @@ from specjax.decoding.lookup_drafter import PromptLookupDrafter
 from specjax.decoding.speculative import speculative_generate
 from specjax.distributions import SamplingConfig
 from specjax.verifiers.path import PathDecision
-from tests.helpers import teacher_forced_probs, tiny_pair
+from tests.helpers import ragged_prompts as _ragged_prompts, teacher_forced_probs, tiny_pair
 
 GREEDY = SamplingConfig(temperature=0.0)
 SAMPLED = SamplingConfig(temperature=1.0)
 BLOCK = verifiers.get("block")
 MAX_NEW = 16  # one value for every fast test: few compiles
-
-
-def _ragged_prompts(n, vocab, seed=0, max_len=13):
-  rs = np.random.RandomState(seed)
-  return [rs.randint(4, vocab, size=rs.randint(1, max_len)).tolist() for _ in range(n)]
 
 
 @pytest.fixture(scope="module")

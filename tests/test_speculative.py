@@ -13,13 +13,9 @@ from specjax.distributions import SamplingConfig
 from specjax.decoding import speculative as spec
 from specjax.decoding.speculative import speculative_generate
 from tests.helpers import independent_draft, teacher_forced_probs, tiny_pair
+from tests.helpers import ragged_prompts as _ragged_prompts
 
 GREEDY = SamplingConfig(temperature=0.0)
-
-
-def _ragged_prompts(n, vocab, seed=0, max_len=13):
-  rs = np.random.RandomState(seed)
-  return [rs.randint(4, vocab, size=rs.randint(1, max_len)).tolist() for _ in range(n)]
 
 
 @pytest.fixture(scope="module")
