@@ -323,9 +323,9 @@ def node_dist_missing(drafter: Drafter, verifier: NodeRule) -> str:
   if (getattr(verifier, "needs_node_dist", False) and not drafter.supplies_node_dist
       and (drafter.tree or drafter.sampling.greedy)):
     return (f"verifier {type(verifier).__name__} ({verifier.name!r}) needs the drafter's full "
-            f"distribution at each node (docs/spec.md §3), but drafter {type(drafter).__name__} does "
-            f"not supply it (supplies_node_dist=False) and its drafts are deterministic "
-            f"(one-hot q)")
+            f"distribution at each node (docs/spec.md §3), but drafter "
+            f"{type(drafter).__name__} does not supply it (supplies_node_dist=False) and its "
+            f"drafts are deterministic (one-hot q)")
   return ""
 
 

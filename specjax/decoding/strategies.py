@@ -43,7 +43,7 @@ from specjax.decoding.tree import ancestor_mask, with_root
 from specjax.distributions import SamplingConfig, probs_from_logits, sample_from_probs
 from specjax.models import kv_cache as kvc
 from specjax.verifiers.base import verify_chain, verify_tree
-from specjax.verifiers.path import PathRule
+from specjax.verifiers.path import PathRule, verify_path_batch
 
 __all__ = ["Proposal", "VerifyInputs", "Verdict", "ChainStrategy", "TreeStrategy", "CHAIN",
            "TREE", "check_rule_for_strategy"]
@@ -207,8 +207,7 @@ def _path_chain(rule: PathRule, z, p, q, x, u, keys, gamma, q_node) -> _ChainDec
   """A path rule over every row (shapes as :func:`_node_chain`): ``verify_path`` with
   ``length = gamma``; the token is drawn from ``emit_dist`` with the row's key; the
   accepted drafts are the leading ``num_accepted``; no relaxed acceptances."""
-  dec = jax.vmap(lambda zz, pp, qq, xx, uu, g, qn: rule.verify_path(
-      zz, pp, qq, xx, uu, length=g, q_node=qn))(z, p, q, x, u, gamma, q_node)
+  dec = verify_path_batch(rule, z, p, q, x, u, length=gamma, q_node=q_node)
   nacc = dec.num_accepted.astype(jnp.int32)
   token = jax.vmap(sample_from_probs)(keys, dec.emit_dist)
   accepted = jnp.arange(x.shape[1])[None, :] < nacc[:, None]
