@@ -57,7 +57,7 @@ def main(argv):
   from experiments.prompts import load_chat_prompts
   from specjax import verifiers
   from specjax.decoding.autoregressive import generate
-  from specjax.decoding.drafters import LMDrafter
+  from specjax.decoding.drafter_factory import make_drafter
   from specjax.decoding.speculative import speculative_generate
   from specjax.distributions import SamplingConfig
   from specjax.models import drafter_assets, registry
@@ -80,7 +80,7 @@ def main(argv):
   eos = eos[0] if isinstance(eos, (tuple, list)) else eos
   prompts = [list(p.ids) for p in load_chat_prompts(ms.encode_chat, FLAGS.num_prompts)]
   n = FLAGS.max_new_tokens
-  drafter = LMDrafter(FLAGS.k, SamplingConfig(0.0), ms.draft)
+  drafter, _ = make_drafter("chain", SamplingConfig(0.0), ms.draft_sources(), num_draft=FLAGS.k)
   rule = verifiers.get("lossless")
 
   def sj_target(p):

@@ -23,7 +23,7 @@ from specjax.models import registry, defaults
 from specjax.models.transformer import Model
 from specjax import distributions
 from specjax import verifiers
-from specjax.decoding.drafters import LMDrafter
+from specjax.decoding.drafter_factory import DraftSources, make_drafter
 from specjax.distributions import SamplingConfig
 from experiments.prompts import load_eval_prompts
 
@@ -64,7 +64,8 @@ def run(kind, T, v, m):
   try:
     if kind == "gen":
       return jax.block_until_ready(AR.generate(target, tp, prompts, max_new_tokens=m, sampling=samp, key=jax.random.key(0), eos_token_id=None, cache_length=cache_len))
-    return jax.block_until_ready(SP.speculative_generate(target, tp, LMDrafter(4, samp, draft), dp, verifiers.get("lossless"), prompts, max_new_tokens=m, sampling=samp, key=jax.random.key(0), eos_token_id=None, cache_length=cache_len))
+    drafter, _ = make_drafter("chain", samp, DraftSources(target.config.vocab_size, draft, dp), num_draft=4)
+    return jax.block_until_ready(SP.speculative_generate(target, tp, drafter, dp, verifiers.get("lossless"), prompts, max_new_tokens=m, sampling=samp, key=jax.random.key(0), eos_token_id=None, cache_length=cache_len))
   finally:
     AR._generate, SP._speculative = a, b
 outs = {}

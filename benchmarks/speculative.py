@@ -148,6 +148,7 @@ def parse_tree_spec(name: str) -> tuple:
   return values[0], (values[1] if len(values) == 2 else 8)
 
 
+# The chains by name; trees carry their node count (drafter_factory names, "lm_chain" = "chain").
 DRAFTER_KINDS = ("lm_chain", "eagle1_chain", "eagle3_chain", "lookup_chain")
 
 
@@ -167,36 +168,26 @@ def check_drafter_names(names) -> None:
 
 
 def make_drafter(name, k, samp, draft, dp, target, tp, model_set=None):
-  """``(drafter, params)`` for a --drafters entry (EAGLE rows: the head shipped for
-  the real ``model_set``'s target, else the embedded default heads)."""
-  from specjax.decoding.drafters import LMDrafter
-  if name == "lm_chain":
-    return LMDrafter(k, samp, draft), dp
-  if name == "lookup_chain":  # model-free: no params
-    from specjax.decoding.lookup_drafter import PromptLookupDrafter
-    return PromptLookupDrafter(k, vocab=target.config.vocab_size), None
-  if name.startswith("suffix_tree:"):
-    from specjax.decoding.suffix_drafter import SuffixTreeDrafter
-    return (SuffixTreeDrafter(target.config.vocab_size, depth=k,
-                              total_tokens=parse_tree_spec(name)[0]), None)
-  from specjax.decoding.eagle_drafter import EagleDrafter
-  kind, _, rest = name.partition("_")
-  if model_set is not None:
-    if kind != "eagle3":
-      raise app.UsageError(f"--drafters entry {name!r}: a real --target ships only an EAGLE-3 "
-                           "head (use eagle3_chain or eagle3_tree:N)")
-    head, hp, d2t = model_set.eagle
-  else:
-    from experiments.model_sets import load_model_set
-    head, hp, d2t = load_model_set("default", draft="", eagle=kind).eagle
-  params = EagleDrafter.make_params(hp, target, tp, d2t)
-  if rest == "chain":
-    return EagleDrafter(k, samp, head=head), params
-  if rest.startswith("tree:"):
-    n, top_k = parse_tree_spec(name)
-    return (EagleDrafter(depth=k, sampling=samp, head=head, tree_kind="dynamic", top_k=top_k,
-                         total_tokens=n), params)
-  raise ValueError(f"unknown drafter {name!r}")
+  """``(drafter, params)`` for a --drafters entry, from
+  :func:`specjax.decoding.drafter_factory.make_drafter` (EAGLE rows: the head shipped
+  for the real ``model_set``'s target, else the embedded default heads)."""
+  from specjax.decoding import drafter_factory
+  kind = name.partition(":")[0]
+  n, top_k = parse_tree_spec(name) if ":" in name else (24, 8)  # trees only
+  eagle = None
+  if drafter_factory.needs(kind) == "eagle":
+    head = drafter_factory.eagle_head_kind(kind)
+    if model_set is not None:
+      if head != "eagle3":
+        raise app.UsageError(f"--drafters entry {name!r}: a real --target ships only an "
+                             "EAGLE-3 head (use eagle3_chain or eagle3_tree:N)")
+      eagle = model_set.eagle
+    else:
+      from experiments.model_sets import load_model_set
+      eagle = load_model_set("default", draft="", eagle=head).eagle
+  sources = drafter_factory.DraftSources.build(target, tp, draft, dp, eagle)
+  return drafter_factory.make_drafter(kind, samp, sources, num_draft=k, top_k=top_k,
+                                      total_tokens=n)
 
 
 def _ms(sec: float) -> float:

@@ -95,8 +95,7 @@ def run() -> list:
   from experiments.model_sets import load_model_set
   from experiments.prompts import load_chat_prompts
   from specjax import verifiers
-  from specjax.decoding.drafters import LMDrafter
-  from specjax.decoding.eagle_drafter import EagleDrafter
+  from specjax.decoding.drafter_factory import make_drafter
   from specjax.decoding.speculative import speculative_generate
   from specjax.distributions import SamplingConfig
 
@@ -113,9 +112,7 @@ def run() -> list:
       state["prompts"] = {s: load_chat_prompts(ms.encode_chat, FLAGS.num_prompts, sets=(s,),
                                                max_tokens=FLAGS.max_prompt_tokens)
                           for s in FLAGS.prompt_sets}
-      if ms.eagle is not None:
-        head, hp, d2t = ms.eagle
-        state["eagle_params"] = EagleDrafter.make_params(hp, ms.target, ms.target_params, d2t)
+      state["sources"] = ms.draft_sources()
     return state
 
   eagle_label = FLAGS.label or (FLAGS.eagle if FLAGS.eagle in ("eagle1", "eagle3") else "eagle")
@@ -134,15 +131,9 @@ def run() -> list:
     st = models()
     ms = st["ms"]
     samp = SamplingConfig(row["temperature"])
-    if row["kind"] == "chain":
-      drafter, dparams = LMDrafter(FLAGS.k, samp, ms.draft), ms.draft_params
-    elif row["kind"] == "eagle_chain":
-      drafter, dparams = EagleDrafter(FLAGS.k, samp, head=ms.eagle[0]), st["eagle_params"]
-    else:
-      drafter = EagleDrafter(depth=FLAGS.eagle_depth, sampling=samp, head=ms.eagle[0],
-                             tree_kind="dynamic",
-                             top_k=FLAGS.eagle_top_k, total_tokens=FLAGS.eagle_total_tokens)
-      dparams = st["eagle_params"]
+    drafter, dparams = make_drafter(row["kind"], samp, st["sources"], num_draft=FLAGS.k,
+                                    depth=FLAGS.eagle_depth, top_k=FLAGS.eagle_top_k,
+                                    total_tokens=FLAGS.eagle_total_tokens)
     prompts = [list(p.ids) for p in st["prompts"][row["prompt_set"]]]
     seeds = FLAGS.seeds if row["temperature"] > 0 else 1
     per = [{"accepted": 0, "calls": 0, "accept_counts": 0, "offered_counts": 0}

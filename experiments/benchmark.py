@@ -94,13 +94,13 @@ def _is_default() -> bool:
 def _validate_flags() -> None:
   """Every flag checked before any model loads (rows.validate_config
   checks the assembled config on top)."""
-  from experiments.rows import DRAFTERS
   from experiments.prompts import PROMPT_SETS
   from specjax.checks import check_int
   from specjax.models import registry
-  bad = [d for d in FLAGS.drafters if d not in DRAFTERS]
+  from specjax.decoding.drafter_factory import KINDS
+  bad = [d for d in FLAGS.drafters if d not in KINDS]
   if bad or not FLAGS.drafters:
-    raise app.UsageError(f"--drafters={FLAGS.drafters}: choose from {', '.join(DRAFTERS)}")
+    raise app.UsageError(f"--drafters={FLAGS.drafters}: choose from {', '.join(KINDS)}")
   for t in FLAGS.temperatures:
     try:
       if not float(t) >= 0:

@@ -71,6 +71,20 @@ def load_models(c):
   return out
 
 
+def chain_drafter(models: dict, k: int, sampling) -> tuple:
+  """``(drafter, params)``: a chain of ``k`` drafts from ``models["draft"]`` -- the draft
+  LM, or the EAGLE head :func:`load_models` put there
+  (:func:`specjax.decoding.drafter_factory.make_drafter`)."""
+  from specjax.decoding.drafter_factory import DraftSources, make_drafter
+  from specjax.models.eagle import EagleHead
+  draft, dp = models["draft"]
+  vocab = models["target"][0].config.vocab_size
+  if isinstance(draft, EagleHead):
+    return make_drafter("eagle_chain", sampling, DraftSources(vocab, eagle=(draft, dp)),
+                        num_draft=k)
+  return make_drafter("chain", sampling, DraftSources(vocab, draft, dp), num_draft=k)
+
+
 def calibration_chat_prompts(c, ms) -> list:
   """The calibration :class:`~experiments.prompts.ChatPrompt` s of a real target:
   ``data.num_prompts`` held-out ShareGPT + HumanEval chat prompts (as the SV paper
@@ -126,7 +140,6 @@ def run(c, models=None) -> dict:
   import numpy as np
 
   from specjax import verifiers
-  from specjax.decoding.drafters import LMDrafter
   from specjax.distributions import SamplingConfig
   from specjax.policies import calibration as cal
   from specjax.policies import latency as lat_lib
@@ -144,12 +157,7 @@ def run(c, models=None) -> dict:
   draft_sampling = SamplingConfig(temperature=float(dt))
   comp_sampling = SamplingConfig(temperature=float(c.companion_temperature))
   verifier = verifiers.get(c.verifier, **dict(c.verifier_hparams))
-  from specjax.models.eagle import EagleHead
-  if isinstance(draft, EagleHead):
-    from specjax.decoding.eagle_drafter import EagleDrafter
-    drafter = EagleDrafter(k, draft_sampling, head=draft)
-  else:
-    drafter = LMDrafter(k, draft_sampling, draft)
+  drafter, _ = chain_drafter(models, k, draft_sampling)
   policy = SpeculativeVerification(k, companion=comp, companion_sampling=comp_sampling)
   d = c.data
   pparams = policy.make_params(cp, uninformative_table(), np.ones(k + 1), d.batch_size)

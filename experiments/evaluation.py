@@ -34,9 +34,10 @@ def _sampling(t: float):
 
 
 def build(ctx: Context, row: dict):
-  """``(drafter, draft_params, verifier, target_sampling)`` of a spec row."""
+  """``(drafter, draft_params, verifier, target_sampling)`` of a spec row (the drafter
+  from :func:`specjax.decoding.drafter_factory.make_drafter`)."""
   from specjax import verifiers
-  from specjax.decoding.drafters import LMDrafter, LMTreeDrafter
+  from specjax.decoding.drafter_factory import make_drafter
   from specjax.verifiers.baselines import matched_baseline
   samp = _sampling(row["temperature"])
   rule = verifiers.get(row["rule"], **row["hparams"])
@@ -45,34 +46,15 @@ def build(ctx: Context, row: dict):
     verifier, target_samp = base.verifier, base.sampling
   else:
     verifier, target_samp = rule, samp
-  k = row["num_draft"]
   d = row["drafter"]
-  if d == "chain":
-    return LMDrafter(k, samp, ctx.draft), ctx.draft_params, verifier, target_samp
-  if d == "tree":
-    return (LMTreeDrafter(ctx.draft, paths=tree_paths(ctx.c), sampling=samp), ctx.draft_params,
-            verifier, target_samp)
-  if d == "lookup_chain":  # model-free: no params
-    from specjax.decoding.lookup_drafter import PromptLookupDrafter
-    return (PromptLookupDrafter(k, vocab=ctx.target.config.vocab_size), None, verifier,
-            target_samp)
-  if d == "suffix_tree":
-    from specjax.decoding.suffix_drafter import SuffixTreeDrafter
-    return (SuffixTreeDrafter(ctx.target.config.vocab_size, depth=k,
-                              total_tokens=int(row.get("total_tokens", 16))), None, verifier,
-            target_samp)
-  if d in ("eagle_chain", "eagle_tree"):
-    if ctx.eagle is None:
-      raise ValueError(f"drafter {d!r} needs config.eagle_dir")
-    from specjax.decoding.eagle_drafter import EagleDrafter
-    head, params = ctx.eagle
-    if d == "eagle_chain":
-      return EagleDrafter(k, samp, head=head), params, verifier, target_samp
-    return (EagleDrafter(depth=k, sampling=samp, head=head, tree_kind="dynamic",
-                         top_k=int(ctx.c.eagle_top_k),
-                         total_tokens=int(ctx.c.eagle_total_tokens)), params, verifier,
-            target_samp)
-  raise ValueError(f"unknown drafter {d!r}")
+  if d in ("eagle_chain", "eagle_tree") and ctx.eagle is None:
+    raise ValueError(f"drafter {d!r} needs config.eagle_dir")
+  suffix = d == "suffix_tree"
+  drafter, params = make_drafter(
+      d, samp, ctx.sources, num_draft=row["num_draft"], top_k=int(ctx.c.eagle_top_k),
+      total_tokens=int(row.get("total_tokens", 16)) if suffix else int(ctx.c.eagle_total_tokens),
+      paths=tree_paths(ctx.c) if d == "tree" else None)
+  return drafter, params, verifier, target_samp
 
 
 def _timed(fn):

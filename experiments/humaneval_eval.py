@@ -60,7 +60,8 @@ def define_flags():
   flags.DEFINE_enum("style", "chat", ["chat", "completion"], "prompt style")
   flags.DEFINE_list("methods", ["target"], "decoding methods: target, <drafter>:<rule>[:hp=v...], "
                     "baseline:<drafter>:<rule>[...]; drafter in "
-                    f"{', '.join(humaneval_methods.DRAFTERS)} (see experiments/humaneval_methods.py)")
+                    f"{', '.join(humaneval_methods.HUMANEVAL_DRAFTERS)} "
+                    "(see experiments/humaneval_methods.py)")
   flags.DEFINE_bool("matched_baselines", True, "add every truncation rule's matched baseline "
                     "(T > 0)")
   flags.DEFINE_integer("k", 5, "chain draft length K (draft_chain, eagle3_chain)")
@@ -156,7 +157,6 @@ def main():
   from experiments.model_sets import load_model_set
   from specjax.data import humaneval, sandbox
   from specjax.decoding.autoregressive import generate
-  from specjax.decoding.eagle_drafter import EagleDrafter
   from specjax.decoding.speculative import speculative_generate
 
   print("methods:", ", ".join(m.spec + (" (T > 0)" if m.sampled_only else "") for m in methods))
@@ -164,10 +164,7 @@ def main():
   assets = {m.asset for m in methods if m.asset}
   ms = load_model_set(FLAGS.model, draft="draft" if "draft" in assets else "",
                       eagle="eagle3" if "eagle3" in assets else "")
-  eagle_params = None
-  if ms.eagle is not None:
-    head, hp, d2t = ms.eagle
-    eagle_params = EagleDrafter.make_params(hp, ms.target, ms.target_params, d2t)
+  sources = ms.draft_sources()
   eos = ms.target.config.eos_token_id
   if FLAGS.style == "chat":
     prompts = [ms.encode_chat(humaneval.chat_messages(p)) for p in problems]
@@ -193,7 +190,7 @@ def main():
                      sampling=m.target_sampling(t), key=key, row_offset=c["start"])
     else:
       if (m.spec, t) not in built:  # one drafter object per (method, T): one compile
-        built[(m.spec, t)] = humaneval_methods.build(m, ms, eagle_params, t)
+        built[(m.spec, t)] = humaneval_methods.build(m, sources, t)
       drafter, dparams, verifier, tsamp = built[(m.spec, t)]
       res = speculative_generate(ms.target, ms.target_params, drafter, dparams, verifier,
                                  prompts[sl], max_new_tokens=FLAGS.max_new_tokens,

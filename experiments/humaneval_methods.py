@@ -33,7 +33,7 @@ import dataclasses
 import hashlib
 
 TARGET = "target"
-DRAFTERS = ("draft_chain", "eagle3_chain", "eagle3_tree")
+HUMANEVAL_DRAFTERS = ("draft_chain", "eagle3_chain", "eagle3_tree")
 TRUNCATION_RULES = ("spec_cascade", "typical")
 BASELINE_PREFIX = "baseline:"
 
@@ -45,7 +45,7 @@ class Method:
   Attributes:
     spec: the canonical spec string (hyperparameters sorted, values converted):
       the method's name in records, keys and tables.
-    drafter: one of :data:`DRAFTERS`, or "" for target-only.
+    drafter: one of :data:`HUMANEVAL_DRAFTERS`, or "" for target-only.
     rule, hparams: the verification rule and the hyperparameters given (``hparams``
       is a sorted tuple of pairs, so a Method is hashable).
     baseline: run the rule's matched baseline instead of the rule.
@@ -115,10 +115,10 @@ def parse_method(spec: str, *, k: int = 5, eagle_depth: int = 5, eagle_top_k: in
   drafter, _, rule_spec = body.partition(":")
   drafter = drafter.strip().lower()
   target_side = baseline and drafter == TARGET
-  if (drafter not in DRAFTERS and not target_side) or not rule_spec.strip():
+  if (drafter not in HUMANEVAL_DRAFTERS and not target_side) or not rule_spec.strip():
     raise ValueError(f"method {spec!r}: give 'target', '<drafter>:<rule>[:hparam=value...]' or "
                      f"'baseline:<drafter or target>:<rule>[...]' with <drafter> one of "
-                     f"{DRAFTERS}, e.g. eagle3_chain:mars:theta=0.9")
+                     f"{HUMANEVAL_DRAFTERS}, e.g. eagle3_chain:mars:theta=0.9")
   try:
     rules = parse_rules(rule_spec)
   except (ValueError, TypeError) as e:
@@ -192,15 +192,15 @@ def parse_methods(specs, temperatures, *, matched_baselines: bool = True, **draf
   return list(out.values())
 
 
-def build(m: Method, ms, eagle_params, temperature: float):
+def build(m: Method, sources, temperature: float):
   """``(drafter, draft_params, verifier, target_sampling)`` of a speculative method
-  (``ms``: the :class:`experiments.model_sets.ModelSet`; ``eagle_params``: from
-  ``EagleDrafter.make_params``), as :func:`experiments.evaluation.build` does.
+  (``sources``: the :class:`~specjax.decoding.drafter_factory.DraftSources`, e.g.
+  :meth:`experiments.model_sets.ModelSet.draft_sources`; the drafter from
+  :func:`~specjax.decoding.drafter_factory.make_drafter`).
   Target-only methods (:attr:`Method.runs_target_only`) use :meth:`Method.target_sampling`."""
   if m.runs_target_only:
     raise ValueError(f"method {m.spec!r} runs target-only generate(); it has no drafter")
-  from specjax.decoding.drafters import LMDrafter
-  from specjax.decoding.eagle_drafter import EagleDrafter
+  from specjax.decoding.drafter_factory import make_drafter
   from specjax.distributions import SamplingConfig
   from specjax.verifiers import matched_baseline
   samp = SamplingConfig(temperature=float(temperature))
@@ -209,12 +209,6 @@ def build(m: Method, ms, eagle_params, temperature: float):
   if m.baseline:
     base = matched_baseline(rule, samp)
     verifier, target_samp = base.verifier, base.sampling
-  s = dict(m.drafter_settings)
-  if m.drafter == "draft_chain":
-    return LMDrafter(s["k"], samp, ms.draft), ms.draft_params, verifier, target_samp
-  head = ms.eagle[0]
-  if m.drafter == "eagle3_chain":
-    return EagleDrafter(s["k"], samp, head=head), eagle_params, verifier, target_samp
-  return (EagleDrafter(depth=s["depth"], sampling=samp, head=head, tree_kind="dynamic",
-                       top_k=s["top_k"], total_tokens=s["total_tokens"]), eagle_params, verifier,
-          target_samp)
+  sizes = {"num_draft" if name == "k" else name: v for name, v in m.drafter_settings}
+  drafter, params = make_drafter(m.drafter, samp, sources, **sizes)
+  return drafter, params, verifier, target_samp

@@ -215,15 +215,15 @@ def summarize(records: list[dict], max_new_tokens: int | None = None) -> list[di
 
 
 def _drafter_rank(method: str) -> int:
-  from experiments.humaneval_methods import DRAFTERS
+  from experiments.humaneval_methods import HUMANEVAL_DRAFTERS as order
   drafter = method.partition(":")[0]
-  return DRAFTERS.index(drafter) if drafter in DRAFTERS else len(DRAFTERS)
+  return order.index(drafter) if drafter in order else len(order)
 
 
 def gap_contrasts(rows: list[dict], records: list[dict]) -> list[dict]:
   """For every (rule, T) that two or more drafters ran with a matched baseline (rows of
   :func:`summarize` with ``vs_baseline``): each later drafter's gap minus the first
-  one's (drafters in ``humaneval_methods.DRAFTERS`` order: draft-LM chain, EAGLE-3
+  one's (drafters in ``humaneval_methods.HUMANEVAL_DRAFTERS`` order: draft-LM chain, EAGLE-3
   chain, EAGLE-3 tree, so a negative contrast reads "the rule costs more under the
   later drafter"), :func:`difference_of_gaps` under key
   ``contrast``. Rows: ``rule, temperature, first, second, gap_first, gap_second,

@@ -68,6 +68,13 @@ class ModelSet:
   def is_chat(self) -> bool:
     return self.chat_template is not None
 
+  def draft_sources(self, target_params=None):
+    """The set's :class:`~specjax.decoding.drafter_factory.DraftSources` (EAGLE drafter
+    params made against ``target_params``, default the set's own)."""
+    from specjax.decoding.drafter_factory import DraftSources
+    tp = self.target_params if target_params is None else target_params
+    return DraftSources.build(self.target, tp, self.draft, self.draft_params, self.eagle)
+
   def encode_chat(self, messages) -> list[int]:
     if self.chat_template is None:
       raise ValueError(f"model set {self.name!r} has no chat template")

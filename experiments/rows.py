@@ -51,11 +51,6 @@ def parse_rules(spec: str) -> list[tuple[str, dict]]:
   return list(out.items())
 
 
-# lookup_chain / suffix_tree: the model-free drafters (prompt lookup; SuffixDecoding-style tree).
-DRAFTERS = ("chain", "tree", "eagle_chain", "eagle_tree", "lookup_chain", "suffix_tree")
-TREE_DRAFTERS = ("tree", "eagle_tree", "suffix_tree")
-
-
 def path_rule_names(rules: list[tuple[str, dict]]) -> list[str]:
   """The path rules (e.g. ``block``) among :func:`parse_rules` output: chains only."""
   from specjax import verifiers
@@ -67,12 +62,13 @@ def check_path_rules_on_trees(rules: list[tuple[str, dict]], drafters) -> None:
   """``ValueError`` naming the rule and drafter when a path rule (chains only) is
   asked of a tree drafter: trees need a tree path rule, not implemented yet."""
   path = path_rule_names(rules)
-  trees = [d for d in drafters if d in TREE_DRAFTERS]
+  from specjax.decoding.drafter_factory import KINDS, TREE_KINDS
+  trees = [d for d in drafters if d in TREE_KINDS]
   if path and trees:
     raise ValueError(f"rules={path} are path rules for chain drafters; drafters={trees} "
                      f"propose trees, which need a tree path rule (traversal verification, "
                      f"not implemented yet); allowed drafters for them: "
-                     f"{[d for d in DRAFTERS if d not in TREE_DRAFTERS]}")
+                     f"{[d for d in KINDS if d not in TREE_KINDS]}")
 
 
 def validate_config(c) -> None:
@@ -82,10 +78,12 @@ def validate_config(c) -> None:
   what is allowed (rules are checked by :func:`parse_rules`).
   """
   from specjax.checks import check_int, check_range, coerce_number
+  from specjax.decoding.drafter_factory import KINDS
   drafters = [c.drafters] if isinstance(c.drafters, str) else list(c.drafters)
-  bad = [d for d in drafters if d not in DRAFTERS]
+  bad = [d for d in drafters if d not in KINDS]
   if bad:
-    raise ValueError(f"drafters={bad} unknown; choose from {DRAFTERS}")
+    raise ValueError(f"drafters={bad} unknown; choose from {KINDS} "
+                     f"(specjax.decoding.drafter_factory)")
   temps = [c.temperatures] if isinstance(c.temperatures, (str, int, float)) else c.temperatures
   if not len(temps):
     raise ValueError("temperatures is empty; give at least one, e.g. 0,1")
@@ -159,6 +157,7 @@ def make_row(c, *, kind: str, drafter: str, temperature: float, num_draft: int,
 def default_rows(c) -> list[dict]:
   """The comparison's rows: target, every rule x drafter x T, matched baselines."""
   validate_config(c)
+  from specjax.decoding.drafter_factory import is_tree
   rows = []
   rules = parse_rules(c.rules)
   path_rules = path_rule_names(rules)
@@ -172,7 +171,7 @@ def default_rows(c) -> list[dict]:
       k = drafter_depth(c, d)
       extra = drafter_extra(c, d)
       for name, hp in rules:
-        if d in TREE_DRAFTERS and name in path_rules:
+        if is_tree(d) and name in path_rules:
           continue  # an EAGLE tree added for a head (validate_config refuses explicit ones)
         rows.append(make_row(c, kind="spec", drafter=d, temperature=t, num_draft=k, rule=name,
                              hparams=hp, extra=extra))

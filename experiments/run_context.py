@@ -70,6 +70,13 @@ class Context:
   def eos(self):
     return self.target.config.eos_token_id
 
+  @property
+  def sources(self):
+    """The run's :class:`~specjax.decoding.drafter_factory.DraftSources`."""
+    from specjax.decoding.drafter_factory import DraftSources
+    return DraftSources(int(self.target.config.vocab_size), self.draft, self.draft_params,
+                        self.eagle)
+
 
 # --------------------------------------------------------------------------- sources
 
@@ -90,7 +97,8 @@ def _kind(c) -> str:
 def drafters_used(c) -> tuple[bool, bool]:
   """``(needs draft LM, needs EAGLE head)`` of the rows of ``c``."""
   drafters = [c.drafters] if isinstance(c.drafters, str) else list(c.drafters)
-  need_draft = any(d in ("chain", "tree") for d in drafters) and c.draft not in NONE
+  from specjax.decoding.drafter_factory import needs
+  need_draft = any(needs(d) == "draft" for d in drafters) and c.draft not in NONE
   return need_draft, bool(c.eagle_dir) and c.eagle_dir not in NONE
 
 

@@ -262,12 +262,11 @@ def evaluate(cfg: SweepConfig, models: dict, tables: dict, profile, prompts: dic
   method) (module docstring).  ``tables``: ``{signal: CalibrationTable}``."""
   import jax
   from benchmarks.common import forward_latency
+  from experiments.calibrate_sv import chain_drafter
   from specjax import compiled_code, verifiers
   from specjax.decoding.autoregressive import generate
-  from specjax.decoding.drafters import LMDrafter
   from specjax.decoding.speculative import speculative_generate
   from specjax.distributions import SamplingConfig
-  from specjax.models.eagle import EagleHead
   from specjax.policies.sv import SpeculativeVerification
 
   (target, tp), (draft, dp), (comp, cp) = (models[n] for n in ("target", "draft", "companion"))
@@ -276,10 +275,7 @@ def evaluate(cfg: SweepConfig, models: dict, tables: dict, profile, prompts: dic
   eos = "config" if cfg.stop_at_eos else None
 
   def drafter_for(k):
-    if isinstance(draft, EagleHead):
-      from specjax.decoding.eagle_drafter import EagleDrafter
-      return EagleDrafter(k, samp, head=draft)
-    return LMDrafter(k, samp, draft)
+    return chain_drafter(models, k, samp)[0]
 
   width = max(len(p) for ps in prompts.values() for p in ps)
   from specjax.decoding.prompts import bucket_length

@@ -70,7 +70,7 @@ def measure_acceptance(c, target, target_params, head, head_params, d2t, heldout
   import numpy as np
 
   from specjax import verifiers
-  from specjax.decoding.eagle_drafter import EagleDrafter
+  from specjax.decoding.drafter_factory import DraftSources, make_drafter
   from specjax.distributions import SamplingConfig
   from specjax.decoding.speculative import speculative_generate
   greedy = SamplingConfig(temperature=0.0)
@@ -78,12 +78,13 @@ def measure_acceptance(c, target, target_params, head, head_params, d2t, heldout
   n, plen = c.eval.num_prompts, c.eval.prompt_len
   starts = np.linspace(0, len(stream) - plen - 1, n).astype(int)
   prompts = [stream[s:s + plen].tolist() for s in starts]
-  params = EagleDrafter.make_params(head_params, target, target_params, d2t)
-  modes = {"chain": EagleDrafter(num_draft=c.eval.num_draft, sampling=greedy, head=head)}
+  sources = DraftSources.build(target, target_params, eagle=(head, head_params, d2t))
+  drafter, params = make_drafter("eagle_chain", greedy, sources, num_draft=c.eval.num_draft)
+  modes = {"chain": drafter}
   if c.eval.tree_depth:
-    modes["tree"] = EagleDrafter(depth=c.eval.tree_depth, sampling=greedy, head=head,
-                                 tree_kind="dynamic", top_k=c.eval.tree_top_k,
-                                 total_tokens=c.eval.tree_total_tokens)
+    modes["tree"] = make_drafter("eagle_tree", greedy, sources, depth=c.eval.tree_depth,
+                                 top_k=c.eval.tree_top_k,
+                                 total_tokens=c.eval.tree_total_tokens)[0]
   out = {}
   for name, drafter in modes.items():
     t0 = time.time()
@@ -101,12 +102,12 @@ def measure_acceptance(c, target, target_params, head, head_params, d2t, heldout
                        total_tokens=drafter.total_tokens)
     logging.info("acceptance %s: tau %.3f", name, s["tau"])
   if c.eval.compare_draft_lm:  # the independent default draft LM on the same prompts
-    from specjax.decoding.drafters import LMDrafter
     from specjax.models import defaults
     if os.path.isdir(defaults.default_model_dir("draft")):
       dm, dp = defaults.load_default("draft")
       if dm.config.vocab_size == target.config.vocab_size:
-        drafter = LMDrafter(num_draft=c.eval.num_draft, sampling=greedy, model=dm)
+        drafter, _ = make_drafter("chain", greedy, DraftSources(target.config.vocab_size, dm, dp),
+                                  num_draft=c.eval.num_draft)
         res = speculative_generate(target, target_params, drafter, dp,
                                    verifiers.get("lossless"), prompts,
                                    max_new_tokens=c.eval.max_new_tokens, sampling=greedy,

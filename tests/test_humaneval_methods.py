@@ -178,7 +178,7 @@ def test_gap_contrast_is_the_difference_of_the_drafters_gaps():
           + _records("eagle3_chain:typical:eps=0.09", 0.7, chain))
   rows = summarize(recs)
   cs = gap_contrasts(rows, recs)
-  assert [(c["first"], c["second"]) for c in cs] == [  # DRAFTERS order, not the rows'
+  assert [(c["first"], c["second"]) for c in cs] == [  # HUMANEVAL_DRAFTERS order, not the rows'
       ("draft_chain:typical:eps=0.09", "eagle3_chain:typical:eps=0.09"),
       ("draft_chain:typical:eps=0.09", "eagle3_tree:typical:eps=0.09")]
   same_c, tree_c = cs
@@ -232,21 +232,20 @@ def test_bad_methods_flag_fails_before_loading():
 def test_build_gives_the_rule_and_its_matched_baseline():
   """draft_chain methods on a random pair: the rule verifies with itself under plain
   sampling; its baseline verifies losslessly under the min-p processor."""
-  import types
-
   from experiments.humaneval_methods import build
+  from specjax.decoding.drafter_factory import DraftSources
   from specjax.verifiers import Lossless, SpecCascade
   from tests.helpers import tiny_pair
   _, _, draft, dp = tiny_pair()
-  ms = types.SimpleNamespace(draft=draft, draft_params=dp)
+  ms = DraftSources(draft.config.vocab_size, draft, dp)
   rule = parse_method("draft_chain:spec_cascade:p_base=0.3", k=3)
-  _, _, v, samp = build(rule, ms, None, 1.0)
+  _, _, v, samp = build(rule, ms, 1.0)
   assert isinstance(v, SpecCascade) and samp.min_p == 0.0 and samp.temperature == 1.0
-  drafter, params, v, samp = build(parse_method("baseline:" + rule.spec, k=3), ms, None, 1.0)
+  drafter, params, v, samp = build(parse_method("baseline:" + rule.spec, k=3), ms, 1.0)
   assert isinstance(v, Lossless) and samp.min_p == 0.3 and samp.temperature == 1.0
   assert drafter.num_draft == 3 and params is dp
   with pytest.raises(ValueError, match="no drafter"):
-    build(parse_method("baseline:target:spec_cascade:p_base=0.3"), ms, None, 1.0)
+    build(parse_method("baseline:target:spec_cascade:p_base=0.3"), ms, 1.0)
 
 
 def test_outcomes_count_every_answer():
