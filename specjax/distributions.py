@@ -10,6 +10,9 @@ decoding loop and the analysis (nothing here imports any of them):
   at the argmax of the raw logits.
 * sampling: :func:`probs_from_logits`, :func:`sample_from_probs`,
   :func:`sample_logits`;
+* sampling without replacement (sampled draft trees, docs/spec.md §4):
+  :func:`sample_without_replacement` (Gumbel-top-k) and
+  :func:`without_replacement_q`, the law of each draw given the earlier ones;
 * :func:`entropy_nats`;
 * :func:`safe_normalize` (``w / sum w``, a fallback where the mass is 0) and
   the speculative-sampling residual :func:`residual`, ``norm(max(0, p - q))``;
@@ -263,3 +266,39 @@ def sample_logits(key: jax.Array, logits: jax.Array, cfg: SamplingConfig):
   if cfg.greedy:
     return argmax(logits), probs
   return sample_from_probs(key, probs), probs
+
+
+# --- sampling without replacement (sampled draft trees) ---------------------------------
+
+
+def sample_without_replacement(key: jax.Array, probs: jax.Array, k: int) -> jax.Array:
+  """``k`` distinct tokens drawn one after another without replacement from ``probs [V]``.
+
+  Gumbel-top-k (the drafting of Jeon et al. 2024, "Recursive Speculative
+  Decoding", §3.2): the ``k`` largest of ``log probs + Gumbel noise``, in
+  decreasing order.  Draw j then has the law ``without_replacement_q(probs,
+  tokens)[j]``: ``probs`` with the earlier draws removed, renormalised.  When
+  fewer than ``k`` tokens have ``probs > 0``, the draws after them are the
+  lowest-index unused tokens, deterministically (``lax.top_k`` puts the lower
+  index first among the tied ``-inf`` scores).  Returns int32 ``[k]`` in draw order.
+  """
+  logp = jnp.where(probs > 0, jnp.log(jnp.where(probs > 0, probs, 1.0)), NEG_INF)
+  scores = jax.random.gumbel(key, logp.shape, logp.dtype) + logp
+  return jax.lax.top_k(scores, k)[1].astype(jnp.int32)
+
+
+def without_replacement_q(probs: jax.Array, tokens: jax.Array) -> jax.Array:
+  """Law of each draw of a without-replacement sequence given the draws before it.
+
+  ``probs [..., V]``, ``tokens [..., k]`` (distinct) -> ``[..., k, V]``; row j is
+  ``norm(probs * 1[v not in tokens[:j]])`` -- the draft distribution of the
+  j-th sibling in recursive rejection sampling (Jeon et al. 2024, §3.1) -- or,
+  once no mass is left, one-hot at the lowest-index token not in
+  ``tokens[:j]`` (what :func:`sample_without_replacement` draws then).
+  """
+  v = probs.shape[-1]
+  onehot = jax.nn.one_hot(tokens, v, dtype=probs.dtype)  # [..., k, V]
+  before = (jnp.cumsum(onehot, axis=-2) - onehot) > 0  # tokens[:j]
+  rest = jnp.where(before, 0.0, probs[..., None, :])
+  lowest_unused = jax.nn.one_hot(argmax(~before), v, dtype=probs.dtype)
+  return safe_normalize(rest, lowest_unused)
