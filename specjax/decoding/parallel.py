@@ -9,7 +9,7 @@ over its rows.  Batches are padded to a multiple of the axis and unpadded on
 return.
 
 **Weights (tensor parallel).** :func:`shard_params` places a model's params
-by their declared logical axes (``transformer.PARAM_AXES``) and one rules
+by the logical axes their modules declare (``Model.logical_axes``) and one rules
 table (``specjax.models.sharding.DEFAULT_RULES``): q/k/v and gate/up
 column-parallel over heads / mlp, o and down row-parallel, embedding and LM
 head vocab-parallel, norms replicated.  An axis whose units (whole heads,

@@ -1,8 +1,9 @@
 """Logical axes -> mesh axes: one rules table for params and KV caches.
 
 Every param of a :class:`~specjax.models.transformer.Model` declares its
-*logical* axes once (``transformer.PARAM_AXES``: ``("embed", "heads")`` for the
-query projection, ``("mlp", "embed")`` for the down projection, ...), and so
+*logical* axes where its module declares it (``("embed", "heads")`` for the
+query projection, ``("mlp", "embed")`` for the down projection, ...; read back
+by ``Model.logical_axes``), and so
 does the KV cache (``transformer.CACHE_AXES``).  A rules table maps logical
 axes to mesh axes::
 

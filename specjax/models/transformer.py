@@ -20,6 +20,7 @@ Positions (for RoPE) are explicit and per row.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import NamedTuple, Optional
 
 import flax.linen as nn
@@ -30,33 +31,28 @@ from specjax.models import kv_cache as kvc
 from specjax.models import sharding
 from specjax.models.config import ModelConfig, llama3_inv_freq
 
-# Logical axes of every param, declared once (leaf path -> one name per dim);
-# specjax.models.sharding maps them to mesh axes with one rules table.
-# "heads" / "kv_heads" name the flattened ``heads * head_dim`` projection dims
-# (head-major: a split between whole heads); the layer stack adds a leading
-# "layers" dim.  A param without an entry here is an error in shard_params.
-PARAM_AXES = {
-    "embed_tokens/embedding": ("vocab", "embed"),  # also the tied LM head
-    "norm/weight": ("embed",),
-    "lm_head/kernel": ("embed", "vocab"),  # vocab-parallel
-}
-LAYER_PARAM_AXES = {
-    "input_layernorm/weight": ("embed",),
-    "post_attention_layernorm/weight": ("embed",),
-    "self_attn/q_proj/kernel": ("embed", "heads"),  # column-parallel
-    "self_attn/q_proj/bias": ("heads",),
-    "self_attn/k_proj/kernel": ("embed", "kv_heads"),
-    "self_attn/k_proj/bias": ("kv_heads",),
-    "self_attn/v_proj/kernel": ("embed", "kv_heads"),
-    "self_attn/v_proj/bias": ("kv_heads",),
-    "self_attn/o_proj/kernel": ("heads", "embed"),  # row-parallel
-    "self_attn/o_proj/bias": ("embed",),
-    "self_attn/q_norm/weight": ("head_dim",),
-    "self_attn/k_norm/weight": ("head_dim",),
-    "mlp/gate_proj/kernel": ("embed", "mlp"),  # column-parallel
-    "mlp/up_proj/kernel": ("embed", "mlp"),
-    "mlp/down_proj/kernel": ("mlp", "embed"),  # row-parallel
-}
+# Every param declares its logical axes where it is declared (the initializers
+# below carry them, ``nn.with_logical_partitioning``); ``Model.logical_axes``
+# reads them back and specjax.models.sharding maps them to mesh axes with one
+# rules table.  "heads" / "kv_heads" name the flattened ``heads * head_dim``
+# projection dims (head-major: a split between whole heads); the layer stack
+# adds a leading "layers" dim.
+LAYER_STACKS = ("auto", "rolled", "unrolled")  # Model.layer_stack
+
+
+def _declared(init, *axes: str):
+  """``init`` tagged with the logical axes of the param it makes (one per dim)."""
+  return nn.with_logical_partitioning(init, axes)
+
+
+def _dense(features: int, axes: tuple, bias: bool, c: ModelConfig, name: str) -> nn.Dense:
+  """A projection whose kernel has logical axes ``axes`` (in, out); its bias has
+  the output axis.  XLA's default initializers, as ``nn.Dense``."""
+  return nn.Dense(features, use_bias=bias, dtype=c.compute_dtype, param_dtype=c.params_dtype,
+                  kernel_init=_declared(nn.linear.default_kernel_init, *axes),
+                  bias_init=_declared(nn.initializers.zeros_init(), axes[1]), name=name)
+
+
 CACHE_AXES = ("layers", "batch", "length", "kv_heads", "head_dim")  # KVCache.k / .v
 
 
@@ -72,10 +68,12 @@ class RMSNorm(nn.Module):
   eps: float
   dtype: jnp.dtype
   param_dtype: jnp.dtype
+  axis: str = "embed"  # the logical axis of the normalised dim
 
   @nn.compact
   def __call__(self, x):
-    w = self.param("weight", nn.initializers.ones, (x.shape[-1],), self.param_dtype)
+    w = self.param("weight", _declared(nn.initializers.ones, self.axis), (x.shape[-1],),
+                   self.param_dtype)
     x32 = x.astype(jnp.float32)
     x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
     return (w.astype(jnp.float32) * x32.astype(x.dtype).astype(jnp.float32)).astype(self.dtype)
@@ -132,16 +130,16 @@ class Attention(nn.Module):
     c = self.config
     dt, pdt = c.compute_dtype, c.params_dtype
     b, t, _ = x.shape
-    dense = lambda f, bias, name: nn.Dense(f, use_bias=bias, dtype=dt, param_dtype=pdt, name=name)
-    q = dense(c.num_attention_heads * c.head_dim, c.qkv_bias, "q_proj")(x)
-    k = dense(c.num_key_value_heads * c.head_dim, c.qkv_bias, "k_proj")(x)
-    v = dense(c.num_key_value_heads * c.head_dim, c.qkv_bias, "v_proj")(x)
+    q_dim, kv_dim = c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
+    q = _dense(q_dim, ("embed", "heads"), c.qkv_bias, c, "q_proj")(x)  # column-parallel
+    k = _dense(kv_dim, ("embed", "kv_heads"), c.qkv_bias, c, "k_proj")(x)
+    v = _dense(kv_dim, ("embed", "kv_heads"), c.qkv_bias, c, "v_proj")(x)
     q = q.reshape(b, t, c.num_attention_heads, c.head_dim)
     k = k.reshape(b, t, c.num_key_value_heads, c.head_dim)
     v = v.reshape(b, t, c.num_key_value_heads, c.head_dim)
     if c.qk_norm:
-      q = RMSNorm(c.rms_norm_eps, dt, pdt, name="q_norm")(q)
-      k = RMSNorm(c.rms_norm_eps, dt, pdt, name="k_norm")(k)
+      q = RMSNorm(c.rms_norm_eps, dt, pdt, "head_dim", name="q_norm")(q)
+      k = RMSNorm(c.rms_norm_eps, dt, pdt, "head_dim", name="k_norm")(k)
     q = apply_rope(q, cos, sin)
     k = apply_rope(k, cos, sin)
     k_all = kvc.write_tokens(k_all, layer, k, lengths)  # [L, B, S, KVH, D]
@@ -155,7 +153,8 @@ class Attention(nn.Module):
     w = jax.nn.softmax(scores, axis=-1).astype(dt)
     out = jnp.einsum("bkgts,bskd->btkgd", w, v_buf.astype(dt))
     out = out.reshape(b, t, c.num_attention_heads * c.head_dim)
-    return dense(c.hidden_size, c.o_bias, "o_proj")(out), k_all, v_all
+    o_proj = _dense(c.hidden_size, ("heads", "embed"), c.o_bias, c, "o_proj")  # row-parallel
+    return o_proj(out), k_all, v_all
 
 
 class MLP(nn.Module):
@@ -163,11 +162,11 @@ class MLP(nn.Module):
 
   @nn.compact
   def __call__(self, x):
-    c = self.config
-    dense = lambda f, name: nn.Dense(f, use_bias=False, dtype=c.compute_dtype,
-                                     param_dtype=c.params_dtype, name=name)
-    h = nn.silu(dense(c.intermediate_size, "gate_proj")(x)) * dense(c.intermediate_size, "up_proj")(x)
-    return dense(c.hidden_size, "down_proj")(h)
+    c, f = self.config, self.config.intermediate_size
+    gate = _dense(f, ("embed", "mlp"), False, c, "gate_proj")  # column-parallel
+    up = _dense(f, ("embed", "mlp"), False, c, "up_proj")
+    down = _dense(c.hidden_size, ("mlp", "embed"), False, c, "down_proj")  # row-parallel
+    return down(nn.silu(gate(x)) * up(x))
 
 
 class DecoderLayer(nn.Module):
@@ -188,58 +187,119 @@ class DecoderLayer(nn.Module):
     return (x, k_all, v_all), layer_input
 
 
+def run_layers(c: ModelConfig, layer_params, carry, cos, sin, lengths, mask):
+  """The decoder layers over ``carry = (x [B,T,H], k [L,B,S,KVH,D], v)``.
+
+  ``layer_params`` as stored -- one tree whose leaves stack the layers on a
+  leading dim -- runs *rolled* (``lax.scan``, one compiled layer body), or as a
+  tuple of per-layer trees (:meth:`Model.decode_params`) runs *unrolled* (a
+  Python loop, L copies of the body).  Same modules, same values.  Returns
+  the final carry and the layers' inputs (stacked ``[L, B, T, H]`` or a list).
+  """
+  layer = DecoderLayer(c, parent=None)
+
+  def step(carry, lp, i):
+    return layer.apply({"params": lp}, carry, i, cos, sin, lengths, mask)
+
+  if isinstance(layer_params, tuple):
+    inputs = []
+    for i, lp in enumerate(layer_params):
+      carry, layer_input = step(carry, lp, i)
+      inputs.append(layer_input)
+    return carry, inputs
+  return jax.lax.scan(lambda cr, xs: step(cr, *xs), carry,
+                      (layer_params, jnp.arange(c.num_hidden_layers)))
+
+
 class Transformer(nn.Module):
+  """The model: its params' declaration (init) and its one forward pass.
+
+  ``init`` declares the layer stack with ``nn.scan`` (params stacked on a
+  leading "layers" dim); ``apply`` runs the layers with :func:`run_layers`,
+  rolled or unrolled by the layout of ``params["layers"]``.
+  """
+
   config: ModelConfig
 
   @nn.compact
   def __call__(self, tokens, positions, cache: kvc.KVCache, attn_mask=None, logits_index=None):
     c = self.config
     dt, pdt = c.compute_dtype, c.params_dtype
-    embed = nn.Embed(c.vocab_size, c.hidden_size, dtype=dt, param_dtype=pdt,
-                     embedding_init=nn.initializers.normal(0.02), name="embed_tokens")
+    embed = nn.Embed(c.vocab_size, c.hidden_size, dtype=dt, param_dtype=pdt, name="embed_tokens",
+                     embedding_init=_declared(nn.initializers.normal(0.02), "vocab", "embed"))
     x = embed(tokens)
-    b, t = tokens.shape
     cos, sin = rope_tables(positions, c.head_dim, c.rope_theta, c.rope_scaling_dict)
-    mask = visibility_mask(cache.lengths, t, cache.max_length, attn_mask)
-    layers = nn.scan(DecoderLayer, variable_axes={"params": 0}, split_rngs={"params": True},
-                     in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
-                     length=c.num_hidden_layers)
+    mask = visibility_mask(cache.lengths, tokens.shape[1], cache.max_length, attn_mask)
     # the cache is a scan *carry* updated in place (only the T new tokens are
     # written per layer), not a scanned input/output, which would allocate and
     # copy the whole [L, B, S, KVH, D] cache on every forward
-    (x, k_new, v_new), layer_inputs = layers(c, name="layers")(
-        (x, cache.k, cache.v), jnp.arange(c.num_hidden_layers), cos, sin, cache.lengths, mask)
+    carry = (x, cache.k, cache.v)
+    if self.is_initializing():
+      stack = nn.scan(DecoderLayer, variable_axes={"params": 0}, split_rngs={"params": True},
+                      in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
+                      length=c.num_hidden_layers, metadata_params={nn.PARTITION_NAME: "layers"})
+      carry, layer_inputs = stack(c, name="layers")(carry, jnp.arange(c.num_hidden_layers), cos,
+                                                    sin, cache.lengths, mask)
+    else:
+      carry, layer_inputs = run_layers(c, self.variables["params"]["layers"], carry, cos, sin,
+                                       cache.lengths, mask)
+    x, k_new, v_new = carry
     x = RMSNorm(c.rms_norm_eps, dt, pdt, name="norm")(x)
     hidden = None
     if c.hidden_layers:
-      sel = [x if i == c.num_hidden_layers else layer_inputs[i] for i in c.hidden_layers]
-      hidden = jnp.stack(sel, axis=0)
+      hidden = jnp.stack([x if i == c.num_hidden_layers else layer_inputs[i]
+                          for i in c.hidden_layers], axis=0)
     if logits_index is not None:
       x = jnp.take_along_axis(x, logits_index[:, :, None], axis=1)
     if c.tie_word_embeddings:
       logits = embed.attend(x)
     else:
-      logits = nn.Dense(c.vocab_size, use_bias=False, dtype=dt, param_dtype=pdt,
-                        name="lm_head")(x)
-    new_cache = kvc.KVCache(k_new, v_new, cache.lengths)
-    return ModelOutput(logits.astype(jnp.float32), hidden, new_cache)
+      logits = _dense(c.vocab_size, ("embed", "vocab"), False, c, "lm_head")(x)  # vocab-parallel
+    return ModelOutput(logits.astype(jnp.float32), hidden, kvc.KVCache(k_new, v_new,
+                                                                       cache.lengths))
+
+
+@functools.lru_cache(maxsize=64)
+def _declared_axes(config: ModelConfig) -> dict:
+  model = Model(config)
+  shapes = jax.eval_shape(lambda: model.module.init(jax.random.key(0), *model._init_inputs()))
+  specs = nn.get_partition_spec(shapes["params"])
+  flat = jax.tree_util.tree_flatten_with_path(
+      specs, is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))[0]
+  return {"/".join(str(k.key) for k in path): tuple(spec) for path, spec in flat}
 
 
 @dataclasses.dataclass(frozen=True)
 class Model:
-  """A config bound to the pure functions that use it (hashable: static under jit)."""
+  """A config bound to the pure functions that use it (hashable: static under jit).
+
+  ``layer_stack`` is how the decode loops run the layer stack
+  (:meth:`decode_params`): "rolled" (``lax.scan``: one compiled layer body),
+  "unrolled" (per-layer weights, L copies of the body) or "auto" (unrolled on
+  CPU, rolled elsewhere; the measurements behind that choice are in
+  benchmarks/RESULTS.md, "Rolled or unrolled layers").  It changes no value.
+  """
 
   config: ModelConfig
+  layer_stack: str = "auto"
+
+  def __post_init__(self):
+    if self.layer_stack not in LAYER_STACKS:
+      raise ValueError(f"layer_stack={self.layer_stack!r} must be one of {LAYER_STACKS}")
 
   @property
   def module(self) -> Transformer:
     return Transformer(self.config)
 
-  def init_params(self, key: jax.Array):
-    """Random params (normal(0.02) kernels) as a plain pytree."""
-    cache = self.init_cache(1, 4)
+  def _init_inputs(self):
     tok = jnp.zeros((1, 4), jnp.int32)
-    return self.module.init(key, tok, tok, cache)["params"]
+    return tok, tok, kvc.init_cache(self.config.num_hidden_layers, 1, 4,
+                                    self.config.num_key_value_heads, self.config.head_dim,
+                                    self.config.compute_dtype)
+
+  def init_params(self, key: jax.Array):
+    """Random params (normal(0.02) embedding, XLA's default kernels) as a plain pytree."""
+    return nn.meta.unbox(self.module.init(key, *self._init_inputs())["params"])
 
   def init_cache(self, batch: int, max_length: int, dtype=None) -> kvc.KVCache:
     """An empty cache; under a mesh (the loops' shard_map) its KV heads are
@@ -257,26 +317,27 @@ class Model:
     return {"heads": self.config.num_attention_heads,
             "kv_heads": self.config.num_key_value_heads}
 
+  def declared_axes(self) -> dict:
+    """``{"embed_tokens/embedding": ("vocab", "embed"), "layers/mlp/...": ("layers",
+    "embed", "mlp"), ...}``: every param's logical axes as its module declares
+    them (an abstract init: no values are made)."""
+    return _declared_axes(self.config)
+
   def logical_axes(self, params):
     """A pytree like ``params`` (stored, or :meth:`decode_params` form) whose
-    leaves are ``PartitionSpec``s of logical axis names (:data:`PARAM_AXES`).
-    ``ValueError`` naming a leaf without a declaration or of another rank."""
+    leaves are ``PartitionSpec``s of logical axis names, as the modules declare
+    them.  ``ValueError`` naming a leaf without a declaration or of another rank."""
+    declared = self.declared_axes()
 
     def names(path, leaf):
       keys = [str(getattr(k, "key", getattr(k, "idx", k))) for k in path]
-      stacked = False
-      if keys and keys[0] == "layers":
-        stacked = not (len(keys) > 1 and keys[1].isdigit())
-        keys = keys[1:] if stacked else keys[2:]
-        table = LAYER_PARAM_AXES
-      else:
-        table = PARAM_AXES
-      axes = table.get("/".join(keys))
+      per_layer = len(keys) > 1 and keys[0] == "layers" and keys[1].isdigit()
+      axes = declared.get("/".join(keys[:1] + keys[2:] if per_layer else keys))
       where = jax.tree_util.keystr(path)
       if axes is None:
-        raise ValueError(f"param {where} has no declared logical axes "
-                         f"(transformer.PARAM_AXES / LAYER_PARAM_AXES)")
-      axes = (("layers",) if stacked else ()) + axes
+        raise ValueError(f"param {where} has no declared logical axes (the modules of "
+                         f"specjax.models.transformer declare every param of this config)")
+      axes = axes[1:] if per_layer else axes  # one layer of the stack
       shape = tuple(getattr(leaf, "shape", ()))
       if len(axes) != len(shape):
         raise ValueError(f"param {where} has shape {shape} but its logical axes "
@@ -288,63 +349,38 @@ class Model:
   def apply(self, params, tokens, positions, cache, attn_mask=None, logits_index=None
             ) -> ModelOutput:
     """Pure forward pass; see the module docstring for shapes.  ``params`` as
-    stored (the layer stack scanned), or from :meth:`decode_params` (a tuple of
-    per-layer trees: the layers unrolled, same values)."""
-    if isinstance(params, dict) and isinstance(params.get("layers"), tuple):
-      return self._apply_unrolled(params, tokens, positions, cache, attn_mask, logits_index)
+    stored (the layers run rolled) or from :meth:`decode_params` (per-layer
+    trees: unrolled); same values either way."""
     return self.module.apply({"params": params}, tokens, positions, cache, attn_mask,
                              logits_index)
+
+  def unrolls_layers(self) -> bool:
+    """Whether :meth:`decode_params` splits the layer stack (``layer_stack``; "auto":
+    on CPU)."""
+    if self.layer_stack == "auto":
+      return jax.default_backend() == "cpu"
+    return self.layer_stack == "unrolled"
 
   def decode_params(self, params):
     """``params`` for the forwards of a decode loop, made once before the loop.
 
-    On CPU: the layer stack split into a tuple of per-layer trees (one copy of
-    the layer weights per call), which :meth:`apply` runs as unrolled layers.
-    XLA:CPU copies every weight matrix out of the stacked array before its
-    matmul on *each* scanned forward -- for SmolLM2-135M, 425 MB copied per
-    decode step, over half of the step's time -- while per-layer arrays are
-    read in place.  The price is compile time (the loop's forward is unrolled)
-    and the memory of one copy of the layer weights.  Elsewhere (accelerators
-    slice the stack inside their matmuls) ``params`` unchanged.
+    Unrolled (:meth:`unrolls_layers`): the layer stack split into a tuple of
+    per-layer trees (one copy of the layer weights per call), which
+    :meth:`apply` runs as L copies of the layer.  XLA:CPU copies every weight
+    matrix out of the stacked array before its matmul on *each* scanned
+    forward -- for SmolLM2-135M, 425 MB copied per decode step, over half of
+    the step's time -- while per-layer arrays are read in place.  The price is
+    compile time and the memory of one copy of the layer weights.  Rolled:
+    ``params`` as stored (per-layer trees are stacked back).
     """
-    if jax.default_backend() != "cpu" or isinstance(params["layers"], tuple):
+    unrolled = isinstance(params["layers"], tuple)
+    if self.unrolls_layers() == unrolled:
       return params
+    if unrolled:
+      return {**params, "layers": jax.tree.map(lambda *w: jnp.stack(w), *params["layers"])}
     n = self.config.num_hidden_layers
     layers = tuple(jax.tree.map(lambda w, i=i: w[i], params["layers"]) for i in range(n))
     return {**params, "layers": layers}
-
-  def _apply_unrolled(self, params, tokens, positions, cache, attn_mask, logits_index
-                      ) -> ModelOutput:
-    """:class:`Transformer` with the layers unrolled over ``params["layers"]``, a
-    tuple of per-layer param trees (same modules, same values)."""
-    c = self.config
-    dt, pdt = c.compute_dtype, c.params_dtype
-    x = nn.Embed(c.vocab_size, c.hidden_size, dtype=dt, param_dtype=pdt).apply(
-        {"params": params["embed_tokens"]}, tokens)
-    t = tokens.shape[1]
-    cos, sin = rope_tables(positions, c.head_dim, c.rope_theta, c.rope_scaling_dict)
-    mask = visibility_mask(cache.lengths, t, cache.max_length, attn_mask)
-    carry, layer_inputs = (x, cache.k, cache.v), []
-    for i, layer_params in enumerate(params["layers"]):
-      carry, layer_input = DecoderLayer(c).apply({"params": layer_params}, carry, i, cos, sin,
-                                                 cache.lengths, mask)
-      layer_inputs.append(layer_input)
-    x, k_new, v_new = carry
-    x = RMSNorm(c.rms_norm_eps, dt, pdt).apply({"params": params["norm"]}, x)
-    hidden = None
-    if c.hidden_layers:
-      hidden = jnp.stack([x if i == c.num_hidden_layers else layer_inputs[i]
-                          for i in c.hidden_layers], axis=0)
-    if logits_index is not None:
-      x = jnp.take_along_axis(x, logits_index[:, :, None], axis=1)
-    if c.tie_word_embeddings:
-      logits = nn.Embed(c.vocab_size, c.hidden_size, dtype=dt, param_dtype=pdt).apply(
-          {"params": params["embed_tokens"]}, x, method=nn.Embed.attend)
-    else:
-      logits = nn.Dense(c.vocab_size, use_bias=False, dtype=dt, param_dtype=pdt).apply(
-          {"params": params["lm_head"]}, x)
-    return ModelOutput(logits.astype(jnp.float32), hidden, kvc.KVCache(k_new, v_new,
-                                                                       cache.lengths))
 
   def embed(self, params, tokens):
     """Token embeddings ``[..., H]`` (used by EAGLE heads)."""
