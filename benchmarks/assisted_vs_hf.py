@@ -38,13 +38,18 @@ if _REPO not in sys.path:
   sys.path.insert(0, _REPO)
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("model", "smollm2-135m-instruct", "registered real model or .gguf file")
-flags.DEFINE_string("draft", "draft", "draft LM: 'draft' (shipped) or a shipped-form directory")
-flags.DEFINE_integer("k", 4, "draft tokens per step on both sides")
-flags.DEFINE_integer("num_prompts", 4, "held-out ShareGPT + HumanEval chat prompts")
-flags.DEFINE_integer("max_new_tokens", 128, "tokens per prompt")
-flags.DEFINE_integer("repeats", 3, "timed rounds (median)")
-flags.DEFINE_integer("threads", 2, "torch.set_num_threads")
+
+
+def define_flags() -> None:
+  """The flags of this binary, defined on its main path only (never at import:
+  several binaries share one process in the tests; experiments/cli.py)."""
+  flags.DEFINE_string("model", "smollm2-135m-instruct", "registered real model or .gguf file")
+  flags.DEFINE_string("draft", "draft", "draft LM: 'draft' (shipped) or a shipped-form directory")
+  flags.DEFINE_integer("k", 4, "draft tokens per step on both sides")
+  flags.DEFINE_integer("num_prompts", 4, "held-out ShareGPT + HumanEval chat prompts")
+  flags.DEFINE_integer("max_new_tokens", 128, "tokens per prompt")
+  flags.DEFINE_integer("repeats", 3, "timed rounds (median)")
+  flags.DEFINE_integer("threads", 2, "torch.set_num_threads")
 
 
 def main(argv):
@@ -139,4 +144,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

@@ -46,24 +46,29 @@ if _REPO not in sys.path:  # run as a plain script from a source checkout
   sys.path.insert(0, _REPO)
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("checkpoint", "", "HF checkpoint dir; 'default' = specjax/models/assets/"
-                    "target; empty = a random Llama of the size given below")
-flags.DEFINE_integer("vocab", 8192, "random model: vocabulary size")
-flags.DEFINE_integer("hidden", 256, "random model: hidden size")
-flags.DEFINE_integer("layers", 4, "random model: decoder layers")
-flags.DEFINE_integer("heads", 8, "random model: attention heads")
-flags.DEFINE_integer("kv_heads", 4, "random model: key/value heads")
-flags.DEFINE_integer("intermediate", 688, "random model: MLP width")
-flags.DEFINE_integer("seed", 0, "seed of the random model and prompts")
-flags.DEFINE_list("batch_sizes", ["1", "8"], "batch sizes to time")
-flags.DEFINE_integer("min_prompt", 16, "shortest prompt (tokens); lengths are ragged")
-flags.DEFINE_integer("max_prompt", 32, "longest prompt (tokens)")
-flags.DEFINE_integer("max_new_tokens", 64, "tokens generated per row")
-flags.DEFINE_integer("repeats", 3, "timed calls per side (median reported)")
-flags.DEFINE_integer("threads", 2, "torch.set_num_threads")
-flags.DEFINE_string("omp_wait_policy", "", "if set (PASSIVE | ACTIVE), OMP_WAIT_POLICY for "
-                    "torch's OpenMP pool; PASSIVE avoids spin-waiting threads collapsing when "
-                    "other processes compete for the cores")
+
+
+def define_flags() -> None:
+  """The flags of this binary, defined on its main path only (never at import:
+  several binaries share one process in the tests; experiments/cli.py)."""
+  flags.DEFINE_string("checkpoint", "", "HF checkpoint dir; 'default' = specjax/models/assets/"
+                      "target; empty = a random Llama of the size given below")
+  flags.DEFINE_integer("vocab", 8192, "random model: vocabulary size")
+  flags.DEFINE_integer("hidden", 256, "random model: hidden size")
+  flags.DEFINE_integer("layers", 4, "random model: decoder layers")
+  flags.DEFINE_integer("heads", 8, "random model: attention heads")
+  flags.DEFINE_integer("kv_heads", 4, "random model: key/value heads")
+  flags.DEFINE_integer("intermediate", 688, "random model: MLP width")
+  flags.DEFINE_integer("seed", 0, "seed of the random model and prompts")
+  flags.DEFINE_list("batch_sizes", ["1", "8"], "batch sizes to time")
+  flags.DEFINE_integer("min_prompt", 16, "shortest prompt (tokens); lengths are ragged")
+  flags.DEFINE_integer("max_prompt", 32, "longest prompt (tokens)")
+  flags.DEFINE_integer("max_new_tokens", 64, "tokens generated per row")
+  flags.DEFINE_integer("repeats", 3, "timed calls per side (median reported)")
+  flags.DEFINE_integer("threads", 2, "torch.set_num_threads")
+  flags.DEFINE_string("omp_wait_policy", "", "if set (PASSIVE | ACTIVE), OMP_WAIT_POLICY for "
+                      "torch's OpenMP pool; PASSIVE avoids spin-waiting threads collapsing when "
+                      "other processes compete for the cores")
 
 DEFAULT_TARGET = os.path.join(_REPO, "specjax", "models", "assets", "target")
 
@@ -265,4 +270,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

@@ -27,70 +27,77 @@ from specjax.decoding.drafter_factory import DraftSources, make_drafter
 from specjax.distributions import SamplingConfig
 from experiments.prompts import load_eval_prompts
 
-which, temps, n_new, rounds = sys.argv[1], [float(t) for t in sys.argv[2].split(",")], int(sys.argv[3]), int(sys.argv[4])
-if which == "smol":
-  lm = registry.load_model("smollm2-135m-instruct"); target, tp, tok = lm.model, lm.params, lm.tokenizer
-  draft = Model(target.config.replace(num_hidden_layers=1)); dp = draft.init_params(jax.random.key(1))
-else:
-  target, tp = defaults.load_default("target"); draft, dp = defaults.load_default("draft"); tok = defaults.default_tokenizer()
-prompts = [list(p.ids) for p in load_eval_prompts(1, tokenizer=tok)]
-cache_len = 128 + n_new + 5
-orig = (Model.decode_params, distributions.argmax)
-def patch(v):
-  if v == "before":
-    Model.decode_params = lambda self, p: p
-    distributions.argmax = lambda x: jnp.argmax(x, axis=-1).astype(jnp.int32)
-def unpatch():
-  Model.decode_params, distributions.argmax = orig
+
+def main(argv):
+  """``argv``: ``[program, which, temperatures, max_new_tokens, rounds]`` (module docstring)."""
+  which, temps, n_new, rounds = argv[1], [float(t) for t in argv[2].split(",")], int(argv[3]), int(argv[4])
+  if which == "smol":
+    lm = registry.load_model("smollm2-135m-instruct"); target, tp, tok = lm.model, lm.params, lm.tokenizer
+    draft = Model(target.config.replace(num_hidden_layers=1)); dp = draft.init_params(jax.random.key(1))
+  else:
+    target, tp = defaults.load_default("target"); draft, dp = defaults.load_default("draft"); tok = defaults.default_tokenizer()
+  prompts = [list(p.ids) for p in load_eval_prompts(1, tokenizer=tok)]
+  cache_len = 128 + n_new + 5
+  orig = (Model.decode_params, distributions.argmax)
+  def patch(v):
+    if v == "before":
+      Model.decode_params = lambda self, p: p
+      distributions.argmax = lambda x: jnp.argmax(x, axis=-1).astype(jnp.int32)
+  def unpatch():
+    Model.decode_params, distributions.argmax = orig
 
 
-def fresh(f):
-  """A new function object for ``f``: its own jit cache (one compile per variant)."""
-  @functools.wraps(f)
-  def g(*a, **k):
-    return f(*a, **k)
-  return g
-jits = {}
-def get_jits(v, T):
-  if (v, T) not in jits:
-    jits[v, T] = (jax.jit(fresh(AR._generate.__wrapped__), static_argnames=("model", "max_new_tokens", "eos", "cache_length")),
-                  jax.jit(fresh(SP._speculative.__wrapped__), static_argnames=("target", "policy", "max_new_tokens", "eos", "cache_length")))
-  return jits[v, T]
-def run(kind, T, v, m):
-  g, s = get_jits(v, T)
-  samp = SamplingConfig(temperature=T)
-  a, b = AR._generate, SP._speculative
-  AR._generate, SP._speculative = g, s
-  try:
-    if kind == "gen":
-      return jax.block_until_ready(AR.generate(target, tp, prompts, max_new_tokens=m, sampling=samp, key=jax.random.key(0), eos_token_id=None, cache_length=cache_len))
-    drafter, _ = make_drafter("chain", samp, DraftSources(target.config.vocab_size, draft, dp), num_draft=4)
-    return jax.block_until_ready(SP.speculative_generate(target, tp, drafter, dp, verifiers.get("lossless"), prompts, max_new_tokens=m, sampling=samp, key=jax.random.key(0), eos_token_id=None, cache_length=cache_len))
-  finally:
-    AR._generate, SP._speculative = a, b
-outs = {}
-keys = [(kind, T, v, m) for T in temps for kind in ("gen", "spec") for v in ("before", "after") for m in (1, n_new)]
-for k in keys:
-  patch(k[2])
-  try:
-    t0 = time.perf_counter(); outs[k] = run(*k); c = time.perf_counter() - t0
-  finally:
-    unpatch()
-  print(f"compile+first {k}: {c:.1f} s", flush=True)
-for T in temps:
-  for kind in ("gen", "spec"):
-    a, b = outs[kind, T, "before", n_new], outs[kind, T, "after", n_new]
-    print(f"T={T} {kind}: identical tokens before/after: {bool(jnp.all(a.tokens == b.tokens))}")
-  print(f"T={T} spec == gen (greedy identity) after: {bool(jnp.all(outs['spec', T, 'after', n_new].tokens == outs['gen', T, 'after', n_new].tokens))}")
-ts = {k: [] for k in keys}
-for r in range(rounds):
+  def fresh(f):
+    """A new function object for ``f``: its own jit cache (one compile per variant)."""
+    @functools.wraps(f)
+    def g(*a, **k):
+      return f(*a, **k)
+    return g
+  jits = {}
+  def get_jits(v, T):
+    if (v, T) not in jits:
+      jits[v, T] = (jax.jit(fresh(AR._generate.__wrapped__), static_argnames=("model", "max_new_tokens", "eos", "cache_length")),
+                    jax.jit(fresh(SP._speculative.__wrapped__), static_argnames=("target", "policy", "max_new_tokens", "eos", "cache_length")))
+    return jits[v, T]
+  def run(kind, T, v, m):
+    g, s = get_jits(v, T)
+    samp = SamplingConfig(temperature=T)
+    a, b = AR._generate, SP._speculative
+    AR._generate, SP._speculative = g, s
+    try:
+      if kind == "gen":
+        return jax.block_until_ready(AR.generate(target, tp, prompts, max_new_tokens=m, sampling=samp, key=jax.random.key(0), eos_token_id=None, cache_length=cache_len))
+      drafter, _ = make_drafter("chain", samp, DraftSources(target.config.vocab_size, draft, dp), num_draft=4)
+      return jax.block_until_ready(SP.speculative_generate(target, tp, drafter, dp, verifiers.get("lossless"), prompts, max_new_tokens=m, sampling=samp, key=jax.random.key(0), eos_token_id=None, cache_length=cache_len))
+    finally:
+      AR._generate, SP._speculative = a, b
+  outs = {}
+  keys = [(kind, T, v, m) for T in temps for kind in ("gen", "spec") for v in ("before", "after") for m in (1, n_new)]
   for k in keys:
-    t0 = time.perf_counter(); run(*k); ts[k].append(time.perf_counter() - t0)
-for T in temps:
-  for kind in ("gen", "spec"):
-    for v in ("before", "after"):
-      o = outs[kind, T, v, n_new]
-      it = (n_new - 1) if kind == "gen" else int(np.max(o.stats.target_calls))
-      d = np.median(ts[kind, T, v, n_new]) - np.median(ts[kind, T, v, 1])
-      print(f"{which} T={T} {kind:4s} {v:6s}: {d/it*1e3:8.2f} ms per iteration ({it} iterations; "
-            f"full {np.median(ts[kind, T, v, n_new])*1e3:.0f} ms, first token {np.median(ts[kind, T, v, 1])*1e3:.0f} ms)", flush=True)
+    patch(k[2])
+    try:
+      t0 = time.perf_counter(); outs[k] = run(*k); c = time.perf_counter() - t0
+    finally:
+      unpatch()
+    print(f"compile+first {k}: {c:.1f} s", flush=True)
+  for T in temps:
+    for kind in ("gen", "spec"):
+      a, b = outs[kind, T, "before", n_new], outs[kind, T, "after", n_new]
+      print(f"T={T} {kind}: identical tokens before/after: {bool(jnp.all(a.tokens == b.tokens))}")
+    print(f"T={T} spec == gen (greedy identity) after: {bool(jnp.all(outs['spec', T, 'after', n_new].tokens == outs['gen', T, 'after', n_new].tokens))}")
+  ts = {k: [] for k in keys}
+  for r in range(rounds):
+    for k in keys:
+      t0 = time.perf_counter(); run(*k); ts[k].append(time.perf_counter() - t0)
+  for T in temps:
+    for kind in ("gen", "spec"):
+      for v in ("before", "after"):
+        o = outs[kind, T, v, n_new]
+        it = (n_new - 1) if kind == "gen" else int(np.max(o.stats.target_calls))
+        d = np.median(ts[kind, T, v, n_new]) - np.median(ts[kind, T, v, 1])
+        print(f"{which} T={T} {kind:4s} {v:6s}: {d/it*1e3:8.2f} ms per iteration ({it} iterations; "
+              f"full {np.median(ts[kind, T, v, n_new])*1e3:.0f} ms, first token {np.median(ts[kind, T, v, 1])*1e3:.0f} ms)", flush=True)
+
+
+if __name__ == "__main__":
+  main(sys.argv)

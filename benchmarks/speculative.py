@@ -41,28 +41,36 @@ import numpy as np
 from benchmarks.common import call_timer, draft_timer, forward_timer, interleaved_medians
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("target_dir", "", "HF checkpoint dir of the target (default: embedded target)")
-flags.DEFINE_string("draft_dir", "", "HF checkpoint dir of the draft (default: embedded draft)")
-flags.DEFINE_string("target", "", "registered model name, .gguf or HF dir for the target "
-                    "(specjax.models.registry.load_model; overrides --target_dir)")
-flags.DEFINE_integer("random_draft_layers", 0,
-                     "> 0: the draft LM is a random model of the target's architecture with "
-                     "this many layers (tau ~ 1: times the loop itself; overrides --draft_dir)")
-flags.DEFINE_list("batch_sizes", ["1", "8"], "batch sizes")
-flags.DEFINE_list("temperatures", ["0", "1"], "sampling temperatures")
-flags.DEFINE_integer("k", 4, "draft length K")
-flags.DEFINE_integer("max_new_tokens", 64, "tokens generated per row")
-flags.DEFINE_integer("repeats", 7, "timed rounds (median; every timer runs once per "
-                     "round, round-robin)")
-flags.DEFINE_list("drafters", ["lm_chain"],
-                  "lm_chain (independent draft LM), eagle1_chain, eagle3_chain, "
-                  "eagle3_tree:N[:TOP_K] / eagle1_tree:N[:TOP_K] (EAGLE-2 dynamic tree with N "
-                  "nodes, depth K, TOP_K children per expanded node, default 8); EAGLE rows need "
-                  "the embedded target or a real --target; model-free: lookup_chain (prompt "
-                  "lookup, K drafts), suffix_tree:N (SuffixDecoding-style tree, N nodes, depth K)")
-flags.DEFINE_boolean("hf_peer", True, "also time transformers assisted generation (batch 1, greedy)")
-flags.DEFINE_integer("max_prompt_tokens", 256, "real --target: longest rendered chat prompt")
-flags.DEFINE_string("output", "benchmarks/results/speculative.json", "JSON output")
+
+
+def define_flags() -> None:
+  """The flags of this binary, defined on its main path only (never at import:
+  several binaries share one process in the tests; experiments/cli.py)."""
+  flags.DEFINE_string("target_dir", "", "HF checkpoint dir of the target (default: embedded "
+                      "target)")
+  flags.DEFINE_string("draft_dir", "", "HF checkpoint dir of the draft (default: embedded draft)")
+  flags.DEFINE_string("target", "", "registered model name, .gguf or HF dir for the target "
+                      "(specjax.models.registry.load_model; overrides --target_dir)")
+  flags.DEFINE_integer("random_draft_layers", 0,
+                       "> 0: the draft LM is a random model of the target's architecture with "
+                       "this many layers (tau ~ 1: times the loop itself; overrides --draft_dir)")
+  flags.DEFINE_list("batch_sizes", ["1", "8"], "batch sizes")
+  flags.DEFINE_list("temperatures", ["0", "1"], "sampling temperatures")
+  flags.DEFINE_integer("k", 4, "draft length K")
+  flags.DEFINE_integer("max_new_tokens", 64, "tokens generated per row")
+  flags.DEFINE_integer("repeats", 7, "timed rounds (median; every timer runs once per "
+                       "round, round-robin)")
+  flags.DEFINE_list("drafters", ["lm_chain"],
+                    "lm_chain (independent draft LM), eagle1_chain, eagle3_chain, "
+                    "eagle3_tree:N[:TOP_K] / eagle1_tree:N[:TOP_K] (EAGLE-2 dynamic tree with N "
+                    "nodes, depth K, TOP_K children per expanded node, default 8); EAGLE rows need "
+                    "the embedded target or a real --target; model-free: lookup_chain (prompt "
+                    "lookup, K drafts), suffix_tree:N (SuffixDecoding-style tree, N nodes, "
+                    "depth K)")
+  flags.DEFINE_boolean("hf_peer", True, "also time transformers assisted generation (batch 1, "
+                       "greedy)")
+  flags.DEFINE_integer("max_prompt_tokens", 256, "real --target: longest rendered chat prompt")
+  flags.DEFINE_string("output", "benchmarks/results/speculative.json", "JSON output")
 
 
 def load_models():
@@ -309,4 +317,5 @@ def main(_):
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

@@ -26,42 +26,48 @@ import os
 from absl import app, flags
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("model", "default", "'default', 'tiny' or a real model, e.g. "
-                    "smollm2-135m-instruct")
-flags.DEFINE_string("drafter", "draft", "real model: 'draft' (shipped draft LM) or 'eagle3'")
-flags.DEFINE_string("companion", "early_exit:8", "real model: early_exit:N (the target's first "
-                    "N layers with its norm and head)")
-flags.DEFINE_list("prompt_sets", ["sharegpt", "humaneval"], "real model: held-out prompt sets")
-flags.DEFINE_integer("k", 7, "SV's K (drafts per step) and the largest fixed K")
-flags.DEFINE_list("fixed_ks", [], "fixed-K baselines (default 1..k)")
-flags.DEFINE_list("table_signals", ["SA", "S"], "SV tables: SA (the paper's), S (exact)")
-flags.DEFINE_enum("binning", "quantile", ["quantile", "fixed"], "calibration table bins")
-flags.DEFINE_enum("mode", "row", ["row", "batch"], "SV mode")
-flags.DEFINE_list("batch_sizes", ["1", "4", "8"], "batch sizes")
-flags.DEFINE_integer("eval_prompts", 8, "held-out prompts per set (a multiple of every batch size)")
-flags.DEFINE_integer("max_new_tokens", 48, "tokens per evaluation row")
-flags.DEFINE_float("temperature", 1.0, "target / draft / companion temperature")
-flags.DEFINE_bool("stop_at_eos", True, "rows stop at EOS (else every row emits max_new_tokens)")
-flags.DEFINE_integer("calib_prompts", 32, "calibration prompts (split over the sets)")
-flags.DEFINE_integer("calib_new_tokens", 64, "tokens per calibration prompt")
-flags.DEFINE_integer("calib_batch", 16, "calibration batch size")
-flags.DEFINE_integer("prompt_len", 256, "longest chat prompt in tokens (default/tiny: window)")
-flags.DEFINE_string("calibration_dir", "", "reuse this experiments.calibrate_sv workdir "
-                    "(same K; profile for this run's batch sizes and cache length)")
-flags.DEFINE_string("workdir", "/tmp/specjax_runs/sv_batch_sweep", "calibration goes to "
-                    "<workdir>/calibration")
-flags.DEFINE_integer("profile_repeats", 5, "timed calls per latency-profile point")
-flags.DEFINE_enum("profile_fit", "linear", ["linear", "raw"],
-                  "linear: each batch size's latencies replaced by a non-decreasing line in "
-                  "gamma (denoises CPU timings that stall the goodput search); raw: as measured")
-flags.DEFINE_bool("companion_timing", True, "time the companion forward (companion share)")
-flags.DEFINE_integer("seed", 0, "prompt / RNG seed")
-flags.DEFINE_string("compile_cache_dir", "", "persistent XLA compilation cache (reruns skip the "
-                    "~30 compiles); '' = off")
-flags.DEFINE_string("output", "", "JSON output; default benchmarks/results/"
-                    "sv_batch_sweep[_<model>].json (and .md)")
-flags.DEFINE_string("figure_dir", "", "figures; default docs/figures for a real model, else "
-                    "benchmarks/results")
+
+
+def define_flags() -> None:
+  """The flags of this binary, defined on its main path only (never at import:
+  several binaries share one process in the tests; experiments/cli.py)."""
+  flags.DEFINE_string("model", "default", "'default', 'tiny' or a real model, e.g. "
+                      "smollm2-135m-instruct")
+  flags.DEFINE_string("drafter", "draft", "real model: 'draft' (shipped draft LM) or 'eagle3'")
+  flags.DEFINE_string("companion", "early_exit:8", "real model: early_exit:N (the target's first "
+                      "N layers with its norm and head)")
+  flags.DEFINE_list("prompt_sets", ["sharegpt", "humaneval"], "real model: held-out prompt sets")
+  flags.DEFINE_integer("k", 7, "SV's K (drafts per step) and the largest fixed K")
+  flags.DEFINE_list("fixed_ks", [], "fixed-K baselines (default 1..k)")
+  flags.DEFINE_list("table_signals", ["SA", "S"], "SV tables: SA (the paper's), S (exact)")
+  flags.DEFINE_enum("binning", "quantile", ["quantile", "fixed"], "calibration table bins")
+  flags.DEFINE_enum("mode", "row", ["row", "batch"], "SV mode")
+  flags.DEFINE_list("batch_sizes", ["1", "4", "8"], "batch sizes")
+  flags.DEFINE_integer("eval_prompts", 8, "held-out prompts per set (a multiple of every batch "
+                       "size)")
+  flags.DEFINE_integer("max_new_tokens", 48, "tokens per evaluation row")
+  flags.DEFINE_float("temperature", 1.0, "target / draft / companion temperature")
+  flags.DEFINE_bool("stop_at_eos", True, "rows stop at EOS (else every row emits max_new_tokens)")
+  flags.DEFINE_integer("calib_prompts", 32, "calibration prompts (split over the sets)")
+  flags.DEFINE_integer("calib_new_tokens", 64, "tokens per calibration prompt")
+  flags.DEFINE_integer("calib_batch", 16, "calibration batch size")
+  flags.DEFINE_integer("prompt_len", 256, "longest chat prompt in tokens (default/tiny: window)")
+  flags.DEFINE_string("calibration_dir", "", "reuse this experiments.calibrate_sv workdir "
+                      "(same K; profile for this run's batch sizes and cache length)")
+  flags.DEFINE_string("workdir", "/tmp/specjax_runs/sv_batch_sweep", "calibration goes to "
+                      "<workdir>/calibration")
+  flags.DEFINE_integer("profile_repeats", 5, "timed calls per latency-profile point")
+  flags.DEFINE_enum("profile_fit", "linear", ["linear", "raw"],
+                    "linear: each batch size's latencies replaced by a non-decreasing line in "
+                    "gamma (denoises CPU timings that stall the goodput search); raw: as measured")
+  flags.DEFINE_bool("companion_timing", True, "time the companion forward (companion share)")
+  flags.DEFINE_integer("seed", 0, "prompt / RNG seed")
+  flags.DEFINE_string("compile_cache_dir", "", "persistent XLA compilation cache (reruns skip the "
+                      "~30 compiles); '' = off")
+  flags.DEFINE_string("output", "", "JSON output; default benchmarks/results/"
+                      "sv_batch_sweep[_<model>].json (and .md)")
+  flags.DEFINE_string("figure_dir", "", "figures; default docs/figures for a real model, else "
+                      "benchmarks/results")
 
 
 def model_suffix(model: str) -> str:
@@ -122,4 +128,5 @@ def main(_):
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

@@ -23,24 +23,29 @@ import os
 from absl import app, flags, logging
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("model", "smollm2-135m-instruct", "registered real model, .gguf or HF dir")
-flags.DEFINE_string("draft", "draft", "draft LM: 'draft' (shipped) or a directory")
-flags.DEFINE_string("eagle", "eagle3", "EAGLE head: 'eagle3' / 'eagle1' (shipped) or a directory")
-flags.DEFINE_string("label", "", "name prefix of the EAGLE rows (default: the head's kind)")
-flags.DEFINE_list("drafters", ["chain", "eagle_chain", "eagle_tree"],
-                  "chain (draft LM), eagle_chain, eagle_tree (EAGLE-2 dynamic tree)")
-flags.DEFINE_integer("k", 5, "chain draft length K")
-flags.DEFINE_integer("eagle_depth", 5, "dynamic tree depth")
-flags.DEFINE_integer("eagle_top_k", 8, "dynamic tree: children per expanded node")
-flags.DEFINE_integer("eagle_total_tokens", 24, "dynamic tree: nodes verified per step")
-flags.DEFINE_list("temperatures", ["0", "1"], "sampling temperatures (drafter and target)")
-flags.DEFINE_integer("seeds", 3, "runs per prompt at T > 0")
-flags.DEFINE_list("prompt_sets", ["sharegpt", "humaneval"], "held-out ShareGPT / HumanEval")
-flags.DEFINE_integer("num_prompts", 16, "prompts per set")
-flags.DEFINE_integer("max_prompt_tokens", 256, "longest rendered chat prompt")
-flags.DEFINE_integer("max_new_tokens", 128, "tokens per prompt")
-flags.DEFINE_integer("batch_size", 8, "rows per call")
-flags.DEFINE_string("output_dir", "outputs/acceptance", "JSONL + markdown")
+
+
+def define_flags() -> None:
+  """The flags of this binary, defined on its main path only (never at import:
+  several binaries share one process in the tests; experiments/cli.py)."""
+  flags.DEFINE_string("model", "smollm2-135m-instruct", "registered real model, .gguf or HF dir")
+  flags.DEFINE_string("draft", "draft", "draft LM: 'draft' (shipped) or a directory")
+  flags.DEFINE_string("eagle", "eagle3", "EAGLE head: 'eagle3' / 'eagle1' (shipped) or a directory")
+  flags.DEFINE_string("label", "", "name prefix of the EAGLE rows (default: the head's kind)")
+  flags.DEFINE_list("drafters", ["chain", "eagle_chain", "eagle_tree"],
+                    "chain (draft LM), eagle_chain, eagle_tree (EAGLE-2 dynamic tree)")
+  flags.DEFINE_integer("k", 5, "chain draft length K")
+  flags.DEFINE_integer("eagle_depth", 5, "dynamic tree depth")
+  flags.DEFINE_integer("eagle_top_k", 8, "dynamic tree: children per expanded node")
+  flags.DEFINE_integer("eagle_total_tokens", 24, "dynamic tree: nodes verified per step")
+  flags.DEFINE_list("temperatures", ["0", "1"], "sampling temperatures (drafter and target)")
+  flags.DEFINE_integer("seeds", 3, "runs per prompt at T > 0")
+  flags.DEFINE_list("prompt_sets", ["sharegpt", "humaneval"], "held-out ShareGPT / HumanEval")
+  flags.DEFINE_integer("num_prompts", 16, "prompts per set")
+  flags.DEFINE_integer("max_prompt_tokens", 256, "longest rendered chat prompt")
+  flags.DEFINE_integer("max_new_tokens", 128, "tokens per prompt")
+  flags.DEFINE_integer("batch_size", 8, "rows per call")
+  flags.DEFINE_string("output_dir", "outputs/acceptance", "JSONL + markdown")
 
 
 def _check_flags():
@@ -177,4 +182,4 @@ def run() -> list:
 
 if __name__ == "__main__":
   from experiments import cli
-  cli.run_binary(run)
+  cli.run_binary(run, define_flags=define_flags)

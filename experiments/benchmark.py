@@ -41,50 +41,56 @@ from experiments import cli
 REAL_DEFAULT = "smollm2-135m-instruct"
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("model", REAL_DEFAULT, "target: a registered real model, a .gguf file, an "
-                    "HF checkpoint dir, or 'default' (the small embedded stdlib models)")
-flags.DEFINE_string("draft", "draft", "draft LM: 'draft' (the one shipped for --model), a "
-                    "directory, or 'none'")
-flags.DEFINE_string("eagle", "eagle3", "EAGLE head: 'eagle3' / 'eagle1' (shipped for --model), "
-                    "a directory, or 'none'")
-flags.DEFINE_string("verifiers", "lossless, mars:theta=0.9",
-                    "comma-separated rules, each name[:hparam=value[:...]]")
-flags.DEFINE_list("drafters", ["chain", "eagle_chain", "eagle_tree"],
-                  "any of: chain (draft LM), tree (static tree of the draft LM), eagle_chain, "
-                  "eagle_tree (EAGLE head, EAGLE-2 dynamic tree), lookup_chain (prompt lookup, "
-                  "K = --k), suffix_tree (SuffixDecoding-style frequency tree); the last two "
-                  "need no model")
-flags.DEFINE_integer("k", 4, "draft length K for chains")
-flags.DEFINE_string("tree_paths", "[[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0], [0, 0, 1], "
-                    "[0, 0, 0, 0]]", "static tree of the draft LM as a JSON list of rank paths")
-flags.DEFINE_integer("eagle_depth", 5, "EAGLE-2 dynamic tree: draft depth")
-flags.DEFINE_integer("eagle_top_k", 8, "EAGLE-2 dynamic tree: children per expanded node")
-flags.DEFINE_integer("eagle_total_tokens", 16, "EAGLE-2 dynamic tree: nodes verified per step")
-flags.DEFINE_integer("suffix_depth", 4, "suffix_tree: tree depth")
-flags.DEFINE_integer("suffix_total_tokens", 16, "suffix_tree: nodes verified per step")
-flags.DEFINE_list("temperatures", ["0", "1"], "sampling temperatures")
-flags.DEFINE_integer("num_prompts", 0, "prompts (0: 4 chat prompts for a real model, 8 code "
-                     "prompts for the default models)")
-flags.DEFINE_list("prompt_sets", ["sharegpt", "humaneval"], "real models: held-out ShareGPT "
-                  "first turns and/or HumanEval problems, split evenly")
-flags.DEFINE_integer("max_prompt_tokens", 256, "real models: longest rendered chat prompt")
-flags.DEFINE_integer("prompt_bucket", -1, "pad every prompt to at least this many tokens: one "
-                     "compiled program per row (-1: --max_prompt_tokens for a real model, 0 for "
-                     "the default models; 0: each batch to its own power-of-two bucket)")
-flags.DEFINE_integer("batch_size", 1, "rows per call (0 = all prompts in one batch)")
-flags.DEFINE_integer("max_new_tokens", 0, "tokens generated per prompt (0: 128 for a real "
-                     "model, 48 for the default models)")
-flags.DEFINE_integer("repeats", 1, "paired timing repeats (median; 1 keeps the default run under 10 minutes on 2 cores)")
-flags.DEFINE_integer("seed", 0, "PRNG seed (sampling) and prompt-selection seed")
-flags.DEFINE_integer("mesh_data", 0, "data-parallel devices (0 = no mesh, plain jit)")
-flags.DEFINE_integer("mesh_model", 1, "tensor-parallel devices: target and draft LM params "
-                     "and KV caches sharded over a 'model' mesh axis (needs --mesh_data)")
-flags.DEFINE_enum("kl", "auto", ["auto", "on", "off"], "exact first-token KL to the matched "
-                  "baseline at T > 0 (experiments.first_step_law; auto: on for the default "
-                  "models only -- one more compiled program per row)")
-flags.DEFINE_string("output_dir", "outputs/benchmark", "where JSONL / markdown / PNG go "
-                    "(process i > 0 of a multi-process run: under process_<i>/)")
-cli.define_distributed_flags()
+
+
+def define_flags() -> None:
+  """The flags of this binary, defined on its main path only (never at import:
+  several binaries share one process in the tests; experiments/cli.py)."""
+  flags.DEFINE_string("model", REAL_DEFAULT, "target: a registered real model, a .gguf file, an "
+                      "HF checkpoint dir, or 'default' (the small embedded stdlib models)")
+  flags.DEFINE_string("draft", "draft", "draft LM: 'draft' (the one shipped for --model), a "
+                      "directory, or 'none'")
+  flags.DEFINE_string("eagle", "eagle3", "EAGLE head: 'eagle3' / 'eagle1' (shipped for --model), "
+                      "a directory, or 'none'")
+  flags.DEFINE_string("verifiers", "lossless, mars:theta=0.9",
+                      "comma-separated rules, each name[:hparam=value[:...]]")
+  flags.DEFINE_list("drafters", ["chain", "eagle_chain", "eagle_tree"],
+                    "any of: chain (draft LM), tree (static tree of the draft LM), eagle_chain, "
+                    "eagle_tree (EAGLE head, EAGLE-2 dynamic tree), lookup_chain (prompt lookup, "
+                    "K = --k), suffix_tree (SuffixDecoding-style frequency tree); the last two "
+                    "need no model")
+  flags.DEFINE_integer("k", 4, "draft length K for chains")
+  flags.DEFINE_string("tree_paths", "[[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0], [0, 0, 1], "
+                      "[0, 0, 0, 0]]", "static tree of the draft LM as a JSON list of rank paths")
+  flags.DEFINE_integer("eagle_depth", 5, "EAGLE-2 dynamic tree: draft depth")
+  flags.DEFINE_integer("eagle_top_k", 8, "EAGLE-2 dynamic tree: children per expanded node")
+  flags.DEFINE_integer("eagle_total_tokens", 16, "EAGLE-2 dynamic tree: nodes verified per step")
+  flags.DEFINE_integer("suffix_depth", 4, "suffix_tree: tree depth")
+  flags.DEFINE_integer("suffix_total_tokens", 16, "suffix_tree: nodes verified per step")
+  flags.DEFINE_list("temperatures", ["0", "1"], "sampling temperatures")
+  flags.DEFINE_integer("num_prompts", 0, "prompts (0: 4 chat prompts for a real model, 8 code "
+                       "prompts for the default models)")
+  flags.DEFINE_list("prompt_sets", ["sharegpt", "humaneval"], "real models: held-out ShareGPT "
+                    "first turns and/or HumanEval problems, split evenly")
+  flags.DEFINE_integer("max_prompt_tokens", 256, "real models: longest rendered chat prompt")
+  flags.DEFINE_integer("prompt_bucket", -1, "pad every prompt to at least this many tokens: one "
+                       "compiled program per row (-1: --max_prompt_tokens for a real model, 0 for "
+                       "the default models; 0: each batch to its own power-of-two bucket)")
+  flags.DEFINE_integer("batch_size", 1, "rows per call (0 = all prompts in one batch)")
+  flags.DEFINE_integer("max_new_tokens", 0, "tokens generated per prompt (0: 128 for a real "
+                       "model, 48 for the default models)")
+  flags.DEFINE_integer("repeats", 1, "paired timing repeats (median; 1 keeps the default run "
+                       "under 10 minutes on 2 cores)")
+  flags.DEFINE_integer("seed", 0, "PRNG seed (sampling) and prompt-selection seed")
+  flags.DEFINE_integer("mesh_data", 0, "data-parallel devices (0 = no mesh, plain jit)")
+  flags.DEFINE_integer("mesh_model", 1, "tensor-parallel devices: target and draft LM params "
+                       "and KV caches sharded over a 'model' mesh axis (needs --mesh_data)")
+  flags.DEFINE_enum("kl", "auto", ["auto", "on", "off"], "exact first-token KL to the matched "
+                    "baseline at T > 0 (experiments.first_step_law; auto: on for the default "
+                    "models only -- one more compiled program per row)")
+  flags.DEFINE_string("output_dir", "outputs/benchmark", "where JSONL / markdown / PNG go "
+                      "(process i > 0 of a multi-process run: under process_<i>/)")
+  cli.define_distributed_flags()
 
 
 def _is_default() -> bool:
@@ -236,7 +242,7 @@ def run() -> dict:
 
 
 def _console():
-  cli.run_binary(run)
+  cli.run_binary(run, define_flags=define_flags)
 
 
 if __name__ == "__main__":

@@ -20,8 +20,13 @@ import shutil
 from absl import app, flags
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("workdir", None, "train_from_store workdir (holds training.json)")
-flags.DEFINE_float("budget_mb", 60.0, "size cap of specjax/models/assets in MB (1e6 bytes)")
+
+
+def define_flags() -> None:
+  """The flags of this binary, defined on its main path only (never at import:
+  several binaries share one process in the tests; experiments/cli.py)."""
+  flags.DEFINE_string("workdir", None, "train_from_store workdir (holds training.json)")
+  flags.DEFINE_float("budget_mb", 60.0, "size cap of specjax/models/assets in MB (1e6 bytes)")
 
 
 def _dir_bytes(path: str, skip: str = "") -> int:
@@ -81,4 +86,4 @@ def main():
 
 if __name__ == "__main__":
   from experiments import cli
-  cli.run_binary(main)
+  cli.run_binary(main, define_flags=define_flags)

@@ -67,7 +67,7 @@ def test_bad_flags_name_the_flag(tmp_path):
   from tests.flag_errors import usage_errors
   got = usage_errors("experiments.benchmark",
                      [["--model=default", *flag.split(), f"--output_dir={tmp_path}"]
-                      for flag, _ in BAD_FLAGS])
+                      for flag, _ in BAD_FLAGS], define="define_flags")
   for (flag, message), err in zip(BAD_FLAGS, got):
     assert message in err, (flag, err)
   r = _run("--model=default", "--k=0", f"--output_dir={tmp_path}", timeout=120)
