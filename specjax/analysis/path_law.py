@@ -266,16 +266,26 @@ def _chain_law_one(rule: PathRule, tables: ChainTables, length) -> ChainLaw:
     m = weights[:, t, None] * dl.emit[:, t]  # [N, V]
     m = m.reshape((v,) * k + (v,))  # x_1..x_K, y
     block.append(jnp.sum(m, axis=tuple(range(t, k))) if t < k else m)  # [V]*(t+1)
+  first, target = continued_law(block, tables.p)
+  return ChainLaw(accept_length=accept_length, expected_accepted=expected, block=tuple(block),
+                  first_tokens=first, target=target)
+
+
+def continued_law(block, p_tables) -> tuple[jax.Array, jax.Array]:
+  """``(first_tokens, target)``, both ``[V]*(K+1)`` for one context: the law of the
+  first K+1 emitted tokens when the emitted block (``block[t]`` of shape
+  ``[V]*(t+1)``, t = 0..K) is followed by exact sampling from the target
+  (``p_tables[j]`` of shape ``[V]*(j+1)``, j = 0..K), and the target's own law."""
+  n = len(p_tables)
+  v = p_tables[0].shape[-1]
   # factor[j-1] = P_j(s_j | s_<j) as a [V]*(K+1) broadcastable array, j = 1..K+1.
-  n = k + 1
-  factors = [_expand(tables.p[j], n) for j in range(n)]
+  factors = [_expand(p_tables[j], n) for j in range(n)]
   target = functools.reduce(jnp.multiply, factors)
   first = jnp.zeros((v,) * n, target.dtype)
-  for t in range(k + 1):
+  for t in range(len(block)):
     cont = functools.reduce(jnp.multiply, factors[t + 1:], jnp.ones((), target.dtype))
     first = first + _expand(block[t], n) * cont
-  return ChainLaw(accept_length=accept_length, expected_accepted=expected, block=tuple(block),
-                  first_tokens=first, target=jnp.broadcast_to(target, (v,) * n))
+  return first, jnp.broadcast_to(target, (v,) * n)
 
 
 # --- batched entry points ---------------------------------------------------------------

@@ -22,7 +22,9 @@ calls in order::
   layout); the target runs over the root and every node under the ancestor
   mask at positions prefix + depth; ``verify_tree`` accepts one root-to-node
   path, which ``kv_cache.gather_path`` moves to contiguous slots and commits.
-  Node rules only: a tree needs a tree path rule for path-level verification.
+  A node rule goes through ``verify_tree``; a tree rule
+  (:mod:`specjax.verifiers.tree_rule`, e.g. traversal verification) through
+  ``verify_tree_path``; a chain-only path rule (block) is refused.
 
 Either way the step gets the same :class:`Verdict`, so everything after
 verification (drafter / policy commit, output, statistics) is shared.
@@ -42,8 +44,9 @@ from specjax.decoding.proposal import Proposal
 from specjax.decoding.tree import ancestor_mask, with_root
 from specjax.distributions import SamplingConfig, probs_from_logits, sample_from_probs
 from specjax.models import kv_cache as kvc
-from specjax.verifiers.base import verify_chain, verify_tree
+from specjax.verifiers.base import TreeResult, verify_chain, verify_tree
 from specjax.verifiers.path import PathRule, verify_path_batch
+from specjax.verifiers.tree_rule import TreeRule, verify_tree_rule_batch
 
 __all__ = ["Proposal", "VerifyInputs", "Verdict", "ChainStrategy", "TreeStrategy", "CHAIN",
            "TREE", "check_rule_for_strategy"]
@@ -167,13 +170,13 @@ def _hidden_at(hidden, node_ids):
 
 
 def check_rule_for_strategy(rule, tree: bool) -> None:
-  """``ValueError`` (before tracing) for a path rule on a tree: traversal
-  verification, the tree path rule, is not implemented yet."""
-  if tree and isinstance(rule, PathRule):
+  """``ValueError`` (before tracing) for a chain-only path rule (block) on a tree:
+  trees take node rules and tree rules (traversal verification)."""
+  if tree and isinstance(rule, PathRule) and not isinstance(rule, TreeRule):
     raise ValueError(
         f"verifier {type(rule).__name__} ({rule.name!r}) is a path rule for chains, but the "
-        f"drafter proposes trees: trees need a tree path rule (traversal verification, not "
-        f"implemented yet); use a chain drafter or a node rule (verifiers.available())")
+        f"drafter proposes trees: trees need a tree path rule (verifiers.available('tree'), "
+        f"e.g. 'traversal') or a node rule (verifiers.available())")
 
 
 @jax.tree_util.register_dataclass
@@ -244,8 +247,18 @@ class ChainStrategy:
                    _hidden_at(hidden, node_ids), processed)
 
 
+def _tree_rule_tree(rule: TreeRule, z, p, q, x, parents, u, keys, q_node) -> TreeResult:
+  """A tree rule over every row (z, p, q [B, N+1, V]; x, parents, u [B, N+1]; keys [B];
+  q_node [B, N+1, V] or None): ``verify_tree_path``; the token is drawn from
+  ``emit_dist`` with the row's key; no relaxed acceptances."""
+  dec = verify_tree_rule_batch(rule, z, p, q, x, parents, u, q_node=q_node)
+  token = jax.vmap(sample_from_probs)(keys, dec.emit_dist)
+  return TreeResult(dec.path[:, 1:], dec.num_accepted, token, jnp.zeros_like(dec.num_accepted),
+                    dec.emit_dist)
+
+
 class TreeStrategy:
-  """A draft tree verified by ``verify_tree`` (see the module docstring)."""
+  """A draft tree verified by ``verify_tree`` or a tree rule (see the module docstring)."""
 
   tree = True
 
@@ -269,7 +282,10 @@ class TreeStrategy:
     p = probs_from_logits(z, inputs.sampling)
     q_full = jnp.concatenate([jnp.zeros_like(q[:, :1]), q], 1)
     u = jax.vmap(lambda kk: jax.random.uniform(kk, (n_nodes + 1,)))(inputs.u_keys)
-    if q_node is None:  # validate_pair: the verifier does not need it
+    if isinstance(verifier, TreeRule):
+      res = _tree_rule_tree(verifier, z, p, q_full, x_full, parents, u, inputs.verify_keys,
+                            q_node)
+    elif q_node is None:  # validate_pair: the verifier does not need it
       res = jax.vmap(lambda *a: verify_tree(verifier, *a))(z, p, q_full, x_full, parents, u,
                                                             inputs.verify_keys)
     else:

@@ -1,5 +1,6 @@
-"""Verification rules as swappable pure node rules (see ``base.py``) and path rules
-(``path.py``: rules that decide over a whole drafted chain, e.g. block verification).
+"""Verification rules as swappable pure node rules (see ``base.py``), path rules
+(``path.py``: rules that decide over a whole drafted chain, e.g. block verification)
+and tree rules (``tree_rule.py``: over a whole drafted tree, e.g. traversal verification).
 
 ``residual`` and the allowed-set helpers are defined in
 :mod:`specjax.distributions` and re-exported here; the registry (rule names
@@ -23,6 +24,9 @@ from specjax.verifiers.baselines import MatchedBaseline, matched_baseline
 from specjax.verifiers.path import (NodePathRule, PathDecision, PathRule, as_path_rule,
                                     verify_path_batch)
 from specjax.verifiers.block import Block  # registers "block" (kind "path")
+from specjax.verifiers.tree_rule import (NodeTreeRule, TreeDecision, TreeRule, as_tree_rule,
+                                         verify_tree_rule_batch)
+from specjax.verifiers.traversal import Traversal  # registers "traversal" (kind "tree")
 
 __all__ = ["ChainResult", "NodeRule", "NodeState", "TreeResult", "check_range", "residual",
            "safe_ratio", "verify_chain", "verify_tree", "available", "get", "register",
@@ -30,4 +34,6 @@ __all__ = ["ChainResult", "NodeRule", "NodeState", "TreeResult", "check_range", 
            "allowed_set_eta", "allowed_set_min_p", "eta_threshold", "min_p_threshold", "truncate",
            "CoS", "CoSContrastive", "Lenience", "Mars", "MarsState", "register_threshold_hook",
            "threshold_hooks", "MatchedBaseline", "matched_baseline", "PathRule",
-           "PathDecision", "NodePathRule", "as_path_rule", "verify_path_batch", "Block"]
+           "PathDecision", "NodePathRule", "as_path_rule", "verify_path_batch", "Block",
+           "TreeRule", "TreeDecision", "NodeTreeRule", "as_tree_rule", "verify_tree_rule_batch",
+           "Traversal"]

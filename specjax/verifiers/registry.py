@@ -49,18 +49,20 @@ _THRESHOLD_HOOKS = _Table("threshold hook")
 ThresholdHook = Callable[[Any, str, Any, Any], Any]
 
 
-RULE_KINDS = ("node", "path")
+RULE_KINDS = ("node", "path", "tree")
 # name -> kind ("node": the four node functions of base.py, for chains and trees;
-# "path": a path rule of path.py, e.g. "block", for chains).
+# "path": a path rule of path.py, e.g. "block", for chains; "tree": a tree rule of
+# tree_rule.py, e.g. "traversal", for trees and chains).
 _KINDS: dict[str, str] = {}
 
 
 def register(name: str, kind: str = "node") -> Callable[[type], type]:
   """Class decorator registering a rule under ``name`` (lower case).
 
-  ``kind`` is ``"node"`` (a :class:`~specjax.verifiers.base.NodeRule`) or
-  ``"path"`` (a :class:`~specjax.verifiers.path.PathRule`); both share one
-  name space, so :func:`get` builds either.
+  ``kind`` is ``"node"`` (a :class:`~specjax.verifiers.base.NodeRule`),
+  ``"path"`` (a :class:`~specjax.verifiers.path.PathRule`) or ``"tree"`` (a
+  :class:`~specjax.verifiers.tree_rule.TreeRule`); all share one name space,
+  so :func:`get` builds any.
   """
   if kind not in RULE_KINDS:
     raise ValueError(f"kind={kind!r}; allowed: {RULE_KINDS}")
@@ -76,7 +78,7 @@ def register(name: str, kind: str = "node") -> Callable[[type], type]:
 
 def available(kind: str | None = "node") -> list[str]:
   """Names of the registered rules of ``kind``: ``"node"`` (default: the rules the
-  node drivers and the decoding loop take), ``"path"`` or ``None`` (all)."""
+  node drivers and the decoding loop take), ``"path"``, ``"tree"`` or ``None`` (all)."""
   if kind is not None and kind not in RULE_KINDS:
     raise ValueError(f"kind={kind!r}; allowed: {RULE_KINDS} or None (all)")
   return [n for n in _RULES.names() if kind is None or _KINDS.get(n, "node") == kind]
