@@ -54,6 +54,7 @@ import numpy as np
 
 from specjax.checks import ArgumentTypeError, check_int
 from specjax.decoding.proposal import Proposal
+from specjax.decoding.sampled_tree import check_children, sample_level
 from specjax.decoding.strategies import CHAIN, TREE
 from specjax.decoding.tree import TreeDraft, static_tree
 from specjax.distributions import SamplingConfig, probs_from_logits, sample_logits
@@ -269,9 +270,14 @@ class LMTreeDrafter(Drafter):
     paths: choice paths (``decoding.tree.static_tree``): node ``[r_1, .., r_d]``
       takes the rank-``r_d`` token of its parent's draft distribution.  The
       tree's ``depth`` is its longest path; N = ``len(paths)`` nodes.
-    sampling: only shapes ``q_node`` (:func:`node_distribution`; default
-      greedy: the model's softmax at T = 1).  Drafts are deterministic top-k
-      candidates, so ``q`` is one-hot (docs/spec.md §1) whatever ``sampling`` says.
+    sampling: shapes ``q_node`` (:func:`node_distribution`; default
+      greedy: the model's softmax at T = 1).  With ``children="topk"`` drafts are
+      deterministic top-k candidates, so ``q`` is one-hot (docs/spec.md §1)
+      whatever ``sampling`` says.
+    children: "topk" (node ``[.., r]`` = the parent's rank-r token) or "sampled"
+      (its r-th draw without replacement from the parent's ``q_node``; ``q`` = the
+      draw's law given the earlier siblings, so lossless verification is recursive
+      rejection sampling; :mod:`specjax.decoding.sampled_tree`, docs/spec.md §4).
 
   Each step first reads the tokens the target committed last step (the
   accepted path, kept as ``pending``) and the new root, then drafts the tree
@@ -282,6 +288,7 @@ class LMTreeDrafter(Drafter):
   model: Model = None
   paths: tuple = ((0,), (1,), (0, 0))
   sampling: SamplingConfig = SamplingConfig(temperature=0.0)
+  children: str = "topk"
 
   strategy = TREE
   supplies_node_dist = True
@@ -289,6 +296,7 @@ class LMTreeDrafter(Drafter):
   def __post_init__(self):
     _check_model("LMTreeDrafter", self.model)
     _check_sampling(self.sampling)
+    check_children(self.children)
     static_tree(self.paths)  # ValueError on a malformed tree
     object.__setattr__(self, "paths", tuple(tuple(int(r) for r in p) for p in self.paths))
 
@@ -320,7 +328,7 @@ class LMTreeDrafter(Drafter):
     return PendingState(cache, pending.at[:, 0].set(last_prompt), jnp.ones((b,), jnp.int32))
 
   def draft_tree(self, params, state: PendingState, prev, last, keys):
-    del keys, prev  # deterministic top-k drafts; prev is in ``pending``
+    del prev  # prev is in ``pending``; keys: sampled children only
     parents, depths, ranks = static_tree(self.paths)
     n = len(parents)
     b, w = state.pending.shape
@@ -342,17 +350,27 @@ class LMTreeDrafter(Drafter):
     for j in range(1, n + 1):
       anc[j] |= anc[tree_par[j]]
     top = int(ranks.max()) + 1
+    sampled = self.children == "sampled"
+    q = jnp.zeros((b, n, v), jnp.float32) if sampled else None
     for d in range(1, int(depths.max()) + 1):
       level = np.nonzero(depths == d)[0]  # node indices (0-based) at depth d
-      parent_logits = node_logits[:, parents[level]]  # [B, n_d, V]
-      cand = jax.lax.top_k(parent_logits, top)[1]  # [B, n_d, top]
-      tokens = tokens.at[:, level].set(cand[:, np.arange(len(level)), ranks[level]])
+      if sampled:  # draws without replacement from the parents' node distributions
+        uniq = np.unique(parents[level])
+        q_par = node_distribution(node_logits[:, uniq], self.sampling)
+        node_tok, node_q = sample_level(keys, q_par, uniq, parents[level], ranks[level])
+        tokens = tokens.at[:, level].set(node_tok)
+        q = q.at[:, level].set(node_q)
+      else:
+        parent_logits = node_logits[:, parents[level]]  # [B, n_d, V]
+        cand = jax.lax.top_k(parent_logits, top)[1]  # [B, n_d, top]
+        tokens = tokens.at[:, level].set(cand[:, np.arange(len(level)), ranks[level]])
       m = int(np.sum(depths <= d))  # nodes 1..m drafted so far (sorted by depth)
       mask = jnp.broadcast_to(jnp.asarray(anc[1:m + 1, 1:m + 1]), (b, m, m))
       pos = root_pos[:, None] + jnp.asarray(depths[:m])[None, :]
       out = self.model.apply(params, tokens[:, :m], pos, cache, attn_mask=mask)
       node_logits = node_logits.at[:, 1:m + 1].set(out.logits)
-    q = jax.nn.one_hot(tokens, v, dtype=jnp.float32)
+    if not sampled:
+      q = jax.nn.one_hot(tokens, v, dtype=jnp.float32)
     q_node = node_distribution(node_logits, self.sampling)  # [B, N+1, V]
     tree = TreeDraft(tokens, jnp.broadcast_to(jnp.asarray(parents), (b, n)),
                      jnp.broadcast_to(jnp.asarray(depths), (b, n)))

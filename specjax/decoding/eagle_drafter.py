@@ -19,10 +19,13 @@ which leaves the head exactly L entries long, then drafts:
   top_k as the next frontier, for ``depth`` levels; finally keep the best
   ``total_tokens`` candidates (ancestors always outrank descendants, ties go to
   the earlier candidate) in candidate order, so parents precede children.
-* static tree: EAGLE-1 / Medusa choice paths (``tree.static_tree``).
+* static tree: EAGLE-1 / Medusa choice paths (``tree.static_tree``); with
+  ``children="sampled"`` a node of rank r is instead the r-th draw without
+  replacement from its parent's ``q_node`` (RSD, :mod:`specjax.decoding.sampled_tree`).
 
-Tree drafts are deterministic top-k choices, so q = one-hot(token) (the
-multi-draft lossless rule then reduces to p(x) acceptance); ``q_node`` holds
+Top-k tree drafts are deterministic, so q = one-hot(token) (the
+multi-draft lossless rule then reduces to p(x) acceptance); sampled children carry
+their law given the earlier siblings (recursive rejection sampling); ``q_node`` holds
 the head's full distribution (:func:`~specjax.decoding.drafters.node_distribution`)
 at the root and at every node that was expanded (rows of unexpanded nodes,
 which have no children, are 0).  Tree nodes are
@@ -48,6 +51,7 @@ from specjax.decoding.drafters import Drafter, node_distribution
 from specjax.decoding.strategies import CHAIN, TREE
 from specjax.distributions import SamplingConfig, sample_logits
 from specjax.decoding.proposal import Proposal
+from specjax.decoding.sampled_tree import check_children, sample_level
 from specjax.decoding.tree import TreeDraft, static_tree
 from specjax.models import kv_cache as kvc
 from specjax.models.eagle import EagleHead
@@ -99,6 +103,9 @@ class EagleDrafter(Drafter):
     tree_paths: tuple of rank paths for a static tree, e.g. ((0,), (1,), (0, 0)).
     depth: the tree depth (trees only; a dynamic tree expands ``depth``
       levels; a static tree's depth is its longest path and may be omitted).
+    children: static trees: "topk" (rank r = the parent's rank-r token, q one-hot)
+      or "sampled" (rank r = the parent's r-th draw without replacement from its
+      ``q_node``, q = that draw's law given the earlier ones; docs/spec.md §4).
 
   Params: ``EagleDrafter.make_params(head_params, target, target_params, d2t)``.
   """
@@ -111,6 +118,7 @@ class EagleDrafter(Drafter):
   total_tokens: int = 60
   tree_paths: Optional[tuple] = None
   depth: Optional[int] = None
+  children: str = "topk"
 
   supplies_node_dist = True
 
@@ -136,6 +144,13 @@ class EagleDrafter(Drafter):
       raise ArgumentTypeError(f"sampling must be a SamplingConfig, got {type(self.sampling).__name__}")
     check_int("top_k", self.top_k, low=1)
     check_int("total_tokens", self.total_tokens, low=1)
+    check_children(self.children)
+    if self.children == "sampled" and self.tree_kind != "static":
+      raise ValueError(
+          f"children='sampled' needs tree_kind='static' (got {self.tree_kind!r}): a chain "
+          f"samples its drafts under `sampling`, and the EAGLE-2 dynamic tree keeps the "
+          f"candidates of highest draft probability, so a kept sampled child would no longer "
+          f"follow q (not lossless); use tree_paths=sampled_tree.constant_branching(...)")
     vd = self.head.config.draft_vocab_size
     if self.tree_kind == "dynamic":
       check_int("depth", self.depth, low=1)
@@ -324,7 +339,7 @@ class EagleDrafter(Drafter):
     if self.tree_kind == "dynamic":
       return self._dynamic_tree(params, state, last)
     if self.tree_kind == "static":
-      return self._static_tree(params, state, last)
+      return self._static_tree(params, state, last, keys)
     raise ValueError("draft_tree needs tree_kind 'dynamic' or 'static'")
 
   def _one_hot(self, tokens):
@@ -397,8 +412,9 @@ class EagleDrafter(Drafter):
     return (Proposal.from_tree(tree, self._one_hot(tok), q_node),
             dataclasses.replace(state, cache=cache))
 
-  def _static_tree(self, params, state: EagleState, last):
-    """A fixed tree of rank paths: node = the rank-r token of its parent's distribution."""
+  def _static_tree(self, params, state: EagleState, last, keys):
+    """A fixed tree of rank paths: node = the rank-r token of its parent's distribution
+    (``children="sampled"``: its r-th draw without replacement)."""
     parents_np, depths_np, ranks_np = static_tree(self.tree_paths)
     n = len(parents_np)
     r = int(ranks_np.max()) + 1
@@ -414,11 +430,18 @@ class EagleDrafter(Drafter):
     q_node = q_node.at[:, 0].set(node_distribution(z, self.sampling))
     feats = jnp.zeros((b, n + 1, h_root.shape[-1]), h_root.dtype).at[:, 0].set(h_root)
     tok = jnp.zeros((b, n), jnp.int32)
+    sampled = self.children == "sampled"
+    q = jnp.zeros((b, n, z.shape[-1]), jnp.float32) if sampled else None
     max_depth = int(depths_np.max())
     for d in range(1, max_depth + 1):
       ids = np.nonzero(depths_np == d)[0]  # contiguous: nodes are sorted by depth
       par = parents_np[ids]
-      node_tok = top[:, par, ranks_np[ids]]  # [B, T]
+      if sampled:  # draws without replacement from the parents' q_node rows
+        uniq = np.unique(par)
+        node_tok, node_q = sample_level(keys, q_node[:, uniq], uniq, par, ranks_np[ids])
+        q = q.at[:, ids].set(node_q)
+      else:
+        node_tok = top[:, par, ranks_np[ids]]  # [B, T]
       tok = tok.at[:, ids].set(node_tok)
       if d == max_depth:
         break
@@ -431,5 +454,5 @@ class EagleDrafter(Drafter):
       q_node = q_node.at[:, ids + 1].set(node_distribution(logits, self.sampling))
     tree = TreeDraft(tok, jnp.broadcast_to(jnp.asarray(parents_np), (b, n)),
                      jnp.broadcast_to(jnp.asarray(depths_np), (b, n)))
-    return (Proposal.from_tree(tree, self._one_hot(tok), q_node),
+    return (Proposal.from_tree(tree, q if sampled else self._one_hot(tok), q_node),
             dataclasses.replace(state, cache=cache))

@@ -25,7 +25,8 @@ class Proposal:
   Attributes:
     tokens: [B, N] int32 draft tokens (tree: node j has tree index j + 1).
     q: [B, N, V] distribution each draft was drawn from (one-hot for greedy /
-      top-k drafts).
+      top-k drafts; a sampled tree child's law given its earlier siblings, its
+      parent's ``q_node`` without them, renormalised: docs/spec.md §4).
     q_node: [B, N, V] (chain) or [B, N+1, V] (tree, row 0 the root) the
       drafter's full distribution at each position / node, or None when the
       drafter does not supply it (``supplies_node_dist = False``; the chain
