@@ -70,12 +70,6 @@ def interleaved_medians(timers: dict, rounds: int) -> dict:
   return {name: float(np.median(t)) for name, t in times.items()}
 
 
-def carried_latency(step, args, make_carry, inner: int = 8, repeats: int = 10) -> float:
-  """Median seconds of one step of :func:`carried_timer` over ``repeats`` calls."""
-  once = carried_timer(step, args, make_carry, inner)
-  return float(np.median([once() for _ in range(repeats)]))
-
-
 def _cache_at(model, batch: int, context: int, cache_length: int):
   from specjax.models import kv_cache as kvc
   return kvc.commit(model.init_cache(batch, cache_length), jnp.full((batch,), context, jnp.int32))
@@ -140,4 +134,3 @@ def draft_timer(drafter, draft_params, target, target_params, prompts_tokens, pr
   make = lambda: (drafter.prefill(draft_params, tokens, lengths, cache_length, t_hidden),
                   jnp.array(prev), jnp.float32(0))
   return carried_timer(step, drafter.decode_params(draft_params), make, inner=inner)
-

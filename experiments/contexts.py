@@ -302,8 +302,3 @@ def extract_contexts(models: ModelSet, *, num_positions: int = 1000, seq_len: in
     zq = window_logits(models.draft, models.draft_params, windows, rows, cols, batch_size)
     q = np.asarray(probs_from_logits(jnp.asarray(zq), draft_sampling))
   return Contexts(z, p, q, zq, windows[rows, cols + 1].astype(np.int32), rows, cols)
-
-
-def prompts_from_windows(windows: np.ndarray, num_prompts: int, prompt_len: int) -> list:
-  """The first ``prompt_len`` tokens of ``num_prompts`` windows, as token-id lists."""
-  return [list(map(int, windows[i, :prompt_len])) for i in range(min(num_prompts, len(windows)))]

@@ -51,7 +51,7 @@ import hashlib
 import json
 import math
 import os
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 from specjax import compiled_code
 
@@ -213,7 +213,3 @@ def run_sweep(configs: Sequence[dict], evaluate: Callable[[dict], dict], path: s
       if bar is not None:
         bar.close()
   return [done[k] for k in keys]
-
-
-def records_by_key(records: Iterable[dict]) -> dict[str, dict]:
-  return {r["key"]: r for r in records}

@@ -93,17 +93,6 @@ def test_dependency_arrows_point_one_way(where):
   assert not bad, f"imports against the dependency arrows: {bad}"
 
 
-def test_library_imports_the_ground_floor_not_the_compatibility_names():
-  """``specjax.decoding.sampling`` only re-exports :mod:`specjax.distributions` for
-  user code; no library module imports it, and it defines nothing itself."""
-  shim = os.path.join(PKG, "decoding", "sampling.py")
-  for path in _files(""):
-    if path != shim:
-      assert not _hits(_imports(path), ("specjax.decoding.sampling",)), path
-  tree = ast.parse(open(shim, encoding="utf-8").read())
-  assert not [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
-
-
 def test_no_library_module_imports_experiments():
   for path in _files(""):
     assert not _hits(_imports(path), ("experiments",)), path

@@ -148,9 +148,3 @@ def test_processors_keep_the_allowed_sets():
     np.testing.assert_array_equal(kept, smp.allowed_set_min_p(probs, value))
     kept = smp.eta_filter(logits, value) > smp.NEG_INF
     np.testing.assert_array_equal(kept, smp.allowed_set_eta(probs, value))
-
-
-def test_decoding_sampling_reexports_the_ground_floor():
-  from specjax.decoding import sampling as old
-  for name in old.__all__:
-    assert getattr(old, name) is getattr(smp, name), name
