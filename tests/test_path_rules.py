@@ -384,8 +384,8 @@ def test_bad_arguments_name_the_argument():
     NodePathRule(BLOCK)
   with pytest.raises(ValueError, match="no hyperparameter"):
     verifiers.get("block", theta=0.9)
-  with pytest.raises(ValueError, match=r"kind='tree'"):
-    verifiers.available("tree")
+  with pytest.raises(ValueError, match=r"kind='forest'"):
+    verifiers.available("forest")
   tables = _binary_example()
   with pytest.raises(ValueError, match=r"ChainTables.q\[1\] must have shape"):
     pl.chain_law(BLOCK, dataclasses.replace(tables, q=(tables.q[0], tables.q[0])))

@@ -12,7 +12,9 @@ distribution after ``x_1..x_d``).  How the node tokens are drawn is one of:
 * ``"without_replacement"`` -- the children of a node are drawn in index
   order from the drafter's distribution with the earlier siblings' tokens
   removed and the rest renormalised; node c's ``q`` is that renormalised
-  distribution.
+  distribution.  When no mass is left (more siblings than tokens the drafter
+  can produce) the remaining siblings and their subtrees are not drafted
+  (``valid`` False for the rule).
 * ``"top_k"`` -- deterministic: node c takes the rank-``ranks[c]`` token of
   its parent's distribution (the repo's static and EAGLE-2 trees); node c's
   ``q`` is one-hot at it.
@@ -119,6 +121,8 @@ def _tree_law_one(rule, tables: ChainTables, parents, drafting, ranks) -> ChainL
   q_node = jnp.stack([_rows(node_dist, [anc[j]], x)[:, 0] if depth[j] < d
                       else jnp.zeros((m, v), p.dtype) for j in range(n1)], axis=1)
   q_rows = [jnp.zeros((m, v), p.dtype)]
+  valid = [jnp.ones((m,), bool)]  # without replacement: a sibling exists while mass is left
+  factor = []  # P(x_c | everything drafted before c)
   for c in range(1, n1):
     qb = _rows(tables.q, [anc[par[c]]], x)[:, 0]  # the drafter at c's parent
     if drafting == "top_k":
@@ -131,14 +135,19 @@ def _tree_law_one(rule, tables: ChainTables, parents, drafting, ranks) -> ChainL
       for s in earlier:
         keep = keep & (jnp.arange(v)[None, :] != x[:, s:s + 1])
       qc = safe_normalize(jnp.where(keep, qb, 0.0), 0.0)
+    on = valid[par[c]] & (jnp.sum(qc, axis=-1) > 0)
+    valid.append(on)
     q_rows.append(qc)
+    # An absent node (the parent's candidates ran out) counts once, as token 0.
+    factor.append(jnp.where(on, qc[jnp.arange(m), x[:, c]], (x[:, c] == 0).astype(p.dtype)))
   q = jnp.stack(q_rows, axis=1)  # [M, N+1, V]
-  qx = jnp.take_along_axis(q[:, 1:], x[:, 1:, None], axis=2)[:, :, 0]
-  prob = jnp.ones((m,), p.dtype) if drafting == "top_k" else jnp.prod(qx, axis=1)
+  valid = jnp.stack(valid, axis=1)  # [M, N+1]
+  prob = (jnp.ones((m,), p.dtype) if drafting == "top_k"
+          else jnp.prod(jnp.stack(factor, axis=1), axis=1))
   tree_par = jnp.asarray(par, jnp.int32)
-  law, emit = jax.vmap(lambda zz, pp, qq, xx, qn: (
-      rule.end_node_law(zz, pp, qq, xx, tree_par, q_node=qn),
-      rule.end_node_emit(zz, pp, qq, xx, tree_par, q_node=qn)))(z, p, q, x, q_node)
+  law, emit = jax.vmap(lambda zz, pp, qq, xx, ok, qn: (
+      rule.end_node_law(zz, pp, qq, xx, tree_par, ok, q_node=qn),
+      rule.end_node_emit(zz, pp, qq, xx, tree_par, ok, q_node=qn)))(z, p, q, x, valid, q_node)
   live = prob > 0  # assignments the drafter never makes: their laws are dropped
   weight = jnp.where(live[:, None], prob[:, None] * law, 0.0)  # [M, N+1] P(x, e = j)
   emit = jnp.where(live[:, None, None], emit, 0.0)

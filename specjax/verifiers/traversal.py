@@ -80,6 +80,7 @@ def traversal_terms(p: jax.Array, q: jax.Array, x: jax.Array, parents: jax.Array
   each costs O(V).  ``q_c(x_c) = 0`` follows ``safe_ratio`` as in block
   verification.
   """
+  p, q, x, parents = (jnp.asarray(a) for a in (p, q, x, parents))
   n1, v = p.shape
   idx = jnp.arange(n1)
   valid = _all_valid(valid, n1)

@@ -102,6 +102,7 @@ def path_to(end: jax.Array, parents: jax.Array) -> tuple[jax.Array, jax.Array]:
 
   ``parents [N+1]`` with ``parents[j] < j``; walks up from ``end`` N times.
   """
+  parents = jnp.asarray(parents)
   n1 = parents.shape[0]
   par = parents.at[0].set(0)
 
@@ -137,7 +138,7 @@ def first_success_law(order_rank: jax.Array, a: jax.Array) -> jax.Array:
 
 def _all_valid(valid, n1):
   idx = jnp.arange(n1)
-  v = jnp.ones((n1,), bool) if valid is None else valid
+  v = jnp.ones((n1,), bool) if valid is None else jnp.asarray(valid)
   return (v & (idx > 0)) | (idx == 0)
 
 
@@ -232,6 +233,7 @@ class NodeTreeRule(TreeRule):
   def _walk(self, z, p, q, x, parents, valid, q_node):
     """(law [N+1], emit [N+1, V]) by one pass over the nodes in index order."""
     n1, _ = check_tree_shapes(z, p, q, x, parents)
+    z, p, q, x, parents = (jnp.asarray(a) for a in (z, p, q, x, parents))
     rule = self.node
     if rule.needs_node_dist and q_node is None:
       raise _missing_node_dist(rule)
