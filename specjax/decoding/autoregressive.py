@@ -104,13 +104,15 @@ def generate_step(loop: GenLoop, inputs: GenInputs, state: GenState) -> GenState
                   state.target_calls + active.astype(jnp.int32))
 
 
-@functools.partial(jax.jit, static_argnames=("model", "max_new_tokens", "eos", "cache_length"))
-def _generate(model: Model, params, sampling: SamplingConfig, tokens, lengths, key, row_ids, *,
-              max_new_tokens: int, eos: tuple, cache_length: int) -> GenerationResult:
+@functools.partial(jax.jit, static_argnums=0)
+def _generate(loop: GenLoop, params, sampling: SamplingConfig, tokens, lengths, key, row_ids
+              ) -> GenerationResult:
   """Jitted body of :func:`generate`: prefill, then :func:`generate_step` in a
-  ``lax.while_loop``.  ``sampling`` is a traced pytree argument: one
-  compilation serves every temperature > 0 (see ``SamplingConfig``)."""
-  loop = GenLoop(model, max_new_tokens, eos, cache_length)
+  ``lax.while_loop``.  ``loop`` is the one static argument; ``sampling`` is a
+  traced pytree: one compilation serves every temperature > 0 (see
+  ``SamplingConfig``)."""
+  model, max_new_tokens, eos, cache_length = (loop.model, loop.max_new_tokens, loop.eos,
+                                              loop.cache_length)
   b = tokens.shape[0]
   cache, logits, _ = prefill(model, params, tokens, lengths, cache_length)
   first, _ = jax.vmap(lambda k, l: sample_logits(k, l, sampling))(row_key(key, row_ids, 0), logits)
@@ -169,11 +171,11 @@ def generate(model: Model, params, prompts, *, max_new_tokens: int,
   cache_length, bucket = resolve_cache_length(lengths, tokens.shape[1], max_new_tokens,
                                               cache_length)
   tokens = tokens[:, :bucket]
-  statics = dict(max_new_tokens=int(max_new_tokens), eos=eos, cache_length=cache_length)
+  loop = GenLoop(model, int(max_new_tokens), eos, cache_length)
   if mesh is not None:
     from specjax.decoding import parallel
-    return parallel.run_sharded(_generate.__wrapped__, (model,), statics, (params, sampling),
-                                tokens, lengths, key, row_offset, mesh)
+    return parallel.run_sharded(_generate.__wrapped__, loop, (params, sampling), tokens,
+                                lengths, key, row_offset, mesh)
   row_ids = jnp.arange(tokens.shape[0], dtype=jnp.int32) + row_offset
-  return _generate(model, params, sampling, jnp.asarray(tokens), jnp.asarray(lengths), key,
-                   row_ids, **statics)
+  return _generate(loop, params, sampling, jnp.asarray(tokens), jnp.asarray(lengths), key,
+                   row_ids)

@@ -141,12 +141,10 @@ def bytes_per_device(tree) -> dict:
 
 
 @functools.lru_cache(maxsize=64)
-def _sharded(core, core_args: tuple, statics: tuple, mesh: Mesh, axis: str, rules: tuple):
-  kw = dict(statics)
-
+def _sharded(core, loop, mesh: Mesh, axis: str, rules: tuple):
   def per_shard(replicated, tokens, lengths, key, row_ids):
     with sharding.axis_rules(rules):  # caches created while tracing follow ``rules``
-      return core(*core_args, *replicated, tokens, lengths, key, row_ids, **kw)
+      return core(loop, *replicated, tokens, lengths, key, row_ids)
 
   names = frozenset({axis})
   fn = jax.shard_map(per_shard, mesh=mesh,
@@ -173,13 +171,14 @@ def _global_rows(a: jax.Array, b: int) -> jax.Array:
   return a[:b]
 
 
-def run_sharded(core, core_args: tuple, statics: dict, replicated: tuple, tokens, lengths,
-                key, row_offset: int, mesh: Mesh, axis: str = "data"):
-  """Run ``core(*core_args, *replicated, tokens, lengths, key, row_ids, **statics)``
-  with rows sharded over ``mesh[axis]``; returns the result for the real rows.
+def run_sharded(core, loop, replicated: tuple, tokens, lengths, key, row_offset: int,
+                mesh: Mesh, axis: str = "data"):
+  """Run ``core(loop, *replicated, tokens, lengths, key, row_ids)`` with rows
+  sharded over ``mesh[axis]``; returns the result for the real rows.
 
-  ``core_args`` and ``statics`` are static (hashable; they key the compiled
-  program).  ``replicated`` is a tuple of pytrees traced as arguments and
+  ``loop`` is the loop's static configuration (hashable: ``SpecLoop`` /
+  ``GenLoop``; it keys the compiled program).  ``replicated`` is a tuple of
+  pytrees traced as arguments and
   replicated over ``axis``: params (keeping any ``model`` sharding from
   :func:`shard_params`), and hyperparameter pytrees such as a
   ``SamplingConfig``, a drafter or a verification rule, whose continuous
@@ -190,8 +189,7 @@ def run_sharded(core, core_args: tuple, statics: dict, replicated: tuple, tokens
   b = tokens.shape[0]
   tokens, lengths = pad_rows(np.asarray(tokens), np.asarray(lengths), mesh.shape[axis])
   row_ids = np.arange(tokens.shape[0], dtype=np.int32) + row_offset
-  fn = _sharded(core, core_args, tuple(sorted(statics.items())), mesh, axis,
-                sharding.current_rules())
+  fn = _sharded(core, loop, mesh, axis, sharding.current_rules())
   batch = NamedSharding(mesh, P(axis))
   put = lambda a: jax.device_put(np.asarray(a), batch)  # global array; each host fills its own
   out = fn(replicated, put(tokens), put(lengths), key, put(row_ids))

@@ -100,30 +100,6 @@ def _append(out, n, reason, new, num_new, eos, max_new_tokens):
   return out, n2, reason
 
 
-@functools.partial(jax.jit, static_argnames=("target", "policy", "max_new_tokens", "eos",
-                                             "cache_length"))
-def _speculative(target: Model, drafter: Drafter, verifier: NodeRule, policy, target_params,
-                 draft_params, policy_params, tokens, lengths, key, row_ids, sampling, *,
-                 max_new_tokens: int, eos: tuple, cache_length: int) -> SpecResult:
-  """Jitted :func:`speculative_core`.  ``drafter``, ``verifier`` and ``sampling``
-  are traced pytree arguments (:mod:`specjax.hyperparams`): their continuous
-  hyperparameters (theta, lam, temperature, ...) change without recompiling;
-  their static parts (rule kind, gate, K, greedy, ...) select the program."""
-  return speculative_core(target, drafter, verifier, policy, target_params, draft_params,
-                          policy_params, tokens, lengths, key, row_ids, sampling=sampling,
-                          max_new_tokens=max_new_tokens, eos=eos, cache_length=cache_length)
-
-
-def _sharded_core(target: Model, policy, drafter: Drafter, verifier: NodeRule,
-                  sampling: SamplingConfig, target_params, draft_params, policy_params, tokens,
-                  lengths, key, row_ids, **statics) -> SpecResult:
-  """:func:`speculative_core` with the static arguments first, for
-  ``parallel.run_sharded`` (drafter, verifier and sampling travel traced)."""
-  return speculative_core(target, drafter, verifier, policy, target_params, draft_params,
-                          policy_params, tokens, lengths, key, row_ids, sampling=sampling,
-                          **statics)
-
-
 @dataclasses.dataclass(frozen=True)
 class SpecLoop:
   """Static configuration of the speculative loop (hashable: a static jit argument).
@@ -148,7 +124,8 @@ def loop_target(target: Model, drafter: Drafter) -> Model:
   """``target`` with ``hidden_layers`` = the drafter's ``target_hidden_layers``: the
   drafter decides which target features the loop carries."""
   if drafter.target_hidden_layers != target.config.hidden_layers:
-    return Model(target.config.replace(hidden_layers=tuple(drafter.target_hidden_layers)))
+    return dataclasses.replace(
+        target, config=target.config.replace(hidden_layers=tuple(drafter.target_hidden_layers)))
   return target
 
 
@@ -276,20 +253,25 @@ jit_init = jax.jit(speculative_init, static_argnums=0)
 jit_step = jax.jit(speculative_step, static_argnums=0, donate_argnums=2)
 
 
-def speculative_core(target: Model, drafter: Drafter, verifier: NodeRule, policy, target_params,
-                     draft_params, policy_params, tokens, lengths, key, row_ids, *,
-                     sampling: SamplingConfig, max_new_tokens: int, eos: tuple,
-                     cache_length: int) -> SpecResult:
+def speculative_core(loop: SpecLoop, drafter: Drafter, verifier: NodeRule,
+                     sampling: SamplingConfig, target_params, draft_params, policy_params,
+                     tokens, lengths, key, row_ids) -> SpecResult:
   """Traceable body of :func:`speculative_generate` (no validation; see there):
   :func:`speculative_init`, then :func:`speculative_step` in a ``lax.while_loop``
-  until no row is RUNNING."""
-  loop = SpecLoop(target, policy, max_new_tokens, eos, cache_length)
+  until no row is RUNNING.  ``loop`` is the one static argument; ``drafter``,
+  ``verifier`` and ``sampling`` are traced pytrees (:mod:`specjax.hyperparams`):
+  their continuous hyperparameters (theta, lam, temperature, ...) change
+  without recompiling, their static parts (rule kind, gate, K, greedy, ...)
+  select the program."""
   inputs, state = speculative_init(loop, drafter, verifier, sampling, target_params,
                                    draft_params, policy_params, tokens, lengths, key, row_ids)
   state = jax.lax.while_loop(lambda s: jnp.any(s.finish_reason == RUNNING),
                              lambda s: speculative_step(loop, inputs, s)[0], state)
-  return SpecResult(state.tokens[:, :max_new_tokens], state.num_tokens, state.finish_reason,
-                    state.stats)
+  return SpecResult(state.tokens[:, :loop.max_new_tokens], state.num_tokens,
+                    state.finish_reason, state.stats)
+
+
+_speculative = jax.jit(speculative_core, static_argnums=0)
 
 
 def validate_pair(target: Model, drafter: Drafter, verifier: NodeRule,
@@ -407,13 +389,11 @@ def speculative_generate(target: Model, target_params, drafter: Drafter, draft_p
   if policy is not None:
     n_dev = 1 if mesh is None else int(mesh.shape.get("data", 1))
     policy.check_rows(tokens.shape[0], -(-tokens.shape[0] // n_dev), n_dev)
-  statics = dict(max_new_tokens=int(max_new_tokens), eos=eos, cache_length=cache_length)
+  loop = SpecLoop(target, policy, int(max_new_tokens), eos, cache_length)
+  traced = (drafter, verifier, sampling, target_params, draft_params, policy_params)
   if mesh is not None:
     from specjax.decoding import parallel
-    return parallel.run_sharded(_sharded_core, (target, policy), statics,
-                                (drafter, verifier, sampling, target_params, draft_params,
-                                 policy_params), tokens, lengths, key, row_offset, mesh)
+    return parallel.run_sharded(speculative_core, loop, traced, tokens, lengths, key,
+                                row_offset, mesh)
   row_ids = jnp.arange(tokens.shape[0], dtype=jnp.int32) + row_offset
-  return _speculative(target, drafter, verifier, policy, target_params, draft_params,
-                      policy_params, jnp.asarray(tokens), jnp.asarray(lengths), key, row_ids,
-                      sampling, **statics)
+  return _speculative(loop, *traced, jnp.asarray(tokens), jnp.asarray(lengths), key, row_ids)
