@@ -5,7 +5,10 @@ rejection replace ``p_cur`` by ``norm(max(0, p_cur - q))`` and try the next
 sibling (the multi-draft form of SpecInfer / EAGLE); if all candidates are
 rejected, emit from ``p_cur``.  With deterministic drafts ``q = onehot(x)``
 this is EAGLE's rule: accept with probability ``p_cur(x)``, else zero x and
-renormalise.  The output distribution equals p exactly, for chains and trees.
+renormalise.  With siblings drawn without replacement, each carrying its law
+given the earlier siblings (docs/spec.md §4, "Sampled trees"), the same steps
+are recursive rejection sampling (Jeon et al. 2024).  The output distribution
+equals p exactly, for chains and trees.
 """
 
 from __future__ import annotations
