@@ -21,7 +21,7 @@ import pytest
 
 from specjax import verifiers
 from specjax.analysis.path_law import ChainTables, chain_law
-from specjax.analysis.tree_draft_law import tree_law
+from specjax.analysis.tree_draft_law import static_tree_law
 from specjax.decoding.autoregressive import generate
 from specjax.decoding.drafters import LMTreeDrafter
 from specjax.decoding.sampled_tree import constant_branching
@@ -126,12 +126,12 @@ def test_sampled_and_topk_trees_are_lossless_and_broken_variants_are_caught(path
   v = 3 if depth == 3 else 4
   tables = _random_tables(depth * 10 + len(paths), 12, v, depth)
   for children in ("sampled", "topk"):
-    law = tree_law(LOSSLESS, tables, paths, children)
+    law = static_tree_law(LOSSLESS, tables, paths, children)
     assert float(jnp.max(law.lossless_gap)) < 2e-5, children
     np.testing.assert_allclose(np.asarray(law.accept_length).sum(-1), 1.0, atol=1e-5)
   if len(paths) == max(map(len, paths)):
     return  # one child per node: nothing is sampled without replacement
-  broken = tree_law(LOSSLESS, tables, paths, "sampled", sibling_q=_with_replacement_q)
+  broken = static_tree_law(LOSSLESS, tables, paths, "sampled", sibling_q=_with_replacement_q)
   assert float(jnp.max(broken.lossless_gap)) > 1e-2
 
   @dataclasses.dataclass(frozen=True)
@@ -139,20 +139,20 @@ def test_sampled_and_topk_trees_are_lossless_and_broken_variants_are_caught(path
     def on_reject(self, state, q, x):
       return dataclasses.replace(state, p_cur=residual(state.p_cur, jax.nn.one_hot(x, q.shape[-1])))
 
-  wrong = tree_law(ZeroOnlyX(), tables, paths, "sampled")
+  wrong = static_tree_law(ZeroOnlyX(), tables, paths, "sampled")
   assert float(jnp.max(wrong.lossless_gap)) > 1e-2
 
 
 def test_one_child_per_node_is_the_chain_and_expected_length_matches_a_closed_form():
   tables = _random_tables(5, 8, 4, 2)
-  tree = tree_law(LOSSLESS, tables, ((0,), (0, 0)), "sampled")
+  tree = static_tree_law(LOSSLESS, tables, ((0,), (0, 0)), "sampled")
   chain = chain_law(LOSSLESS, tables)
   np.testing.assert_allclose(tree.expected_accepted, chain.expected_accepted, atol=1e-6)
   np.testing.assert_allclose(tree.first_tokens, chain.first_tokens, atol=1e-6)
   # Depth 1, two sampled children: P(accept) = sum_x1 q(x1) [a1 + (1 - a1) sum_y
   # min(r(y), q2(y | x1))], r = norm(max(0, p - q)), q2 = q without x1 (renormalised).
   t1 = _random_tables(6, 8, 4, 1)
-  law = tree_law(LOSSLESS, t1, ((0,), (1,)), "sampled")
+  law = static_tree_law(LOSSLESS, t1, ((0,), (1,)), "sampled")
   p, q = np.asarray(t1.p[0], np.float64), np.asarray(t1.q[0], np.float64)
   for c in range(p.shape[0]):
     r = np.maximum(p[c] - q[c], 0)
@@ -166,20 +166,20 @@ def test_one_child_per_node_is_the_chain_and_expected_length_matches_a_closed_fo
       want += q[c, x1] * (a1 + (1 - a1) * np.minimum(r, q2).sum())
     assert float(law.expected_accepted[c]) == pytest.approx(want, abs=1e-5)
   # All V children of a depth-1 tree: recursive rejection sampling always accepts one.
-  full = tree_law(LOSSLESS, t1, ((0,), (1,), (2,), (3,)), "sampled")
+  full = static_tree_law(LOSSLESS, t1, ((0,), (1,), (2,), (3,)), "sampled")
   np.testing.assert_allclose(full.expected_accepted, 1.0, atol=1e-5)
 
 
 def test_tree_law_argument_errors():
   tables = _random_tables(1, 2, 3, 1)
   with pytest.raises(ValueError, match="children='beam'"):
-    tree_law(LOSSLESS, tables, ((0,),), "beam")
+    static_tree_law(LOSSLESS, tables, ((0,),), "beam")
   with pytest.raises(ValueError, match="depth 2 must equal"):
-    tree_law(LOSSLESS, tables, ((0,), (0, 0)))
+    static_tree_law(LOSSLESS, tables, ((0,), (0, 0)))
   with pytest.raises(ValueError, match="needs 4 distinct children but V = 3"):
-    tree_law(LOSSLESS, tables, ((0,), (3,)))
+    static_tree_law(LOSSLESS, tables, ((0,), (3,)))
   with pytest.raises(ValueError, match="node rule"):
-    tree_law(verifiers.get("block"), tables, ((0,),))
+    static_tree_law(verifiers.get("block"), tables, ((0,),))
 
 
 # ---------------------------------------------------------------------- drafters

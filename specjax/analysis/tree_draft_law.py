@@ -46,6 +46,14 @@ node distribution at a depth-d node (d = 0..D-1), ``z`` optional.
 
 Cost: ``prod_s V!/(V-m_s)!`` fillings (sampled) times the tree's node
 functions -- V <= ~6 and a handful of expanded nodes.
+
+Relation to :mod:`specjax.analysis.tree_law` (tree rules such as traversal
+verification, by enumeration of every token assignment): this module follows
+the repo's static drafters step for step -- their rank paths, their fill rule
+once a parent's support is used up (the lowest-index unused tokens, one-hot
+``q``; ``tree_law`` leaves such siblings out instead), ``verify_tree``'s
+strict-before-relaxed fallback -- and lets a test verify the drafts with another
+``sibling_q`` than the one they were drawn with.
 """
 
 from __future__ import annotations
@@ -216,7 +224,7 @@ def _tree_law_jit(rule, tables, shape, children, sibling_q):
   return jax.tree.map(lambda a: a.reshape(lead + a.shape[1:]), out)
 
 
-def tree_law(rule: NodeRule, tables: ChainTables, paths: Sequence[Sequence[int]],
+def static_tree_law(rule: NodeRule, tables: ChainTables, paths: Sequence[Sequence[int]],
              children: str = "sampled", sibling_q: Optional[Callable] = None) -> ChainLaw:
   """Exact laws of one round of static-tree verification (module docstring).
 
