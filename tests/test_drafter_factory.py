@@ -49,6 +49,12 @@ def test_every_kind_builds_its_drafter(sources):
   d, p = df.make_drafter("suffix_tree", SAMP, src, num_draft=4, total_tokens=7)
   assert type(d) is SuffixTreeDrafter and (d.depth, d.total_tokens, d.vocab) == (4, 7, 32)
   assert p is None
+  d, p = df.make_drafter("rsd_tree", SAMP, src, branching=(2, 2))
+  assert type(d) is LMTreeDrafter and d.children == "sampled" and len(d.paths) == 6
+  d, _ = df.make_drafter("eagle_rsd_tree", SAMP, src, paths=((0,), (1,)), children="topk")
+  assert (d.tree_kind, d.children, d.tree_paths) == ("static", "topk", ((0,), (1,)))
+  with pytest.raises(ValueError, match="exactly one of paths= .* or branching="):
+    df.make_drafter("rsd_tree", SAMP, src)
   built = {type(df.make_drafter(k, SAMP, src, num_draft=2, paths=((0,),))[0]) for k in df.KINDS}
   assert len(built) == 5  # eagle_chain and eagle_tree are both EagleDrafters
 
@@ -67,8 +73,11 @@ def test_aliases_are_the_documented_names(sources):
   assert df.eagle_head_kind("eagle3_tree") == "eagle3"
   assert df.eagle_head_kind("eagle_tree") == "" and df.eagle_head_kind("chain") == ""
   assert df.drafter_kind(" Lookup_Chain ") == "lookup_chain"
-  assert [df.is_tree(k) for k in df.KINDS] == [False, True, False, True, False, True]
-  assert [df.needs(k) for k in df.KINDS] == ["draft", "draft", "eagle", "eagle", None, None]
+  assert [df.is_tree(k) for k in df.KINDS] == [False, True, False, True, False, True, True,
+                                               True]
+  assert [df.needs(k) for k in df.KINDS] == ["draft", "draft", "eagle", "eagle", None, None,
+                                             "draft", "eagle"]
+  assert df.drafter_kind("eagle3_rsd_tree") == "eagle_rsd_tree"
 
 
 def test_every_binary_name_resolves():
@@ -84,7 +93,7 @@ def test_every_binary_name_resolves():
 def test_bad_names_and_missing_models_fail_early(sources):
   src, draft, dp, _ = sources
   with pytest.raises(ValueError, match=r"drafter='medusa' is unknown; allowed: chain, tree, "
-                                       r"eagle_chain, .*lookup_chain, suffix_tree, lm_chain"):
+                                       r"eagle_chain, .*lookup_chain, suffix_tree, .*lm_chain"):
     df.make_drafter("medusa", SAMP, src, num_draft=3)
   no_eagle = df.DraftSources(32, draft, dp)
   with pytest.raises(ValueError, match="'eagle3_chain' needs an EAGLE head"):

@@ -12,10 +12,15 @@ drafter everywhere.  The kinds (:data:`KINDS`)::
     lookup_chain  PromptLookupDrafter: prompt lookup, K copied drafts (no model)
     suffix_tree   SuffixTreeDrafter: SuffixDecoding-style frequency tree
                   (``depth``, ``total_tokens`` nodes; no model)
+    rsd_tree      LMTreeDrafter: the draft LM, a static tree whose children are drawn
+                  without replacement (RSD; ``paths``, or ``branching`` for RSD-C's
+                  constant branching factors; docs/spec.md §4)
+    eagle_rsd_tree  EagleDrafter: the EAGLE head, the same sampled static tree
 
 and the names the binaries documented before this module (:data:`ALIASES`):
 ``lm_chain`` / ``draft_chain`` (chain), ``eagle1_chain`` / ``eagle3_chain``
-(eagle_chain), ``eagle1_tree`` / ``eagle3_tree`` (eagle_tree).  An alias that
+(eagle_chain), ``eagle1_tree`` / ``eagle3_tree`` (eagle_tree), and
+``eagle1_rsd_tree`` / ``eagle3_rsd_tree`` (eagle_rsd_tree).  An alias that
 names a head kind says which head the caller loads (:func:`eagle_head_kind`);
 the factory itself builds from whatever head :class:`DraftSources` holds.
 
@@ -34,15 +39,18 @@ from typing import Any, Optional
 
 from specjax.distributions import SamplingConfig
 
-KINDS = ("chain", "tree", "eagle_chain", "eagle_tree", "lookup_chain", "suffix_tree")
-TREE_KINDS = ("tree", "eagle_tree", "suffix_tree")
+KINDS = ("chain", "tree", "eagle_chain", "eagle_tree", "lookup_chain", "suffix_tree",
+         "rsd_tree", "eagle_rsd_tree")
+TREE_KINDS = ("tree", "eagle_tree", "suffix_tree", "rsd_tree", "eagle_rsd_tree")
 MODEL_FREE_KINDS = ("lookup_chain", "suffix_tree")
 ALIASES = {"lm_chain": "chain", "draft_chain": "chain",
            "eagle1_chain": "eagle_chain", "eagle3_chain": "eagle_chain",
-           "eagle1_tree": "eagle_tree", "eagle3_tree": "eagle_tree"}
+           "eagle1_tree": "eagle_tree", "eagle3_tree": "eagle_tree",
+           "eagle1_rsd_tree": "eagle_rsd_tree", "eagle3_rsd_tree": "eagle_rsd_tree"}
 # What each kind is built from: "draft" (the draft LM), "eagle" (an EAGLE head) or None.
 _NEEDS = {"chain": "draft", "tree": "draft", "eagle_chain": "eagle", "eagle_tree": "eagle",
-          "lookup_chain": None, "suffix_tree": None}
+          "lookup_chain": None, "suffix_tree": None, "rsd_tree": "draft",
+          "eagle_rsd_tree": "eagle"}
 
 
 def allowed_names() -> tuple:
@@ -123,7 +131,8 @@ def _check_sources(name: str, kind: str, sources: DraftSources) -> None:
 
 def make_drafter(name: str, sampling: SamplingConfig, sources: DraftSources, *,
                  num_draft: Optional[int] = None, depth: Optional[int] = None, top_k: int = 8,
-                 total_tokens: int = 24, paths: Optional[tuple] = None) -> tuple:
+                 total_tokens: int = 24, paths: Optional[tuple] = None,
+                 branching: Optional[tuple] = None, children: str = "sampled") -> tuple:
   """``(drafter, draft_params)`` of a drafter name (module docstring).
 
   Args:
@@ -135,7 +144,12 @@ def make_drafter(name: str, sampling: SamplingConfig, sources: DraftSources, *,
     depth: a dynamic or suffix tree's depth (default ``num_draft``).
     top_k, total_tokens: a dynamic tree's children per expanded node and nodes kept;
       ``total_tokens`` is also the suffix tree's node count N.
-    paths: the static tree's rank paths (``tree`` only; required there).
+    paths: the static tree's rank paths (``tree``, ``rsd_tree``, ``eagle_rsd_tree``;
+      required for ``tree``).
+    branching: the RSD kinds without ``paths``: RSD-C's children per node at each
+      depth, e.g. ``(3, 2, 2)`` (``sampled_tree.constant_branching``).
+    children: the RSD kinds: "sampled" (default) or "topk" -- the same tree with
+      deterministic top-k children, for comparisons.
 
   Raises ``ValueError`` for an unknown name, a missing model or a bad size (the
   drafter's own checks name the argument).
@@ -143,6 +157,17 @@ def make_drafter(name: str, sampling: SamplingConfig, sources: DraftSources, *,
   kind = drafter_kind(name)
   _check_sources(name, kind, sources)
   depth = num_draft if depth is None else depth
+  if kind in ("rsd_tree", "eagle_rsd_tree"):
+    from specjax.decoding.sampled_tree import constant_branching
+    if (paths is None) == (branching is None):
+      raise ValueError(f"drafter={name!r} needs exactly one of paths= (rank paths) or "
+                       f"branching= (e.g. (3, 2, 2)); got paths={paths!r}, "
+                       f"branching={branching!r}")
+    paths = constant_branching(branching) if paths is None else paths
+  if kind == "rsd_tree":
+    from specjax.decoding.drafters import LMTreeDrafter
+    return (LMTreeDrafter(sources.draft, paths=paths, sampling=sampling, children=children),
+            sources.draft_params)
   if kind == "chain":
     from specjax.decoding.drafters import LMDrafter
     return LMDrafter(num_draft, sampling, sources.draft), sources.draft_params
@@ -161,5 +186,8 @@ def make_drafter(name: str, sampling: SamplingConfig, sources: DraftSources, *,
   head, params = sources.eagle
   if kind == "eagle_chain":
     return EagleDrafter(num_draft, sampling, head=head), params
+  if kind == "eagle_rsd_tree":
+    return (EagleDrafter(sampling=sampling, head=head, tree_kind="static", tree_paths=paths,
+                         children=children), params)
   return (EagleDrafter(depth=depth, sampling=sampling, head=head, tree_kind="dynamic",
                        top_k=top_k, total_tokens=total_tokens), params)
