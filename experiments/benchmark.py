@@ -81,6 +81,10 @@ def define_flags() -> None:
                        "model, 48 for the default models)")
   flags.DEFINE_integer("repeats", 1, "paired timing repeats (median; 1 keeps the default run "
                        "under 10 minutes on 2 cores)")
+  flags.DEFINE_enum("target_timing", "shared", ["shared", "per_row"], "target-only timing: "
+                    "once per temperature, repeat and batch, shared by every row (shared), or "
+                    "re-run next to each row (per_row: pairs each speedup with an adjacent "
+                    "target run, robust to load that drifts; ~13 s more per SmolLM2 row)")
   flags.DEFINE_integer("seed", 0, "PRNG seed (sampling) and prompt-selection seed")
   flags.DEFINE_integer("mesh_data", 0, "data-parallel devices (0 = no mesh, plain jit)")
   flags.DEFINE_integer("mesh_model", 1, "tensor-parallel devices: target and draft LM params "
@@ -181,6 +185,7 @@ def _config():
     d.max_prompt_tokens = FLAGS.max_prompt_tokens
     d.prompt_sets = tuple(FLAGS.prompt_sets)
   c.timing.repeats = FLAGS.repeats
+  c.timing.target_per_row = FLAGS.target_timing == "per_row"
   c.kl.enabled = FLAGS.kl == "on" or (FLAGS.kl == "auto" and _is_default())
   # The run settings (row keys) hold the model set and a hash of the drafters' weight
   # files (rows.settings_hash), so changed models never reuse stale rows.
@@ -235,7 +240,8 @@ def run() -> dict:
   print()
   print(table)
   print(f"\n{FLAGS.model}: {len(ctx.prompts)} prompts x {c.data.max_new_tokens} new tokens, "
-        f"batch {c.data.batch_size or len(ctx.prompts)}, {c.timing.repeats} paired repeats; "
+        f"batch {c.data.batch_size or len(ctx.prompts)}, {c.timing.repeats} timing repeats "
+        f"(target-only {'next to each row' if c.timing.target_per_row else 'once per T'}); "
         f"wall time {time.time() - t_start:.0f} s (compilation included)")
   print(f"wrote {path}, {files['markdown']}, {files['figure']}")
   return {"records": records, "jsonl": path, **files}

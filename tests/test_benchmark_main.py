@@ -36,6 +36,9 @@ def test_main_job_on_default_models(tmp_path):
       assert res["agree_exact"] == 1.0  # greedy speculative == target greedy
     if x["config"]["kind"] == "spec":
       assert res["tau"] >= 1.0 and res["speedup"] > 0
+  # --target_timing=shared (the default): target-only is timed once per temperature and
+  # every row's speedup divides by that one timing.
+  assert len({x["result"]["target_time_s"] for x in recs}) == 1
   assert "| lossless | eagle_tree | 0 |" in r.stdout and "wall time" in r.stdout
   assert os.path.isfile(out / "benchmark.png") and os.path.isfile(out / "benchmark.md")
   # A rerun resumes: every row is already there.

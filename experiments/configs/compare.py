@@ -68,6 +68,7 @@ def get_config(variant: str = ""):
 
   c.timing = ml_collections.ConfigDict()
   c.timing.repeats = 3  # paired (target-only, speculative) timings; also quality samples
+  c.timing.target_per_row = True  # False: time target-only once per (T, repeat, batch)
 
   c.kl = ml_collections.ConfigDict()
   c.kl.enabled = True  # speculative rows at T > 0: exact first-token KL / TV to the baseline
