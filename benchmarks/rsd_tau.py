@@ -1,0 +1,54 @@
+"""tau at T = 1: the same static tree with top-k children vs children drawn without
+replacement (recursive rejection sampling), lossless verification, on the small test
+models (a draft LM near the target, and a random EAGLE-3 head).
+
+    python -m benchmarks.rsd_tau [rows] [new_tokens]
+
+Prints one line per (drafter, tree, children): tau = tokens per target call.  The
+models are the random ones of tests/helpers.py and tests/test_eagle.py, so the numbers
+are about the drafting rule on these models only.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv) -> None:
+  import jax
+  from specjax import verifiers
+  from specjax.decoding.drafters import LMTreeDrafter
+  from specjax.decoding.eagle_drafter import EagleDrafter
+  from specjax.decoding.sampled_tree import constant_branching
+  from specjax.decoding.speculative import speculative_generate
+  from specjax.distributions import SamplingConfig
+  from tests.helpers import ragged_prompts, tiny_pair
+  from tests.test_eagle import _head, _target
+
+  rows = int(argv[1]) if len(argv) > 1 else 64
+  new = int(argv[2]) if len(argv) > 2 else 32
+  t1 = SamplingConfig(temperature=1.0)
+  prompts = ragged_prompts(rows, 32, seed=7)
+  lossless = verifiers.get("lossless")
+  target, tp, draft, dp = tiny_pair(vocab=32)
+  e_target, e_tp = _target()
+  head, hp, d2t = _head("eagle3", reduced=True)
+  e_params = EagleDrafter.make_params(hp, e_target, e_tp, d2t)
+  for branching in ((3, 2), (4, 2, 2)):
+    paths = constant_branching(branching)
+    for children in ("topk", "sampled"):
+      cases = {"lm_tree": (target, tp, LMTreeDrafter(draft, paths=paths, sampling=t1,
+                                                     children=children), dp),
+               "eagle3_static": (e_target, e_tp, EagleDrafter(sampling=t1, head=head,
+                                                             tree_kind="static",
+                                                             tree_paths=paths,
+                                                             children=children), e_params)}
+      for name, (tg, tgp, d, p) in cases.items():
+        out = speculative_generate(tg, tgp, d, p, lossless, prompts, max_new_tokens=new,
+                                   sampling=t1, key=jax.random.key(0), eos_token_id=None)
+        print(f"{name:14s} branching={branching!s:10s} N={len(paths):3d} {children:8s} "
+              f"tau={out.stats.summary()['tau']:.4f}", flush=True)
+
+
+if __name__ == "__main__":
+  main(sys.argv)
