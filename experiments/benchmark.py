@@ -95,6 +95,7 @@ def define_flags() -> None:
   flags.DEFINE_string("output_dir", "outputs/benchmark", "where JSONL / markdown / PNG go "
                       "(process i > 0 of a multi-process run: under process_<i>/)")
   cli.define_distributed_flags()
+  cli.define_layer_stack_flag()
 
 
 def _is_default() -> bool:
@@ -218,6 +219,7 @@ def run() -> dict:
   """Entry point (also the ``specjax-bench`` console script)."""
   from experiments import evaluation, reports, rows as rows_lib
   cli.initialize_distributed()  # before any JAX computation; a no-op for one process
+  cli.apply_layer_stack()
   t_start = time.time()
   c = _config()
   try:

@@ -92,6 +92,28 @@ def define_distributed_flags() -> None:
                        "[0, num_processes)")
 
 
+def define_layer_stack_flag() -> None:
+  """``--layer_stack`` (idempotent): how the decode loops run the models' layers
+  (``specjax.models.transformer.resolve_layer_stack``); :func:`apply_layer_stack`
+  puts it in force."""
+  if "layer_stack" in flags.FLAGS:
+    return
+  flags.DEFINE_enum("layer_stack", "auto", ["auto", "rolled", "unrolled"],
+                    "decode loops: 'unrolled' per-layer weights (faster steps on CPU), "
+                    "'rolled' lax.scan over the stacked weights (1.5-3x faster to compile; "
+                    "accelerators), 'auto' = $SPECJAX_LAYER_STACK or unrolled on CPU, "
+                    "rolled elsewhere (benchmarks/RESULTS.md, 'Rolled or unrolled layers')")
+
+
+def apply_layer_stack() -> None:
+  """Put ``--layer_stack`` in force for every model this process builds (through
+  ``SPECJAX_LAYER_STACK``, which ``Model(layer_stack="auto")`` reads); call before
+  the first model runs."""
+  import os
+  if flags.FLAGS.layer_stack != "auto":
+    os.environ["SPECJAX_LAYER_STACK"] = flags.FLAGS.layer_stack
+
+
 def initialize_distributed() -> bool:
   """``specjax.distributed.initialize`` from the flags of
   :func:`define_distributed_flags`; a bad value is an ``app.UsageError``.

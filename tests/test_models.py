@@ -92,7 +92,8 @@ def test_decode_params_forward_is_the_scanned_forward():
   and logits_index, for tied and untied heads."""
   from specjax.models import kv_cache as kvc
   for tie in (True, False):
-    model = Model(ModelConfig(**TINY, hidden_layers=(0, 2), tie_word_embeddings=tie))
+    model = Model(ModelConfig(**TINY, hidden_layers=(0, 2), tie_word_embeddings=tie),
+                  layer_stack="unrolled")
     params = _random_params(model)
     dec = model.decode_params(params)
     assert isinstance(dec["layers"], tuple) and len(dec["layers"]) == 2
@@ -105,6 +106,35 @@ def test_decode_params_forward_is_the_scanned_forward():
       run = jax.jit(lambda p, m=attn_mask, i=idx: model.apply(p, toks, pos, cache, m, i))
       for a, b in zip(jax.tree.leaves(run(params)), jax.tree.leaves(run(dec))):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_layer_stack_choice(monkeypatch):
+  """Model.layer_stack: "rolled" keeps the stacked params (and stacks per-layer trees
+  back, bit for bit), "unrolled" splits them; "auto" follows SPECJAX_LAYER_STACK, else
+  the backend (unrolled on CPU).  Both run generate() to the same tokens.  Bad values
+  name themselves."""
+  from specjax.decoding.autoregressive import generate
+  cfg = ModelConfig(**TINY)
+  rolled, unrolled = Model(cfg, layer_stack="rolled"), Model(cfg, layer_stack="unrolled")
+  params = _random_params(rolled)
+  assert rolled.decode_params(params) is params
+  split = unrolled.decode_params(params)
+  assert isinstance(split["layers"], tuple) and len(split["layers"]) == 2
+  for a, b in zip(jax.tree.leaves(rolled.decode_params(split)), jax.tree.leaves(params)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  prompts = [[1, 2, 3], [4, 5]]
+  outs = [generate(m, params, prompts, max_new_tokens=4, eos_token_id=None).to_lists()
+          for m in (rolled, unrolled)]
+  assert outs[0] == outs[1]
+  for env, unrolls in (("rolled", False), ("unrolled", True),
+                       ("", jax.default_backend() == "cpu")):
+    monkeypatch.setenv("SPECJAX_LAYER_STACK", env)
+    assert Model(cfg).unrolls_layers() is unrolls, env
+  monkeypatch.setenv("SPECJAX_LAYER_STACK", "sideways")
+  with pytest.raises(ValueError, match="SPECJAX_LAYER_STACK='sideways'"):
+    Model(cfg).unrolls_layers()
+  with pytest.raises(ValueError, match="layer_stack='diagonal' must be one of"):
+    Model(cfg, layer_stack="diagonal")
 
 
 def test_rows_are_independent():

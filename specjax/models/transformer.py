@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from typing import NamedTuple, Optional
 
 import flax.linen as nn
@@ -259,6 +260,24 @@ class Transformer(nn.Module):
                                                                        cache.lengths))
 
 
+def resolve_layer_stack(layer_stack: str = "auto") -> str:
+  """"rolled" or "unrolled" for a :attr:`Model.layer_stack` value (see there).
+
+  "auto" reads ``SPECJAX_LAYER_STACK`` (the binaries' ``--layer_stack`` flag and
+  the test suite set it), then the backend: unrolled on CPU, where a decode
+  step over per-layer weights is faster (SmolLM2-135M: 1.4x for ``generate``,
+  1.2x for the speculative loop) at 1.5-3x the compile time, rolled on
+  accelerators, whose matmuls read the stacked weights in place.
+  """
+  if layer_stack == "auto":
+    layer_stack = os.environ.get("SPECJAX_LAYER_STACK", "auto") or "auto"
+    if layer_stack not in LAYER_STACKS:
+      raise ValueError(f"SPECJAX_LAYER_STACK={layer_stack!r} must be one of {LAYER_STACKS}")
+  if layer_stack == "auto":
+    return "unrolled" if jax.default_backend() == "cpu" else "rolled"
+  return layer_stack
+
+
 @functools.lru_cache(maxsize=64)
 def _declared_axes(config: ModelConfig) -> dict:
   model = Model(config)
@@ -275,8 +294,9 @@ class Model:
 
   ``layer_stack`` is how the decode loops run the layer stack
   (:meth:`decode_params`): "rolled" (``lax.scan``: one compiled layer body),
-  "unrolled" (per-layer weights, L copies of the body) or "auto" (unrolled on
-  CPU, rolled elsewhere; the measurements behind that choice are in
+  "unrolled" (per-layer weights, L copies of the body) or "auto"
+  (:func:`resolve_layer_stack`: ``SPECJAX_LAYER_STACK`` if set, else unrolled
+  on CPU and rolled elsewhere; the measurements behind that choice are in
   benchmarks/RESULTS.md, "Rolled or unrolled layers").  It changes no value.
   """
 
@@ -355,11 +375,10 @@ class Model:
                              logits_index)
 
   def unrolls_layers(self) -> bool:
-    """Whether :meth:`decode_params` splits the layer stack (``layer_stack``; "auto":
-    on CPU)."""
-    if self.layer_stack == "auto":
-      return jax.default_backend() == "cpu"
-    return self.layer_stack == "unrolled"
+    """Whether :meth:`decode_params` splits the layer stack: ``layer_stack``, where
+    "auto" is the environment's ``SPECJAX_LAYER_STACK`` (rolled / unrolled) when
+    set, else unrolled on CPU and rolled elsewhere."""
+    return resolve_layer_stack(self.layer_stack) == "unrolled"
 
   def decode_params(self, params):
     """``params`` for the forwards of a decode loop, made once before the loop.

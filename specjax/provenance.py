@@ -1,0 +1,87 @@
+"""Where a record came from: the stamp every committed result record carries.
+
+A number in the docs is only as good as the record behind it, and a record is
+only re-derivable when it says how it was made.  :func:`stamp` returns the
+facts a reader needs to rerun or distrust it::
+
+    {"command": "python -m benchmarks.layer_stack --repeats=5",
+     "git_commit": "b4c885a...", "git_dirty": false,
+     "started": "2026-12-02T13:40:00Z",
+     "load_average": [0.4, 0.6, 0.9],      # 1/5/15 min, when the run started
+     "cpus": 2, "platform": "Linux-...", "python": "3.11.9",
+     "jax": "0.10.2", "backend": "cpu", "devices": 1}
+
+and :func:`finish` adds the load when the run ended (a run on a busy machine
+is visibly so).  Model hashes are the caller's to add (they know which files
+it loaded).  Nothing here reaches the network; git is asked only when the
+working directory is a git checkout.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from typing import Optional, Sequence
+
+import jax
+
+
+def command_line(argv: Optional[Sequence[str]] = None) -> str:
+  """The command as a person would type it: ``python -m <module> <args>`` when
+  run as a module (``sys.argv[0]`` is then the module's file path)."""
+  argv = list(sys.argv if argv is None else argv)
+  if not argv:
+    return "python"
+  main = sys.modules.get("__main__")
+  spec = getattr(main, "__spec__", None)
+  head = (["python", "-m", spec.name] if spec is not None and spec.name != "__main__"
+          else ["python", argv[0]])
+  return " ".join(shlex.quote(a) for a in head + argv[1:])
+
+
+def git_state(cwd: Optional[str] = None) -> dict:
+  """``{"git_commit": sha or None, "git_dirty": bool or None}`` of ``cwd``'s checkout."""
+  def git(*args):
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=30)
+  try:
+    head = git("rev-parse", "HEAD")
+    if head.returncode != 0:
+      return {"git_commit": None, "git_dirty": None}
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"git_commit": head.stdout.strip(), "git_dirty": bool(status.stdout.strip())}
+  except (OSError, subprocess.TimeoutExpired):
+    return {"git_commit": None, "git_dirty": None}
+
+
+def _load() -> list:
+  try:
+    return [round(x, 2) for x in os.getloadavg()]
+  except OSError:  # not available on this platform
+    return []
+
+
+def stamp(argv: Optional[Sequence[str]] = None, cwd: Optional[str] = None) -> dict:
+  """The provenance of a run starting now (see the module docstring)."""
+  return {
+      "command": command_line(argv),
+      **git_state(cwd),
+      "started": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+      "load_average": _load(),
+      "cpus": os.cpu_count(),
+      "platform": platform.platform(),
+      "python": platform.python_version(),
+      "jax": jax.__version__,
+      "backend": jax.default_backend(),
+      "devices": jax.device_count(),
+  }
+
+
+def finish(record_stamp: dict) -> dict:
+  """``record_stamp`` with the load average and time at the end of the run."""
+  return {**record_stamp, "load_average_end": _load(),
+          "finished": datetime.datetime.now(datetime.timezone.utc).strftime(
+              "%Y-%m-%dT%H:%M:%SZ")}
