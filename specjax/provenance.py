@@ -38,8 +38,10 @@ def command_line(argv: Optional[Sequence[str]] = None) -> str:
     return "python"
   main = sys.modules.get("__main__")
   spec = getattr(main, "__spec__", None)
-  head = (["python", "-m", spec.name] if spec is not None and spec.name != "__main__"
-          else ["python", argv[0]])
+  as_module = (spec is not None and spec.name != "__main__"
+               and os.path.abspath(argv[0]) == os.path.abspath(getattr(main, "__file__", "")))
+  name = spec.name.removesuffix(".__main__") if as_module else ""
+  head = ["python", "-m", name] if as_module else ["python", argv[0]]
   return " ".join(shlex.quote(a) for a in head + argv[1:])
 
 
