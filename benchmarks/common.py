@@ -131,6 +131,9 @@ def draft_timer(drafter, draft_params, target, target_params, prompts_tokens, pr
     state = drafter.commit(state, t_cache.lengths, committed, jnp.ones((b,), jnp.int32), hid)
     return state, x[:, 0], acc + jnp.sum(q)
 
-  make = lambda: (drafter.prefill(draft_params, tokens, lengths, cache_length, t_hidden),
+  # Fresh copies per carry: a state may hold its inputs (a model-free drafter's history
+  # keeps ``lengths``), and the timer donates the carry.
+  make = lambda: (drafter.prefill(draft_params, jnp.array(tokens), jnp.array(lengths),
+                                  cache_length, t_hidden),
                   jnp.array(prev), jnp.float32(0))
   return carried_timer(step, drafter.decode_params(draft_params), make, inner=inner)
