@@ -52,24 +52,34 @@ def define_flags() -> None:
   flags.DEFINE_integer("threads", 2, "torch.set_num_threads")
 
 
-def main(argv):
-  del argv
-  import jax
+def _round_robin(sides: dict, prompts: list) -> tuple:
+  """``(compile_s, times, outs)``: a warm-up pass of every side over every prompt (every
+  bucket compiles), then ``--repeats`` rounds, every side once per round (the same
+  background load for all); ``times[name]``: ``(seconds, tokens)`` per round."""
+  compile_s = {}
+  for name, fn in sides.items():  # warm-up: every prompt once (every bucket compiles)
+    t0 = time.perf_counter()
+    for p in prompts:
+      fn(p)
+    compile_s[name] = time.perf_counter() - t0
+  times = {k: [] for k in sides}
+  outs = {k: None for k in sides}
+  for _ in range(FLAGS.repeats):
+    for name, fn in sides.items():
+      t0 = time.perf_counter()
+      rows = [fn(p) for p in prompts]
+      times[name].append((time.perf_counter() - t0, sum(map(len, rows))))
+      outs[name] = rows
+  return compile_s, times, outs
+
+
+def _hf_models(lm, ms):
+  """transformers target and draft (the shipped draft LM exported with the target's
+  shared embedding), the draft set up as a constant-K assistant."""
   import torch
   import transformers
 
-  from experiments.model_sets import load_model_set
-  from experiments.prompts import load_chat_prompts
-  from specjax import verifiers
-  from specjax.decoding.autoregressive import generate
-  from specjax.decoding.drafter_factory import make_drafter
-  from specjax.decoding.speculative import speculative_generate
-  from specjax.distributions import SamplingConfig
   from specjax.models import drafter_assets, registry
-
-  torch.set_num_threads(FLAGS.threads)
-  lm = registry.load_model(FLAGS.model)
-  ms = load_model_set(FLAGS.model, draft=FLAGS.draft, eagle="")
   draft_dir = drafter_assets.resolve(lm.name, FLAGS.draft)
   hf_draft = os.path.join(registry.cache_root(), "drafters",
                           f"{lm.name}-{lm.sha256[:12]}-draft-hf")
@@ -81,6 +91,27 @@ def main(argv):
                                                            torch_dtype=torch.float32).eval()
   d_hf.generation_config.num_assistant_tokens = FLAGS.k
   d_hf.generation_config.num_assistant_tokens_schedule = "constant"
+  return t_hf, d_hf
+
+
+def main(argv):
+  del argv
+  import jax
+  import torch
+
+  from experiments.model_sets import load_model_set
+  from experiments.prompts import load_chat_prompts
+  from specjax import verifiers
+  from specjax.decoding.autoregressive import generate
+  from specjax.decoding.drafter_factory import make_drafter
+  from specjax.decoding.speculative import speculative_generate
+  from specjax.distributions import SamplingConfig
+  from specjax.models import registry
+
+  torch.set_num_threads(FLAGS.threads)
+  lm = registry.load_model(FLAGS.model)
+  ms = load_model_set(FLAGS.model, draft=FLAGS.draft, eagle="")
+  t_hf, d_hf = _hf_models(lm, ms)
   eos = lm.config.eos_token_id
   eos = eos[0] if isinstance(eos, (tuple, list)) else eos
   prompts = [list(p.ids) for p in load_chat_prompts(ms.encode_chat, FLAGS.num_prompts)]
@@ -111,20 +142,7 @@ def main(argv):
 
   sides = {"specjax target": sj_target, "specjax spec": sj_spec,
            "hf target": lambda p: hf_call(p, False), "hf assisted": lambda p: hf_call(p, True)}
-  compile_s = {}
-  for name, fn in sides.items():  # warm-up: every prompt once (every bucket compiles)
-    t0 = time.perf_counter()
-    for p in prompts:
-      fn(p)
-    compile_s[name] = time.perf_counter() - t0
-  times = {k: [] for k in sides}
-  outs = {k: None for k in sides}
-  for _ in range(FLAGS.repeats):
-    for name, fn in sides.items():
-      t0 = time.perf_counter()
-      rows = [fn(p) for p in prompts]
-      times[name].append((time.perf_counter() - t0, sum(map(len, rows))))
-      outs[name] = rows
+  compile_s, times, outs = _round_robin(sides, prompts)
   load = os.getloadavg()[0]
   print(f"\n{lm.name} target, shipped draft LM ({ms.draft.config.num_hidden_layers} layer), "
         f"K={FLAGS.k}, {len(prompts)} prompts x {n} new tokens, batch 1, greedy, "

@@ -178,47 +178,33 @@ class HFSide:
     return dt, rows
 
 
-def main(argv):
-  del argv
-  if FLAGS.omp_wait_policy:  # read by OpenMP when torch is first imported
-    os.environ["OMP_WAIT_POLICY"] = FLAGS.omp_wait_policy
-  import jax
-  import torch
-  import transformers
-
-  from specjax.models import hf
-
-  torch.set_num_threads(FLAGS.threads)
-  tmp = None
-  real = None
+def _checkpoint():
+  """``(path, source, real, tmp)``: the HF directory both sides load, a description, the
+  registry model (a real ``--checkpoint``, else None) and the temporary directory of a
+  random model (else None)."""
   if FLAGS.checkpoint and not os.path.isdir(FLAGS.checkpoint) and FLAGS.checkpoint != "default":
     from specjax.models import registry
     try:
       real = registry.load_model(FLAGS.checkpoint, dtype="float32")
     except FileNotFoundError as e:
       raise app.UsageError(f"--checkpoint={FLAGS.checkpoint!r}: {e}") from None
-    path, source = real.hf_dir, f"{real.name} (sha256 {real.sha256[:12]}), dequantized float32"
-  elif FLAGS.checkpoint:
+    return (real.hf_dir, f"{real.name} (sha256 {real.sha256[:12]}), dequantized float32", real,
+            None)
+  if FLAGS.checkpoint:
     path = DEFAULT_TARGET if FLAGS.checkpoint == "default" else FLAGS.checkpoint
     if not os.path.isdir(path):
       raise app.UsageError(f"--checkpoint={FLAGS.checkpoint!r}: no directory {path}")
-    source = path
-  else:
-    tmp = tempfile.TemporaryDirectory()
-    path = tmp.name
-    random_llama(path)
-    source = "random Llama exported by specjax.models.hf.save_pretrained"
+    return path, path, None, None
+  tmp = tempfile.TemporaryDirectory()
+  random_llama(tmp.name)
+  return tmp.name, "random Llama exported by specjax.models.hf.save_pretrained", None, tmp
 
-  if real is not None:
-    model, params = real.model, real.params
-  else:
-    model, params = hf.load_pretrained(path, dtype="float32")
-  cfg = model.config
-  hf_model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-  hf_model.generation_config.eos_token_id = None
-  eos = cfg.eos_token_id if real is not None else None
-  n_new = FLAGS.max_new_tokens
 
+def _print_setup(source, cfg, hf_model, real, eos, n_new) -> None:
+  """The checkpoint, model, library versions, machine and prompts of the run."""
+  import jax
+  import torch
+  import transformers
   print(f"checkpoint: {source}")
   print(f"model: {cfg.model_type} vocab={cfg.vocab_size} hidden={cfg.hidden_size} "
         f"layers={cfg.num_hidden_layers} heads={cfg.num_attention_heads}/"
@@ -236,24 +222,50 @@ def main(argv):
     print(f"prompts: held-out ShareGPT chat prompts, max_new_tokens={n_new}, greedy, stop at "
           f"EOS {eos}; tokens/s counts generated tokens", end="")
   print(f"; median of {FLAGS.repeats} timed calls per side (interleaved) after one warm-up")
-  rows = []
+
+
+def _measure(b: int, model, params, hf_model, real, eos, n_new) -> tuple:
+  """``(batch, specjax tok/s, transformers tok/s, ratio, specjax first call s, identical,
+  identical rows)`` of one batch size, the two sides timed interleaved."""
+  prompts = (make_prompts(b, model.config.vocab_size, FLAGS.seed) if real is None
+             else chat_prompts(real, b))
+  sj = SpecjaxSide(model, params, prompts, n_new, eos)
+  th = HFSide(hf_model, prompts, n_new, eos)
+  sj_t, hf_t = [], []
+  for _ in range(FLAGS.repeats):  # interleaved: both sides see the same machine load
+    dt, sj_out = sj.timed()
+    sj_t.append(dt)
+    dt, hf_out = th.timed()
+    hf_t.append(dt)
+  sj_s, hf_s = statistics.median(sj_t), statistics.median(hf_t)
+  n_same = sum(a == c for a, c in zip(sj_out, hf_out))
+  n_tok = sum(len(r) for r in sj_out)
+  return b, n_tok / sj_s, n_tok / hf_s, hf_s / sj_s, sj.first_s, sj_out == hf_out, n_same
+
+
+def main(argv):
+  del argv
+  if FLAGS.omp_wait_policy:  # read by OpenMP when torch is first imported
+    os.environ["OMP_WAIT_POLICY"] = FLAGS.omp_wait_policy
+  import torch
+  import transformers
+
+  from specjax.models import hf
+
+  torch.set_num_threads(FLAGS.threads)
+  path, source, real, tmp = _checkpoint()
+  if real is not None:
+    model, params = real.model, real.params
+  else:
+    model, params = hf.load_pretrained(path, dtype="float32")
+  hf_model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+  hf_model.generation_config.eos_token_id = None
+  eos = model.config.eos_token_id if real is not None else None
+  n_new = FLAGS.max_new_tokens
+  _print_setup(source, model.config, hf_model, real, eos, n_new)
   load_before = os.getloadavg()
-  for b in [int(x) for x in FLAGS.batch_sizes]:
-    prompts = (make_prompts(b, cfg.vocab_size, FLAGS.seed) if real is None
-               else chat_prompts(real, b))
-    sj = SpecjaxSide(model, params, prompts, n_new, eos)
-    th = HFSide(hf_model, prompts, n_new, eos)
-    sj_t, hf_t = [], []
-    for _ in range(FLAGS.repeats):  # interleaved: both sides see the same machine load
-      dt, sj_out = sj.timed()
-      sj_t.append(dt)
-      dt, hf_out = th.timed()
-      hf_t.append(dt)
-    sj_s, hf_s = statistics.median(sj_t), statistics.median(hf_t)
-    same = sj_out == hf_out
-    n_same = sum(a == c for a, c in zip(sj_out, hf_out))
-    n_tok = sum(len(r) for r in sj_out)
-    rows.append((b, n_tok / sj_s, n_tok / hf_s, hf_s / sj_s, sj.first_s, same, n_same))
+  rows = [_measure(int(x), model, params, hf_model, real, eos, n_new)
+          for x in FLAGS.batch_sizes]
   load_after = os.getloadavg()
   print(f"1-min load average: {load_before[0]:.1f} before, {load_after[0]:.1f} after "
         f"({os.cpu_count()} CPUs; > CPUs means other processes competed for the cores)\n")

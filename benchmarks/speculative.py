@@ -202,8 +202,72 @@ def _ms(sec: float) -> float:
   return round(sec * 1e3, 3)
 
 
+def _chat_or_code_prompts(ms, tok, n: int) -> list:
+  """``n`` held-out prompts: ShareGPT + HumanEval chat prompts for a real chat target,
+  else code prefixes of the stdlib corpus."""
+  from experiments.prompts import load_chat_prompts, load_eval_prompts
+  if ms is not None and ms.is_chat:
+    return [list(p.ids) for p in load_chat_prompts(ms.encode_chat, n,
+                                                   max_tokens=FLAGS.max_prompt_tokens)]
+  return [list(p.ids) for p in load_eval_prompts(n, tokenizer=tok)]
+
+
+def _timing_row(b: int, temp: float, dname: str, cache_len: int, med: dict, sp, ar) -> dict:
+  """One output row from the medians ``med`` of the timers and the two runs' results
+  (module docstring: iteration = (time(n) - time(1)) / iterations, ...)."""
+  k, n_new = FLAGS.k, FLAGS.max_new_tokens
+  ar_sec, sp_sec, t1, verify, d_step = (med["gen"], med["spec"], med["fwd1"],
+                                        med["verify"], med["draft"])
+  ar_step = (ar_sec - med["gen_first"]) / (n_new - 1)
+  iters = int(np.max(sp.stats.target_calls))
+  it = (sp_sec - med["spec_first"]) / iters
+  s = sp.stats.summary()
+  speedup = ar_sec / sp_sec
+  return dict(batch=b, temperature=temp, drafter=dname, k=k, max_new_tokens=n_new,
+              cache_length=cache_len, tau=s["tau"], target_only_s=ar_sec,
+              speculative_s=sp_sec, speedup=speedup,
+              tokens_per_s_target_only=b * n_new / ar_sec,
+              tokens_per_s_speculative=b * n_new / sp_sec,
+              greedy_identical=(sp.to_lists() == ar.to_lists()) if temp == 0 else None,
+              # target-only generate(): one loop step vs a bare 1-token forward
+              t_target_1_ms=_ms(t1), generate_step_ms=_ms(ar_step),
+              generate_overhead_ms=_ms(ar_step - t1),
+              generate_overhead_share=(ar_step - t1) / t1,
+              generate_loop_efficiency=t1 / ar_step,
+              # speculative: one loop iteration vs its draft + verify pieces
+              iterations=iters, iteration_ms=_ms(it), draft_ms=_ms(d_step),
+              verify_ms=_ms(verify), overhead_ms=_ms(it - d_step - verify),
+              overhead_share_of_verify=(it - d_step - verify) / verify,
+              loop_efficiency=(d_step + verify) / it, iteration_over_verify=it / verify)
+
+
+def _print_tables(rows: list) -> None:
+  """The speed table and the loop-breakdown table (markdown)."""
+  print()
+  print("| drafter | batch | T | tau | target-only tok/s | speculative tok/s | speedup | "
+        "specjax/HF assisted |")
+  print("|---|---|---|---|---|---|---|---|")
+  for r in rows:
+    hf_ratio = f"{r['specjax_over_hf_speed']:.1f}x (identical={r['hf_identical']})" \
+        if "specjax_over_hf_speed" in r else "-"
+    print(f"| {r['drafter']} | {r['batch']} | {r['temperature']:g} | {r['tau']:.2f} | "
+          f"{r['tokens_per_s_target_only']:.0f} | {r['tokens_per_s_speculative']:.0f} | "
+          f"{r['speedup']:.2f} | {hf_ratio} |")
+  print()
+  print("| drafter | batch | T | iteration ms | draft ms | verify ms | overhead ms "
+        "(share of verify) | loop eff. | generate step ms | 1-token fwd ms | generate overhead "
+        "ms (share) | generate eff. |")
+  print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+  for r in rows:
+    print(f"| {r['drafter']} | {r['batch']} | {r['temperature']:g} | {r['iteration_ms']:.2f} | "
+          f"{r['draft_ms']:.2f} | {r['verify_ms']:.2f} | {r['overhead_ms']:.2f} "
+          f"({r['overhead_share_of_verify']:.0%}) | {r['loop_efficiency']:.2f} | "
+          f"{r['generate_step_ms']:.2f} | {r['t_target_1_ms']:.2f} | "
+          f"{r['generate_overhead_ms']:.2f} ({r['generate_overhead_share']:.0%}) | "
+          f"{r['generate_loop_efficiency']:.2f} |")
+
+
 def main(_):
-  from experiments.prompts import load_eval_prompts
   from specjax import verifiers
   from specjax.decoding.autoregressive import generate
   from specjax.decoding.prompts import prepare_prompts
@@ -215,13 +279,7 @@ def main(_):
   t_dir, d_dir, target, tp, draft, dp, tok, ms = load_models()
   k, n_new, reps = FLAGS.k, FLAGS.max_new_tokens, FLAGS.repeats
   rows = []
-  max_b = max(int(b) for b in FLAGS.batch_sizes)
-  if ms is not None and ms.is_chat:  # held-out ShareGPT + HumanEval chat prompts
-    from experiments.prompts import load_chat_prompts
-    all_prompts = [list(p.ids) for p in load_chat_prompts(ms.encode_chat, max_b,
-                                                          max_tokens=FLAGS.max_prompt_tokens)]
-  else:
-    all_prompts = [list(p.ids) for p in load_eval_prompts(max_b, tokenizer=tok)]
+  all_prompts = _chat_or_code_prompts(ms, tok, max(int(b) for b in FLAGS.batch_sizes))
   lossless = verifiers.get("lossless")
   for b in map(int, FLAGS.batch_sizes):
     prompts = all_prompts[:b]
@@ -258,58 +316,15 @@ def main(_):
             verify=forward_timer(t_target, tp, b, drafter.tokens_per_step, ctx, cache_len),
             draft=draft_timer(drafter, dparams, t_target, tp, p_tokens, p_lengths, cache_len)),
             rounds=reps)
-        ar_sec, sp_sec, t1, verify, d_step = (med["gen"], med["spec"], med["fwd1"],
-                                              med["verify"], med["draft"])
-        ar_step = (ar_sec - med["gen_first"]) / (n_new - 1)
-        iters = int(np.max(sp.stats.target_calls))
-        it = (sp_sec - med["spec_first"]) / iters
-        s = sp.stats.summary()
-        speedup = ar_sec / sp_sec
-        row = dict(batch=b, temperature=temp, drafter=dname, k=k, max_new_tokens=n_new,
-                   cache_length=cache_len, tau=s["tau"], target_only_s=ar_sec,
-                   speculative_s=sp_sec, speedup=speedup,
-                   tokens_per_s_target_only=b * n_new / ar_sec,
-                   tokens_per_s_speculative=b * n_new / sp_sec,
-                   greedy_identical=(sp.to_lists() == ar.to_lists()) if temp == 0 else None,
-                   # target-only generate(): one loop step vs a bare 1-token forward
-                   t_target_1_ms=_ms(t1), generate_step_ms=_ms(ar_step),
-                   generate_overhead_ms=_ms(ar_step - t1),
-                   generate_overhead_share=(ar_step - t1) / t1,
-                   generate_loop_efficiency=t1 / ar_step,
-                   # speculative: one loop iteration vs its draft + verify pieces
-                   iterations=iters, iteration_ms=_ms(it), draft_ms=_ms(d_step),
-                   verify_ms=_ms(verify), overhead_ms=_ms(it - d_step - verify),
-                   overhead_share_of_verify=(it - d_step - verify) / verify,
-                   loop_efficiency=(d_step + verify) / it, iteration_over_verify=it / verify)
+        row = _timing_row(b, temp, dname, cache_len, med, sp, ar)
         if temp == 0 and b == 1 and FLAGS.hf_peer and dname == "lm_chain" and t_dir and d_dir:
           hf_sec, hf_out = hf_assisted(t_dir, d_dir, prompts, n_new, k, reps)
           row.update(hf_assisted_s=hf_sec, hf_identical=hf_out == sp.to_lists(),
-                     specjax_over_hf_speed=hf_sec / sp_sec)
+                     specjax_over_hf_speed=hf_sec / row["speculative_s"])
         rows.append(row)
         print(json.dumps({kk: (round(v, 4) if isinstance(v, float) else v)
                           for kk, v in row.items()}), flush=True)
-  print()
-  print("| drafter | batch | T | tau | target-only tok/s | speculative tok/s | speedup | "
-        "specjax/HF assisted |")
-  print("|---|---|---|---|---|---|---|---|")
-  for r in rows:
-    hf_ratio = f"{r['specjax_over_hf_speed']:.1f}x (identical={r['hf_identical']})" \
-        if "specjax_over_hf_speed" in r else "-"
-    print(f"| {r['drafter']} | {r['batch']} | {r['temperature']:g} | {r['tau']:.2f} | "
-          f"{r['tokens_per_s_target_only']:.0f} | {r['tokens_per_s_speculative']:.0f} | "
-          f"{r['speedup']:.2f} | {hf_ratio} |")
-  print()
-  print("| drafter | batch | T | iteration ms | draft ms | verify ms | overhead ms "
-        "(share of verify) | loop eff. | generate step ms | 1-token fwd ms | generate overhead "
-        "ms (share) | generate eff. |")
-  print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-  for r in rows:
-    print(f"| {r['drafter']} | {r['batch']} | {r['temperature']:g} | {r['iteration_ms']:.2f} | "
-          f"{r['draft_ms']:.2f} | {r['verify_ms']:.2f} | {r['overhead_ms']:.2f} "
-          f"({r['overhead_share_of_verify']:.0%}) | {r['loop_efficiency']:.2f} | "
-          f"{r['generate_step_ms']:.2f} | {r['t_target_1_ms']:.2f} | "
-          f"{r['generate_overhead_ms']:.2f} ({r['generate_overhead_share']:.0%}) | "
-          f"{r['generate_loop_efficiency']:.2f} |")
+  _print_tables(rows)
   os.makedirs(os.path.dirname(FLAGS.output) or ".", exist_ok=True)
   with open(FLAGS.output, "w") as f:
     json.dump(dict(target=t_dir or FLAGS.target, draft=draft_label(d_dir, ms),

@@ -92,6 +92,35 @@ def cell_stats(per_prompt: list) -> dict:
   return out
 
 
+def _cells(temps) -> list:
+  """One sweep row per drafter x prompt set x temperature; the key holds every setting."""
+  eagle_label = FLAGS.label or (FLAGS.eagle if FLAGS.eagle in ("eagle1", "eagle3") else "eagle")
+  rows = []
+  for d in FLAGS.drafters:
+    for s in FLAGS.prompt_sets:
+      for t in temps:
+        name = "draft_lm_chain" if d == "chain" else f"{eagle_label}_{d.split('_')[1]}"
+        rows.append({"drafter": name, "kind": d, "prompt_set": s, "temperature": t,
+                     "key": f"{name}|{s}|T={t:g}|{FLAGS.model}|{FLAGS.draft}|{FLAGS.eagle}|"
+                            f"K={FLAGS.k}|tree={FLAGS.eagle_depth},{FLAGS.eagle_top_k},"
+                            f"{FLAGS.eagle_total_tokens}|n={FLAGS.num_prompts}|"
+                            f"new={FLAGS.max_new_tokens}|seeds={FLAGS.seeds}"})
+  return rows
+
+
+def markdown(records: list) -> str:
+  """The acceptance table of the sweep records."""
+  lines = ["| drafter | prompts | T | tau [95% CI] | acceptance per position |",
+           "|---|---|---|---|---|"]
+  for r in records:
+    c, res = r["config"], r["result"]
+    lo, hi = res["tau_ci"]
+    pos = " / ".join(f"{x:.2f}" for x in res["accept_rate_per_position"])
+    lines.append(f"| {c['drafter']} | {c['prompt_set']} ({res['num_prompts']}) | "
+                 f"{c['temperature']:g} | {res['tau']:.2f} [{lo:.2f}, {hi:.2f}] | {pos} |")
+  return "\n".join(lines)
+
+
 def run() -> list:
   import jax
   import numpy as np
@@ -120,17 +149,7 @@ def run() -> list:
       state["sources"] = ms.draft_sources()
     return state
 
-  eagle_label = FLAGS.label or (FLAGS.eagle if FLAGS.eagle in ("eagle1", "eagle3") else "eagle")
-  rows = []
-  for d in FLAGS.drafters:
-    for s in FLAGS.prompt_sets:
-      for t in temps:
-        name = "draft_lm_chain" if d == "chain" else f"{eagle_label}_{d.split('_')[1]}"
-        rows.append({"drafter": name, "kind": d, "prompt_set": s, "temperature": t,
-                     "key": f"{name}|{s}|T={t:g}|{FLAGS.model}|{FLAGS.draft}|{FLAGS.eagle}|"
-                            f"K={FLAGS.k}|tree={FLAGS.eagle_depth},{FLAGS.eagle_top_k},"
-                            f"{FLAGS.eagle_total_tokens}|n={FLAGS.num_prompts}|"
-                            f"new={FLAGS.max_new_tokens}|seeds={FLAGS.seeds}"})
+  rows = _cells(temps)
 
   def evaluate(row):
     st = models()
@@ -165,15 +184,7 @@ def run() -> list:
   os.makedirs(FLAGS.output_dir, exist_ok=True)
   path = os.path.join(FLAGS.output_dir, "acceptance.jsonl")
   records = sweep.run_sweep(rows, evaluate, path, desc="acceptance")
-  lines = ["| drafter | prompts | T | tau [95% CI] | acceptance per position |",
-           "|---|---|---|---|---|"]
-  for r in records:
-    c, res = r["config"], r["result"]
-    lo, hi = res["tau_ci"]
-    pos = " / ".join(f"{x:.2f}" for x in res["accept_rate_per_position"])
-    lines.append(f"| {c['drafter']} | {c['prompt_set']} ({res['num_prompts']}) | "
-                 f"{c['temperature']:g} | {res['tau']:.2f} [{lo:.2f}, {hi:.2f}] | {pos} |")
-  table = "\n".join(lines)
+  table = markdown(records)
   with open(os.path.join(FLAGS.output_dir, "acceptance.md"), "w") as f:
     f.write(table + "\n")
   print(table)

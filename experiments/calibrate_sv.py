@@ -133,18 +133,109 @@ def calibration_prompts(c, vocab_size: int, models=None):
           ("heldout",), np.zeros(d.num_prompts, np.int64))
 
 
+def _collect_records(c, models, drafter, policy, pparams, verifier, sampling, prompts, row_sets
+                     ) -> tuple:
+  """Speculative decoding of the calibration prompts with the companion's signals
+  recorded: ``(columns {S, A, accepted, position, row, step, prompt_set}, target
+  calls, tokens per call)``."""
+  import jax
+  import numpy as np
+
+  from specjax.policies.sv_collect import collect_records
+  (target, tp), (_, dp) = models["target"], models["draft"]
+  d = c.data
+  recs, calls, tok_calls = [], 0, 0.0
+  for i in range(0, len(prompts), d.batch_size):
+    batch = prompts[i:i + d.batch_size]
+    r = collect_records(target, tp, drafter, dp, policy, pparams, verifier, list(batch),
+                        max_new_tokens=d.max_new_tokens, sampling=sampling,
+                        key=jax.random.key(c.seed), row_offset=i)
+    recs.append(r)
+    calls += r["calls"]
+    tok_calls += r["tokens_per_call"] * r["calls"]
+    logging.info("batch %d: %d records, tau %.3f", i // d.batch_size, len(r["S"]),
+                 r["tokens_per_call"])
+  cols = {n: np.concatenate([r[n] for r in recs]) for n in ("S", "A", "accepted", "position",
+                                                          "row", "step")}
+  cols["prompt_set"] = np.asarray(row_sets)[cols["row"]]  # index into set_names
+  return cols, calls, tok_calls / max(calls, 1)
+
+
+def _binnings(c, s, a) -> dict:
+  """``{name: (S edges, A edges)}``: fixed and quantile bins, each also S-only (one A
+  bin: ``SpeculativeVerification(table_signals="S")``)."""
+  import numpy as np
+
+  from specjax.policies import calibration as cal
+  one_bin = np.asarray([0.0, 1.0])
+  return {
+      "fixed": (cal.fixed_edges(c.table.fixed_bins), cal.fixed_edges(c.table.fixed_bins)),
+      "quantile": (cal.quantile_edges(s, c.table.quantile_bins),
+                   cal.quantile_edges(a, c.table.quantile_bins)),
+      "fixed_S": (cal.fixed_edges(c.table.fixed_bins), one_bin),
+      "quantile_S": (cal.quantile_edges(s, c.table.quantile_bins), one_bin),
+  }
+
+
+def _table_entry(c, workdir, name, edges, cols, set_names, ident, fit) -> dict:
+  """Fit, save and report one binning's table: information (all records and per prompt
+  set) and the held-out log loss of a table fitted on the ``fit`` rows."""
+  import numpy as np
+
+  from specjax.policies import calibration as cal
+  s, a, x = cols["S"], cols["A"], cols["accepted"].astype(np.int64)
+  se, ae = edges
+  fitted = cal.fit_table(s, a, x, se, ae, alpha=c.table.alpha, prior=c.table.prior)
+  files = cal.save_table(os.path.join(workdir, f"table_{name}"), fitted,
+                         dict(ident, binning=name))
+  info = cal.information_report(s, a, x, se, ae)
+  entry = {"files": files, "info": info, "s_edges": fitted.s_edges.tolist(),
+           "a_edges": fitted.a_edges.tolist(), "p_hat": fitted.p_hat.tolist(),
+           "counts": fitted.counts.tolist()}
+  # Information gain per prompt set (the SV paper's chat vs code), on the same bins.
+  entry["info_by_set"] = cal.information_by_group(s, a, x, cols["prompt_set"], set_names,
+                                                  se, ae)
+  for set_name, si in entry["info_by_set"].items():
+    logging.info("  %s: H(X)=%.4f IG(S)/H=%.1f%% IG(S,A)/H=%.1f%% (%d records)", set_name,
+                 si["H_X"], 100 * si["ig_S_frac"], 100 * si["ig_frac"], si["n"])
+  heldout = ~fit
+  if fit.any() and heldout.any():
+    marg = float(x[fit].mean())
+    part = cal.fit_table(s[fit], a[fit], x[fit], se, ae, alpha=c.table.alpha,
+                         prior=c.table.prior)
+    entry["heldout_log_loss_bits"] = cal.log_loss_bits(part.predict(s[heldout], a[heldout]),
+                                                       x[heldout])
+    entry["heldout_log_loss_marginal_bits"] = cal.log_loss_bits(
+        np.full(heldout.sum(), marg), x[heldout])
+    entry["heldout_records"] = int(heldout.sum())
+  logging.info("%s bins %s: H(X)=%.4f H(X|S)=%.4f H(X|S,A)=%.4f IG=%.4f (%.1f%%)", name,
+               info["num_bins"], info["H_X"], info["H_X_given_S"], info["H_X_given_SA"],
+               info["ig_SA"], 100 * info["ig_frac"])
+  return entry
+
+
+def _profile_report(c, target, tp, k: int, workdir: str) -> dict:
+  """Measure and save the target's latency profile (``c.profile``)."""
+  from specjax.policies import latency as lat_lib
+  d = c.data
+  cache_length = c.profile.cache_length or (d.prompt_len + d.max_new_tokens + 2 * (k + 1))
+  prof = lat_lib.measure_profile(target, tp, batch_sizes=list(c.profile.batch_sizes),
+                                 gammas=list(range(k + 1)), cache_length=int(cache_length),
+                                 repeats=int(c.profile.repeats))
+  return {"file": lat_lib.save_profile(os.path.join(workdir, "profile.json"), prof),
+          "device": prof.device, "batch_sizes": list(prof.batch_sizes),
+          "latency_ms": [[1e3 * v for v in row] for row in prof.latency_s]}
+
+
 def run(c, models=None) -> dict:
   """Calibrate (module docstring); ``models``: :func:`load_models`' dict when the caller
   already loaded them (e.g. ``benchmarks/sv_batch_sweep.py``)."""
-  import jax
   import numpy as np
 
   from specjax import verifiers
   from specjax.distributions import SamplingConfig
   from specjax.policies import calibration as cal
-  from specjax.policies import latency as lat_lib
   from specjax.policies.sv import SpeculativeVerification, uninformative_table
-  from specjax.policies.sv_collect import collect_records
 
   t0 = time.time()
   workdir = c.workdir or f"/tmp/specjax_runs/{c.name}"
@@ -163,36 +254,10 @@ def run(c, models=None) -> dict:
   pparams = policy.make_params(cp, uninformative_table(), np.ones(k + 1), d.batch_size)
 
   prompts, set_names, row_sets = calibration_prompts(c, target.config.vocab_size, models)
-  recs = []
-  calls = 0
-  tok_calls = 0.0
-  for i in range(0, len(prompts), d.batch_size):
-    batch = prompts[i:i + d.batch_size]
-    r = collect_records(target, tp, drafter, dp, policy, pparams, verifier, list(batch),
-                        max_new_tokens=d.max_new_tokens, sampling=sampling,
-                        key=jax.random.key(c.seed), row_offset=i)
-    recs.append(r)
-    calls += r["calls"]
-    tok_calls += r["tokens_per_call"] * r["calls"]
-    logging.info("batch %d: %d records, tau %.3f", i // d.batch_size, len(r["S"]),
-                 r["tokens_per_call"])
-  cols = {n: np.concatenate([r[n] for r in recs]) for n in ("S", "A", "accepted", "position",
-                                                          "row", "step")}
-  cols["prompt_set"] = np.asarray(row_sets)[cols["row"]]  # index into set_names
+  cols, calls, tokens_per_call = _collect_records(c, models, drafter, policy, pparams, verifier,
+                                                  sampling, prompts, row_sets)
   np.savez(os.path.join(workdir, "records.npz"), **cols)
-  s, a, x = cols["S"], cols["A"], cols["accepted"].astype(np.int64)
-
-  # Tables on all records; held-out check on a row split.
-  n_fit_rows = int(round(len(prompts) * d.fit_fraction))
-  fit = cols["row"] < n_fit_rows
-  one_bin = np.asarray([0.0, 1.0])  # S-only tables: SpeculativeVerification(table_signals="S")
-  binnings = {
-      "fixed": (cal.fixed_edges(c.table.fixed_bins), cal.fixed_edges(c.table.fixed_bins)),
-      "quantile": (cal.quantile_edges(s, c.table.quantile_bins),
-                   cal.quantile_edges(a, c.table.quantile_bins)),
-      "fixed_S": (cal.fixed_edges(c.table.fixed_bins), one_bin),
-      "quantile_S": (cal.quantile_edges(s, c.table.quantile_bins), one_bin),
-  }
+  x = cols["accepted"].astype(np.int64)
   ident = {
       "models": cal.triple_id(target, tp, draft, dp, comp, cp),
       "verifier": repr(verifier),
@@ -203,7 +268,7 @@ def run(c, models=None) -> dict:
       "drafter": c.get("drafter", "draft"), "companion": c.get("companion", "companion"),
   }
   report = {"config": c.to_dict(), "identity": ident, "num_records": int(len(x)),
-            "accept_rate": float(x.mean()), "tokens_per_call": tok_calls / max(calls, 1),
+            "accept_rate": float(x.mean()), "tokens_per_call": tokens_per_call,
             "target_calls": calls, "prompt_sets": list(set_names),
             "records_per_set": {n: int(np.sum(cols["prompt_set"] == i))
                                 for i, n in enumerate(set_names)},
@@ -211,44 +276,12 @@ def run(c, models=None) -> dict:
                                          if np.any(cols["position"] == i) else None
                                          for i in range(k)],
             "tables": {}}
-  heldout = ~fit
-  marg = float(x[fit].mean()) if fit.any() else 0.5
-  for name, (se, ae) in binnings.items():
-    fitted = cal.fit_table(s, a, x, se, ae, alpha=c.table.alpha, prior=c.table.prior)
-    files = cal.save_table(os.path.join(workdir, f"table_{name}"), fitted,
-                           dict(ident, binning=name))
-    info = cal.information_report(s, a, x, se, ae)
-    entry = {"files": files, "info": info, "s_edges": fitted.s_edges.tolist(),
-             "a_edges": fitted.a_edges.tolist(), "p_hat": fitted.p_hat.tolist(),
-             "counts": fitted.counts.tolist()}
-    # Information gain per prompt set (the SV paper's chat vs code), on the same bins.
-    entry["info_by_set"] = cal.information_by_group(s, a, x, cols["prompt_set"], set_names,
-                                                    se, ae)
-    for set_name, si in entry["info_by_set"].items():
-      logging.info("  %s: H(X)=%.4f IG(S)/H=%.1f%% IG(S,A)/H=%.1f%% (%d records)", set_name,
-                   si["H_X"], 100 * si["ig_S_frac"], 100 * si["ig_frac"], si["n"])
-    if fit.any() and heldout.any():
-      part = cal.fit_table(s[fit], a[fit], x[fit], se, ae, alpha=c.table.alpha,
-                           prior=c.table.prior)
-      entry["heldout_log_loss_bits"] = cal.log_loss_bits(part.predict(s[heldout], a[heldout]),
-                                                         x[heldout])
-      entry["heldout_log_loss_marginal_bits"] = cal.log_loss_bits(
-          np.full(heldout.sum(), marg), x[heldout])
-      entry["heldout_records"] = int(heldout.sum())
-    report["tables"][name] = entry
-    logging.info("%s bins %s: H(X)=%.4f H(X|S)=%.4f H(X|S,A)=%.4f IG=%.4f (%.1f%%)", name,
-                 info["num_bins"], info["H_X"], info["H_X_given_S"], info["H_X_given_SA"],
-                 info["ig_SA"], 100 * info["ig_frac"])
-
+  # Tables on all records; held-out check on a row split.
+  fit = cols["row"] < int(round(len(prompts) * d.fit_fraction))
+  for name, edges in _binnings(c, cols["S"], cols["A"]).items():
+    report["tables"][name] = _table_entry(c, workdir, name, edges, cols, set_names, ident, fit)
   if c.profile.enabled:
-    cache_length = c.profile.cache_length or (d.prompt_len + d.max_new_tokens + 2 * (k + 1))
-    prof = lat_lib.measure_profile(target, tp, batch_sizes=list(c.profile.batch_sizes),
-                                   gammas=list(range(k + 1)), cache_length=int(cache_length),
-                                   repeats=int(c.profile.repeats))
-    report["profile"] = {"file": lat_lib.save_profile(os.path.join(workdir, "profile.json"),
-                                                      prof),
-                         "device": prof.device, "batch_sizes": list(prof.batch_sizes),
-                         "latency_ms": [[1e3 * v for v in row] for row in prof.latency_s]}
+    report["profile"] = _profile_report(c, target, tp, k, workdir)
   report["wall_seconds"] = time.time() - t0
   with open(os.path.join(workdir, "report.json"), "w") as f:
     json.dump(report, f, indent=2, default=str)

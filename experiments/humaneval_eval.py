@@ -144,39 +144,27 @@ def _file_sha256(path: str) -> str:
   return h.hexdigest()
 
 
-def main():
-  temps, methods = check_flags()
-  results_path = os.path.join(FLAGS.output_dir, "humaneval.jsonl")
-  if FLAGS.summarize_only and not os.path.exists(results_path):
-    raise app.UsageError(f"--summarize_only: no records at {results_path} "
-                         f"(--output_dir={FLAGS.output_dir!r})")
-  import jax
-  import numpy as np
-
-  from experiments import sweep
-  from experiments.model_sets import load_model_set
-  from specjax.data import humaneval, sandbox
-  from specjax.decoding.autoregressive import generate
-  from specjax.decoding.speculative import speculative_generate
-
-  print("methods:", ", ".join(m.spec + (" (T > 0)" if m.sampled_only else "") for m in methods))
-  problems = humaneval.load_problems()[:FLAGS.limit]
-  assets = {m.asset for m in methods if m.asset}
-  ms = load_model_set(FLAGS.model, draft="draft" if "draft" in assets else "",
-                      eagle="eagle3" if "eagle3" in assets else "")
-  sources = ms.draft_sources()
-  eos = ms.target.config.eos_token_id
-  if FLAGS.style == "chat":
-    prompts = [ms.encode_chat(humaneval.chat_messages(p)) for p in problems]
-  else:
-    prompts = [ms.tokenizer.encode(humaneval.completion_prompt(p)).ids for p in problems]
-  box = sandbox.SandboxConfig(timeout_s=FLAGS.timeout_s)
-  by_spec = {m.spec: m for m in methods}
+def _method_fingerprints(ms, methods, assets) -> dict:
+  """``{spec: Method.fingerprint}`` over the weights of the shipped drafters used."""
   source = {"draft": "draft", "eagle3": "eagle"}  # asset kind -> ModelSet.sources entry
   shas = {a: _file_sha256(os.path.join(ms.sources[source[a]], "model.safetensors"))
           for a in assets}
-  fingerprints = {m.spec: m.fingerprint(shas.get(m.asset, "")) for m in methods
-                  if not m.is_target}
+  return {m.spec: m.fingerprint(shas.get(m.asset, "")) for m in methods if not m.is_target}
+
+
+def _make_evaluate(ms, problems, prompts, methods):
+  """``evaluate(config) -> {"problems": [...]}``: generate one batch with the config's
+  method, then run every answer's program in the sandbox."""
+  import jax
+  import numpy as np
+
+  from specjax.data import humaneval, sandbox
+  from specjax.decoding.autoregressive import generate
+  from specjax.decoding.speculative import speculative_generate
+  sources = ms.draft_sources()
+  eos = ms.target.config.eos_token_id
+  box = sandbox.SandboxConfig(timeout_s=FLAGS.timeout_s)
+  by_spec = {m.spec: m for m in methods}
   built: dict = {}
 
   def evaluate(c):
@@ -210,6 +198,49 @@ def main():
         o["accepted"], o["calls"] = int(stats[0][i]), int(stats[1][i])
     return {"problems": out}
 
+  return evaluate
+
+
+def _write_summary(records, configs, ms, num_problems: int, settings: str,
+                   fingerprints: dict) -> str:
+  """``humaneval.md`` and ``humaneval_summary.json`` in ``--output_dir``; returns the
+  markdown."""
+  rows = summarize(records, max_new_tokens=FLAGS.max_new_tokens)
+  contrasts = gap_contrasts(rows, records)
+  drafters = f"K={FLAGS.k}; tree depth={FLAGS.eagle_depth}, top_k={FLAGS.eagle_top_k}, " \
+             f"{FLAGS.eagle_total_tokens} nodes"
+  text = markdown(rows, f"HumanEval ({FLAGS.style} prompts, {ms.name}, "
+                        f"max_new_tokens={FLAGS.max_new_tokens}, {num_problems} problems; "
+                        f"{drafters})", contrasts)
+  with open(os.path.join(FLAGS.output_dir, "humaneval.md"), "w") as f:
+    f.write(text)
+  with open(os.path.join(FLAGS.output_dir, "humaneval_summary.json"), "w") as f:
+    json.dump({"settings": settings, "fingerprints": fingerprints, "rows": rows,
+               "gap_contrasts": contrasts, "power": power_rows(rows, contrasts),
+               "batches": [len(records), len(configs)]}, f, indent=1)
+  return text
+
+
+def main():
+  temps, methods = check_flags()
+  results_path = os.path.join(FLAGS.output_dir, "humaneval.jsonl")
+  if FLAGS.summarize_only and not os.path.exists(results_path):
+    raise app.UsageError(f"--summarize_only: no records at {results_path} "
+                         f"(--output_dir={FLAGS.output_dir!r})")
+  from experiments import sweep
+  from experiments.model_sets import load_model_set
+  from specjax.data import humaneval
+
+  print("methods:", ", ".join(m.spec + (" (T > 0)" if m.sampled_only else "") for m in methods))
+  problems = humaneval.load_problems()[:FLAGS.limit]
+  assets = {m.asset for m in methods if m.asset}
+  ms = load_model_set(FLAGS.model, draft="draft" if "draft" in assets else "",
+                      eagle="eagle3" if "eagle3" in assets else "")
+  if FLAGS.style == "chat":
+    prompts = [ms.encode_chat(humaneval.chat_messages(p)) for p in problems]
+  else:
+    prompts = [ms.tokenizer.encode(humaneval.completion_prompt(p)).ids for p in problems]
+  fingerprints = _method_fingerprints(ms, methods, assets)
   os.makedirs(FLAGS.output_dir, exist_ok=True)
   settings = f"{ms.sha256[:8]}-{FLAGS.style}-n{FLAGS.max_new_tokens}-seed{FLAGS.seed}"
   configs = batch_configs(len(problems), FLAGS.batch_size, temps, FLAGS.samples, settings,
@@ -222,22 +253,10 @@ def main():
       raise app.UsageError(f"--summarize_only: no finished batch of these settings in "
                            f"{results_path}")
   else:
+    evaluate = _make_evaluate(ms, problems, prompts, methods)
     records = [r for r in sweep.run_sweep(configs, evaluate, results_path, desc="humaneval")
                if r["key"] in wanted]
-  rows = summarize(records, max_new_tokens=FLAGS.max_new_tokens)
-  contrasts = gap_contrasts(rows, records)
-  drafters = f"K={FLAGS.k}; tree depth={FLAGS.eagle_depth}, top_k={FLAGS.eagle_top_k}, " \
-             f"{FLAGS.eagle_total_tokens} nodes"
-  text = markdown(rows, f"HumanEval ({FLAGS.style} prompts, {ms.name}, "
-                        f"max_new_tokens={FLAGS.max_new_tokens}, {len(problems)} problems; "
-                        f"{drafters})", contrasts)
-  with open(os.path.join(FLAGS.output_dir, "humaneval.md"), "w") as f:
-    f.write(text)
-  with open(os.path.join(FLAGS.output_dir, "humaneval_summary.json"), "w") as f:
-    json.dump({"settings": settings, "fingerprints": fingerprints, "rows": rows,
-               "gap_contrasts": contrasts, "power": power_rows(rows, contrasts),
-               "batches": [len(records), len(configs)]}, f, indent=1)
-  print(text)
+  print(_write_summary(records, configs, ms, len(problems), settings, fingerprints))
 
 
 if __name__ == "__main__":

@@ -39,6 +39,96 @@ def _latest(records):
   return list(out.values())
 
 
+def _kl_figure(plt, kl: list, rules: list, source: str):
+  """Part (a)/(b): mean KL and TV to the truncated target vs t, one column per rule."""
+  fig, axes = plt.subplots(2, len(rules), figsize=(4.6 * len(rules), 7.0), squeeze=False)
+  for col, rule in enumerate(rules):
+    ax, ax_tv = axes[0, col], axes[1, col]
+    lim = None
+    for r in sorted((r for r in kl if r["rule"] == rule),
+                    key=lambda r: (r["part"], r["family"], r.get("top_k", 0))):
+      label = ("SD" if r["part"] == "sd" else f"EAGLE top-{r['top_k']}") + \
+          f", q_ref={r['family']}"
+      ls = "-" if r["part"] == "sd" else "--"
+      finite = [k if k is not None and math.isfinite(k) else float("nan")
+                for k in r["kl_mean"]]
+      if any(math.isfinite(k) for k in finite):
+        ax.plot(r["ts"], finite, ls, marker="o", ms=3, label=label)
+      else:
+        label += " (KL = inf)"
+      ax_tv.plot(r["ts"], r["tv_mean"], ls, marker="o", ms=3, label=label)
+      if r["part"] == "eagle":
+        lim = r["limit"]
+    if lim is not None:
+      ax.axhline(lim, color="k", ls=":", lw=1,
+                 label=f"E[log Z_A/p(argmax)] = {lim:.3f}")
+    ax.set_ylabel("mean KL(P || p_A)  [nats]")
+    ax.set_title(rule, fontsize=9)
+    ax.legend(fontsize=6)
+    ax_tv.set_xlabel("t  (q_t = (1-t) p + t q_ref; t=0: q = p)")
+    ax_tv.set_ylabel("mean TV(P, p_A)")
+    ax_tv.legend(fontsize=6)
+  fig.suptitle(f"Truncation rules: SD vs EAGLE drafts ({source} contexts)")
+  fig.tight_layout()
+  return fig
+
+
+def _truncation_figure(plt, tr: list, source: str):
+  """Part (c): block-efficiency change under truncation."""
+  fig, axes = plt.subplots(1, len(tr), figsize=(4.8 * len(tr), 3.6), squeeze=False)
+  for ax, r in zip(axes[0], sorted(tr, key=lambda r: r["kind"])):
+    ax.plot(r["values"], r["delta_be_paq"], "o-", label="(p_A, q) - (p, q)")
+    ax.plot(r["values"], r["delta_be_paqa"], "s-", label="(p_A, q_A) - (p, q)")
+    ax.plot(r["values"], r["delta_be_gate"], "^-", label="hard gate q(A) - (p, q)")
+    ax.axhline(0.0, color="k", lw=0.8)
+    ax.set_xlabel("p_base" if r["kind"] == "min_p" else "eta (eps)")
+    ax.set_ylabel(f"Delta block efficiency (gamma={r['gamma']})")
+    ax.set_title(f"{r['kind']}: BE(p,q) = {r['be_pq']:.3f}", fontsize=9)
+    ax.legend(fontsize=7)
+  fig.suptitle(f"Block efficiency change under truncation ({source})")
+  fig.tight_layout()
+  return fig
+
+
+def _alignment_figure(plt, al: list, source: str):
+  """Part (c): net block-efficiency change vs draft-target alignment."""
+  fig, axes = plt.subplots(1, len(al), figsize=(4.4 * len(al), 3.8), squeeze=False)
+  for ax, r in zip(axes[0], al):
+    for i, v in enumerate(r["values"]):
+      ax.plot(r["rhos"], [row[i] for row in r["delta_be"]], "o-", ms=3,
+              label=("p_base" if r["kind"] == "min_p" else "eps") + f"={v:g}")
+    ax.axhline(0.0, color="k", lw=0.8)
+    ax.set_xlabel("alignment ratio rho  (q = rho p + (1-rho) q_draft)")
+    ax.set_ylabel(f"net Delta BE (gamma={r['gamma']})")
+    pair = "(p_A, q_A)" if r["truncate_draft"] else "(p_A, q)"
+    ax.set_title(f"{r['kind']} {pair}; alpha(p,q): {r['alpha_pq'][0]:.2f}"
+                 f"->{r['alpha_pq'][-1]:.2f}", fontsize=8)
+    ax.legend(fontsize=6)
+  fig.suptitle(f"Truncation: net block-efficiency change vs draft-target alignment ({source})")
+  fig.tight_layout()
+  return fig
+
+
+def _mars_figure(plt, ms: list, source: str):
+  """Part (d): MARS KL to p and the strict-rejection share vs theta."""
+  fig, ax = plt.subplots(figsize=(5.8, 4))
+  ax2 = ax.twinx()
+  for r in sorted(ms, key=lambda r: r["draft"]):
+    ax.plot(r["thetas"], r["kl_mean"], "o-", label=f"KL(P_MARS || p), {r['draft']} draft")
+    ax2.plot(r["thetas"], r["reject_share"], "s--", alpha=0.7,
+             label=f"strict-rejection share r>theta, {r['draft']}")
+  ax.set_xlabel("theta")
+  ax.set_ylabel("mean KL to p [nats]")
+  ax2.set_ylabel("share of strict rejections in r > theta")
+  ax2.set_ylim(0, 1)
+  h1, l1 = ax.get_legend_handles_labels()
+  h2, l2 = ax2.get_legend_handles_labels()
+  ax.legend(h1 + h2, l1 + l2, fontsize=6)
+  ax.set_title(f"MARS theta sweep ({source})")
+  fig.tight_layout()
+  return fig
+
+
 def make_figures(records: list[dict], output_dir: str, path_of=None) -> list[str]:
   """PNG figures from the records; returns the written paths.
 
@@ -62,91 +152,19 @@ def make_figures(records: list[dict], output_dir: str, path_of=None) -> list[str
     kl = [r for r in recs if r["part"] in ("sd", "eagle") and r["source"] == source]
     rules = sorted({r["rule"] for r in kl})
     if rules:
-      fig, axes = plt.subplots(2, len(rules), figsize=(4.6 * len(rules), 7.0), squeeze=False)
-      for col, rule in enumerate(rules):
-        ax, ax_tv = axes[0, col], axes[1, col]
-        lim = None
-        for r in sorted((r for r in kl if r["rule"] == rule),
-                        key=lambda r: (r["part"], r["family"], r.get("top_k", 0))):
-          label = ("SD" if r["part"] == "sd" else f"EAGLE top-{r['top_k']}") + \
-              f", q_ref={r['family']}"
-          ls = "-" if r["part"] == "sd" else "--"
-          finite = [k if k is not None and math.isfinite(k) else float("nan")
-                    for k in r["kl_mean"]]
-          if any(math.isfinite(k) for k in finite):
-            ax.plot(r["ts"], finite, ls, marker="o", ms=3, label=label)
-          else:
-            label += " (KL = inf)"
-          ax_tv.plot(r["ts"], r["tv_mean"], ls, marker="o", ms=3, label=label)
-          if r["part"] == "eagle":
-            lim = r["limit"]
-        if lim is not None:
-          ax.axhline(lim, color="k", ls=":", lw=1,
-                     label=f"E[log Z_A/p(argmax)] = {lim:.3f}")
-        ax.set_ylabel("mean KL(P || p_A)  [nats]")
-        ax.set_title(rule, fontsize=9)
-        ax.legend(fontsize=6)
-        ax_tv.set_xlabel("t  (q_t = (1-t) p + t q_ref; t=0: q = p)")
-        ax_tv.set_ylabel("mean TV(P, p_A)")
-        ax_tv.legend(fontsize=6)
-      fig.suptitle(f"Truncation rules: SD vs EAGLE drafts ({source} contexts)")
-      fig.tight_layout()
-      save(fig, f"kl_vs_t_{source}.png")
-
+      save(_kl_figure(plt, kl, rules, source), f"kl_vs_t_{source}.png")
     tr = [r for r in recs if r["part"] == "truncation" and r["source"] == source]
     if tr:
-      fig, axes = plt.subplots(1, len(tr), figsize=(4.8 * len(tr), 3.6), squeeze=False)
-      for ax, r in zip(axes[0], sorted(tr, key=lambda r: r["kind"])):
-        ax.plot(r["values"], r["delta_be_paq"], "o-", label="(p_A, q) - (p, q)")
-        ax.plot(r["values"], r["delta_be_paqa"], "s-", label="(p_A, q_A) - (p, q)")
-        ax.plot(r["values"], r["delta_be_gate"], "^-", label="hard gate q(A) - (p, q)")
-        ax.axhline(0.0, color="k", lw=0.8)
-        ax.set_xlabel("p_base" if r["kind"] == "min_p" else "eta (eps)")
-        ax.set_ylabel(f"Delta block efficiency (gamma={r['gamma']})")
-        ax.set_title(f"{r['kind']}: BE(p,q) = {r['be_pq']:.3f}", fontsize=9)
-        ax.legend(fontsize=7)
-      fig.suptitle(f"Block efficiency change under truncation ({source})")
-      fig.tight_layout()
-      save(fig, f"truncation_be_{source}.png")
-
+      save(_truncation_figure(plt, tr, source), f"truncation_be_{source}.png")
     al = sorted((r for r in recs if r["part"] == "alignment" and r["source"] == source),
                 key=lambda r: (r["kind"], not r["truncate_draft"]))
     if al:
-      fig, axes = plt.subplots(1, len(al), figsize=(4.4 * len(al), 3.8), squeeze=False)
-      for ax, r in zip(axes[0], al):
-        for i, v in enumerate(r["values"]):
-          ax.plot(r["rhos"], [row[i] for row in r["delta_be"]], "o-", ms=3,
-                  label=("p_base" if r["kind"] == "min_p" else "eps") + f"={v:g}")
-        ax.axhline(0.0, color="k", lw=0.8)
-        ax.set_xlabel("alignment ratio rho  (q = rho p + (1-rho) q_draft)")
-        ax.set_ylabel(f"net Delta BE (gamma={r['gamma']})")
-        pair = "(p_A, q_A)" if r["truncate_draft"] else "(p_A, q)"
-        ax.set_title(f"{r['kind']} {pair}; alpha(p,q): {r['alpha_pq'][0]:.2f}"
-                     f"->{r['alpha_pq'][-1]:.2f}", fontsize=8)
-        ax.legend(fontsize=6)
-      fig.suptitle(f"Truncation: net block-efficiency change vs draft-target alignment ({source})")
-      fig.tight_layout()
-      save(fig, f"alignment_be_{source}.png")
+      save(_alignment_figure(plt, al, source), f"alignment_be_{source}.png")
 
   for source in ("synthetic_logits", "real"):
     ms = [r for r in recs if r["part"] == "mars" and r["source"] == source]
     if ms:
-      fig, ax = plt.subplots(figsize=(5.8, 4))
-      ax2 = ax.twinx()
-      for r in sorted(ms, key=lambda r: r["draft"]):
-        ax.plot(r["thetas"], r["kl_mean"], "o-", label=f"KL(P_MARS || p), {r['draft']} draft")
-        ax2.plot(r["thetas"], r["reject_share"], "s--", alpha=0.7,
-                 label=f"strict-rejection share r>theta, {r['draft']}")
-      ax.set_xlabel("theta")
-      ax.set_ylabel("mean KL to p [nats]")
-      ax2.set_ylabel("share of strict rejections in r > theta")
-      ax2.set_ylim(0, 1)
-      h1, l1 = ax.get_legend_handles_labels()
-      h2, l2 = ax2.get_legend_handles_labels()
-      ax.legend(h1 + h2, l1 + l2, fontsize=6)
-      ax.set_title(f"MARS theta sweep ({source})")
-      fig.tight_layout()
-      save(fig, f"mars_theta_{source}.png")
+      save(_mars_figure(plt, ms, source), f"mars_theta_{source}.png")
     mg_rec = [r for r in recs if r["part"] == "margins" and r["source"] == source]
     for r in mg_rec:
       save(mg.plot_histograms(r["summary"], title=f"margins ({source})"),

@@ -224,100 +224,130 @@ def figure_path(c, output_dir: str, name: str) -> str:
   return os.path.join(d, f"{c.get('figure_prefix', '')}{stem}{c.get('figure_suffix', '')}{ext}")
 
 
-def run_config(cfg: dict, c, sources: Sources, output_dir: str) -> dict:
-  """Compute one configuration's record."""
+def _kl_part(cfg: dict, c, z, p, q, n_sd: int) -> dict:
+  """Parts (a) ``sd`` / (b) ``eagle``: the KL curve of a truncation rule vs t."""
   import jax.numpy as jnp
-  import numpy as np
   from specjax.analysis import divergences as dv
   from specjax.analysis import propositions as props
+  cb = c.context_batch
+  _, rule = parse_rule(cfg["rule"])
+  q_ref = props.uniform_like(p) if cfg["family"] == "uniform" else q
+  if cfg["part"] == "sd":
+    zz, pp, qq = z[:n_sd], p[:n_sd], q_ref[:n_sd]
+    curve = props.sd_kl_curve(rule, zz, pp, qq, list(c.ts), chunk_size=c.chunk_size,
+                              context_batch=cb, sampled_form=sampled_form(c))
+  else:
+    zz, pp, qq = z, p, q_ref
+    curve = props.eagle_kl_curve(rule, zz, pp, qq, list(c.ts), top_k=cfg["top_k"],
+                                 context_batch=cb)
+  mask = dv.matched_allowed_set(rule, pp)
+  limit = props.eagle_kl_limit(pp, mask)
+  return dict(n=int(zz.shape[0]), ts=[float(t) for t in curve.ts],
+              kl_mean=_mean(curve.kl), kl_median=_median(curve.kl),
+              kl_reverse_mean=_mean(curve.kl_reverse), tv_mean=_mean(curve.tv),
+              accept_mean=_mean(curve.accept_rate), limit=float(jnp.mean(limit)),
+              allowed_size_mean=float(jnp.mean(jnp.sum(mask, -1))),
+              allowed_mass_mean=float(jnp.mean(dv.allowed_mass(pp, mask))))
 
+
+def _truncation_part(cfg: dict, c, p, q) -> dict:
+  """Part (c): block efficiency under truncation of the target and / or the draft."""
+  import numpy as np
+  from specjax.analysis import propositions as props
+  values = list(c.p_base_values if cfg["kind"] == "min_p" else c.eta_values)
+  sw = props.truncation_sweep(p, q, cfg["kind"], values, gamma=c.gamma)
+  d_paq = np.asarray(sw.delta_be_paq)
+  d_paqa = np.asarray(sw.delta_be_paqa)
+  return dict(n=int(p.shape[0]), values=values, gamma=c.gamma,
+              alpha_pq=_mean(sw.alpha_pq), alpha_paq=_mean(sw.alpha_paq),
+              alpha_paqa=_mean(sw.alpha_paqa), alpha_gate=_mean(sw.alpha_gate),
+              be_pq=float(sw.be_pq), be_paq=[float(x) for x in sw.be_paq],
+              be_paqa=[float(x) for x in sw.be_paqa], be_gate=[float(x) for x in sw.be_gate],
+              delta_be_paq=d_paq.tolist(), delta_be_paqa=d_paqa.tolist(),
+              delta_be_gate=(np.asarray(sw.be_gate) - float(sw.be_pq)).tolist(),
+              sign_delta_be_paq=np.sign(d_paq).astype(int).tolist(),
+              sign_delta_be_paqa=np.sign(d_paqa).astype(int).tolist())
+
+
+def _alignment_part(cfg: dict, c, p, q) -> dict:
+  """Part (c): net block-efficiency change vs the draft-target alignment ratio."""
+  import numpy as np
+  from specjax.analysis import propositions as props
+  values = list(c.p_base_values if cfg["kind"] == "min_p" else c.eta_values)
+  sw = props.alignment_sweep(p, q, cfg["kind"], values, list(c.rhos), gamma=c.gamma,
+                             truncate_draft=cfg["truncate_draft"])
+  return dict(n=int(p.shape[0]), values=values, rhos=[float(r) for r in sw.rhos],
+              gamma=c.gamma, alpha_pq=np.asarray(sw.alpha_pq).tolist(),
+              alpha_trunc=np.asarray(sw.alpha_trunc).tolist(),
+              gain=np.asarray(sw.gain).tolist(), loss=np.asarray(sw.loss).tolist(),
+              be_pq=np.asarray(sw.be_pq).tolist(), be_trunc=np.asarray(sw.be_trunc).tolist(),
+              delta_be=np.asarray(sw.delta_be).tolist(),
+              sign_delta_be=np.sign(np.asarray(sw.delta_be)).astype(int).tolist())
+
+
+def _mars_part(cfg: dict, c, z, p, q, n_sd: int) -> dict:
+  """Part (d): the MARS theta sweep against lossless verification."""
+  import jax.numpy as jnp
+  from specjax.analysis import propositions as props
+  cb = c.context_batch
+  if cfg["draft"] == "sampled":
+    zz, pp, qq = z[:n_sd], p[:n_sd], q[:n_sd]
+    sw = props.mars_sweep(zz, pp, qq, list(c.thetas), draft="sampled",
+                          chunk_size=c.chunk_size, context_batch=cb,
+                          sampled_form=sampled_form(c))
+  else:
+    zz, pp, qq = z, p, q
+    sw = props.mars_sweep(zz, pp, qq, list(c.thetas), draft="topk", top_k=1,
+                          context_batch=cb)
+  from specjax.analysis.induced import induced_parts
+  from specjax.verifiers import Lossless
+  kw = (dict(draft="sampled", chunk_size=c.chunk_size, sampled_form=sampled_form(c))
+        if cfg["draft"] == "sampled" else dict(draft="topk", top_k=1))
+  base = induced_parts(Lossless(), zz, pp, qq, context_batch=cb, **kw)
+  return dict(n=int(zz.shape[0]), thetas=[float(t) for t in sw.thetas],
+              kl_mean=_mean(sw.kl), kl_median=_median(sw.kl), tv_mean=_mean(sw.tv),
+              accept_mean=_mean(sw.accept_rate), relaxed_mean=_mean(sw.relaxed_rate),
+              active_frac=_mean(sw.active.astype(jnp.float32)),
+              strict_reject_mean=float(jnp.mean(sw.strict_reject)),
+              reject_share=[float(x) for x in sw.reject_share],
+              reject_given_active=[float(x) for x in sw.reject_given_active],
+              lossless_accept_mean=float(jnp.mean(base.accept_rate)))
+
+
+def _margins_part(cfg: dict, c, z, p, q, output_dir: str) -> dict:
+  """The margin statistics (and their scatter figure, drawn from the raw logits)."""
+  import numpy as np
+  from specjax.analysis import margins as mg
+  temp = c.real.temperature if cfg["source"] == "real" else 1.0
+  zn, pn, qn = np.asarray(z), np.asarray(p), np.asarray(q)
+  out = {"summary": mg.margin_summary(zn, q=qn, p=pn, temperature=temp, thetas=list(c.thetas),
+                                     theta=c.theta), "n": int(zn.shape[0])}
+  if c.figures:  # the scatter needs the raw logits, so it is drawn now
+    import matplotlib.pyplot as plt
+    fig = mg.plot_ratio_scatter(zn, theta=c.theta, draft_token=qn.argmax(-1),
+                                title=f"z2 vs z1 ({cfg['source']})")
+    fig.savefig(figure_path(c, output_dir, f"margins_scatter_{cfg['source']}.png"), dpi=110)
+    plt.close(fig)
+  return out
+
+
+def run_config(cfg: dict, c, sources: Sources, output_dir: str) -> dict:
+  """Compute one configuration's record."""
   z, p, q, n_sd = sources.get(cfg["source"])
   part = cfg["part"]
   rec = {k: v for k, v in cfg.items()}
   rec["models"] = sources.models if cfg["source"] == "real" else "synthetic"
   rec["vocab"] = int(z.shape[-1])
-  cb = c.context_batch
-
   if part in ("sd", "eagle"):
-    _, rule = parse_rule(cfg["rule"])
-    q_ref = props.uniform_like(p) if cfg["family"] == "uniform" else q
-    if part == "sd":
-      zz, pp, qq = z[:n_sd], p[:n_sd], q_ref[:n_sd]
-      curve = props.sd_kl_curve(rule, zz, pp, qq, list(c.ts), chunk_size=c.chunk_size,
-                                context_batch=cb, sampled_form=sampled_form(c))
-    else:
-      zz, pp, qq = z, p, q_ref
-      curve = props.eagle_kl_curve(rule, zz, pp, qq, list(c.ts), top_k=cfg["top_k"],
-                                   context_batch=cb)
-    mask = dv.matched_allowed_set(rule, pp)
-    limit = props.eagle_kl_limit(pp, mask)
-    rec.update(n=int(zz.shape[0]), ts=[float(t) for t in curve.ts],
-               kl_mean=_mean(curve.kl), kl_median=_median(curve.kl),
-               kl_reverse_mean=_mean(curve.kl_reverse), tv_mean=_mean(curve.tv),
-               accept_mean=_mean(curve.accept_rate), limit=float(jnp.mean(limit)),
-               allowed_size_mean=float(jnp.mean(jnp.sum(mask, -1))),
-               allowed_mass_mean=float(jnp.mean(dv.allowed_mass(pp, mask))))
+    rec.update(_kl_part(cfg, c, z, p, q, n_sd))
   elif part == "truncation":
-    values = list(c.p_base_values if cfg["kind"] == "min_p" else c.eta_values)
-    sw = props.truncation_sweep(p, q, cfg["kind"], values, gamma=c.gamma)
-    d_paq = np.asarray(sw.delta_be_paq)
-    d_paqa = np.asarray(sw.delta_be_paqa)
-    rec.update(n=int(p.shape[0]), values=values, gamma=c.gamma,
-               alpha_pq=_mean(sw.alpha_pq), alpha_paq=_mean(sw.alpha_paq),
-               alpha_paqa=_mean(sw.alpha_paqa), alpha_gate=_mean(sw.alpha_gate),
-               be_pq=float(sw.be_pq), be_paq=[float(x) for x in sw.be_paq],
-               be_paqa=[float(x) for x in sw.be_paqa], be_gate=[float(x) for x in sw.be_gate],
-               delta_be_paq=d_paq.tolist(), delta_be_paqa=d_paqa.tolist(),
-               delta_be_gate=(np.asarray(sw.be_gate) - float(sw.be_pq)).tolist(),
-               sign_delta_be_paq=np.sign(d_paq).astype(int).tolist(),
-               sign_delta_be_paqa=np.sign(d_paqa).astype(int).tolist())
+    rec.update(_truncation_part(cfg, c, p, q))
   elif part == "alignment":
-    values = list(c.p_base_values if cfg["kind"] == "min_p" else c.eta_values)
-    sw = props.alignment_sweep(p, q, cfg["kind"], values, list(c.rhos), gamma=c.gamma,
-                               truncate_draft=cfg["truncate_draft"])
-    rec.update(n=int(p.shape[0]), values=values, rhos=[float(r) for r in sw.rhos],
-               gamma=c.gamma, alpha_pq=np.asarray(sw.alpha_pq).tolist(),
-               alpha_trunc=np.asarray(sw.alpha_trunc).tolist(),
-               gain=np.asarray(sw.gain).tolist(), loss=np.asarray(sw.loss).tolist(),
-               be_pq=np.asarray(sw.be_pq).tolist(), be_trunc=np.asarray(sw.be_trunc).tolist(),
-               delta_be=np.asarray(sw.delta_be).tolist(),
-               sign_delta_be=np.sign(np.asarray(sw.delta_be)).astype(int).tolist())
+    rec.update(_alignment_part(cfg, c, p, q))
   elif part == "mars":
-    if cfg["draft"] == "sampled":
-      zz, pp, qq = z[:n_sd], p[:n_sd], q[:n_sd]
-      sw = props.mars_sweep(zz, pp, qq, list(c.thetas), draft="sampled",
-                            chunk_size=c.chunk_size, context_batch=cb,
-                            sampled_form=sampled_form(c))
-    else:
-      zz, pp, qq = z, p, q
-      sw = props.mars_sweep(zz, pp, qq, list(c.thetas), draft="topk", top_k=1,
-                            context_batch=cb)
-    from specjax.analysis.induced import induced_parts
-    from specjax.verifiers import Lossless
-    kw = (dict(draft="sampled", chunk_size=c.chunk_size, sampled_form=sampled_form(c))
-          if cfg["draft"] == "sampled" else dict(draft="topk", top_k=1))
-    base = induced_parts(Lossless(), zz, pp, qq, context_batch=cb, **kw)
-    rec.update(n=int(zz.shape[0]), thetas=[float(t) for t in sw.thetas],
-               kl_mean=_mean(sw.kl), kl_median=_median(sw.kl), tv_mean=_mean(sw.tv),
-               accept_mean=_mean(sw.accept_rate), relaxed_mean=_mean(sw.relaxed_rate),
-               active_frac=_mean(sw.active.astype(jnp.float32)),
-               strict_reject_mean=float(jnp.mean(sw.strict_reject)),
-               reject_share=[float(x) for x in sw.reject_share],
-               reject_given_active=[float(x) for x in sw.reject_given_active],
-               lossless_accept_mean=float(jnp.mean(base.accept_rate)))
+    rec.update(_mars_part(cfg, c, z, p, q, n_sd))
   elif part == "margins":
-    from specjax.analysis import margins as mg
-    temp = c.real.temperature if cfg["source"] == "real" else 1.0
-    zn, pn, qn = np.asarray(z), np.asarray(p), np.asarray(q)
-    rec["summary"] = mg.margin_summary(zn, q=qn, p=pn, temperature=temp, thetas=list(c.thetas),
-                                       theta=c.theta)
-    rec["n"] = int(zn.shape[0])
-    if c.figures:  # the scatter needs the raw logits, so it is drawn now
-      import matplotlib.pyplot as plt
-      fig = mg.plot_ratio_scatter(zn, theta=c.theta, draft_token=qn.argmax(-1),
-                                  title=f"z2 vs z1 ({cfg['source']})")
-      fig.savefig(figure_path(c, output_dir, f"margins_scatter_{cfg['source']}.png"), dpi=110)
-      plt.close(fig)
+    rec.update(_margins_part(cfg, c, z, p, q, output_dir))
   else:
     raise ValueError(part)
   return rec

@@ -47,9 +47,9 @@ import time
 import numpy as np
 
 from experiments.prompts import PROMPT_SETS
+from specjax.policies.sv import TABLE_SIGNALS
 
 PAPER_IG = {"chat": (1.38, 0.91), "code": (1.78, 1.42)}  # H(X) -> H(X|S,A), docs/spec.md §7
-TABLE_SIGNALS = ("SA", "S")
 BINNINGS = ("quantile", "fixed")
 
 
@@ -256,102 +256,115 @@ def method_names(cfg: SweepConfig) -> list:
           [f"sv_{s}" for s in cfg.table_signals])
 
 
+def _method_call(cfg: SweepConfig, method: str, b: int, models: dict, tables: dict, profile,
+                 common: dict):
+  """``call(tokens, lengths, row_offset) -> result`` of one method at batch size ``b``:
+  target-only ``generate``, a fixed-K chain, or SV with a table of one signal set."""
+  import jax
+  from experiments.calibrate_sv import chain_drafter
+  from specjax import verifiers
+  from specjax.decoding.autoregressive import generate
+  from specjax.decoding.speculative import speculative_generate
+  from specjax.policies.sv import SpeculativeVerification
+
+  (target, tp), (_, dp), (comp, cp) = (models[n] for n in ("target", "draft", "companion"))
+  samp, key = common["sampling"], jax.random.key(cfg.seed)
+  if method == "target":
+    return lambda toks, lens, off: generate(target, tp, (toks, lens), key=key, row_offset=off,
+                                            **common)
+  verifier = verifiers.get("lossless")
+  if method.startswith("fixed_"):
+    drafter = chain_drafter(models, int(method.split("_")[1]), samp)[0]
+    return lambda toks, lens, off: speculative_generate(
+        target, tp, drafter, dp, verifier, (toks, lens), key=key, row_offset=off, **common)
+  sig = method.split("_")[1]
+  policy = SpeculativeVerification(cfg.k, companion=comp, companion_sampling=samp,
+                                   mode=cfg.mode, table_signals=sig)
+  pparams = policy.make_params(cp, tables[sig], profile, b)
+  drafter = chain_drafter(models, cfg.k, samp)[0]
+  return lambda toks, lens, off: speculative_generate(
+      target, tp, drafter, dp, verifier, (toks, lens), key=key, row_offset=off, policy=policy,
+      policy_params=pparams, **common)
+
+
+def _stats_fields(method: str, stats: list, steps: int, calls: int) -> dict:
+  """tau, verify and acceptance columns of a row (target-only: tau 1)."""
+  if method == "target":
+    return dict(tau=1.0, verified_per_call=0.0, processed_per_emitted=1.0, target_calls=calls)
+  sm = _concat_stats(stats)
+  out = dict(tau=sm["tau"], verified_per_call=sm["verified_per_call"],
+             processed_per_emitted=sm["processed_per_emitted"],
+             target_calls=sm["target_calls"], steps=steps,
+             accept_rate_per_position=sm["accept_rate_per_position"])
+  if method.startswith("sv_"):
+    counts = np.asarray(sm["gamma_counts"], np.float64)
+    out["gamma_counts"] = sm["gamma_counts"]
+    out["gamma_dist"] = (counts / max(counts.sum(), 1)).tolist()
+  return out
+
+
+def _timed_rows(call, method: str, b: int, padded: dict, log) -> list:
+  """Warm ``call`` up (compile), then time it over every set's prompts in batches of
+  ``b``; one row per set."""
+  import jax
+  from specjax import compiled_code
+  t0 = time.time()
+  first = next(iter(padded.values()))
+  jax.block_until_ready(call(first[0][:b], first[1][:b], 0))  # compile + warm-up
+  warm = time.time() - t0
+  rows = []
+  for s, (toks, lens) in padded.items():
+    wall, emitted, steps, stats, calls = 0.0, 0, 0, [], 0
+    with compiled_code.count_lowerings() as built:  # the timed calls build no program
+      for i in range(0, toks.shape[0], b):
+        t0 = time.perf_counter()
+        res = jax.block_until_ready(call(toks[i:i + b], lens[i:i + b], i))
+        wall += time.perf_counter() - t0
+        emitted += int(np.sum(np.asarray(res.lengths)))
+        if method == "target":
+          calls += int(np.sum(np.asarray(res.target_calls)))
+        else:
+          stats.append(res.stats)
+          steps += int(np.max(np.asarray(res.stats.target_calls)))
+    if built.count:
+      log(f"warning: {s} B={b} {method}: {built.count} program(s) built inside the timed "
+          "calls; the timing includes compilation")
+    row = dict(set=s, batch=b, method=method, prompts=int(toks.shape[0]),
+               emitted=emitted, seconds=wall, goodput=emitted / wall,
+               warmup_seconds=warm, timed_lowerings=built.count)
+    row.update(_stats_fields(method, stats, steps, calls))
+    rows.append(row)
+    log(f"{s} B={b} {method}: {row['goodput']:.1f} tok/s, tau {row['tau']:.2f}, "
+        f"verified/call {row['verified_per_call']:.2f}, processed/emitted "
+        f"{row['processed_per_emitted']:.2f} ({wall:.0f}s + warm-up {warm:.0f}s)")
+  return rows
+
+
 def evaluate(cfg: SweepConfig, models: dict, tables: dict, profile, prompts: dict,
              log=print) -> list:
   """Decode every set's prompts with every method at every B; one row per (set, B,
   method) (module docstring).  ``tables``: ``{signal: CalibrationTable}``."""
-  import jax
   from benchmarks.common import forward_latency
-  from experiments.calibrate_sv import chain_drafter
-  from specjax import compiled_code, verifiers
-  from specjax.decoding.autoregressive import generate
-  from specjax.decoding.speculative import speculative_generate
-  from specjax.distributions import SamplingConfig
-  from specjax.policies.sv import SpeculativeVerification
-
-  (target, tp), (draft, dp), (comp, cp) = (models[n] for n in ("target", "draft", "companion"))
-  samp = SamplingConfig(temperature=float(cfg.temperature))
-  verifier = verifiers.get("lossless")
-  eos = "config" if cfg.stop_at_eos else None
-
-  def drafter_for(k):
-    return chain_drafter(models, k, samp)[0]
-
-  width = max(len(p) for ps in prompts.values() for p in ps)
+  from specjax import compiled_code
   from specjax.decoding.prompts import bucket_length
-  width = bucket_length(width)
+  from specjax.distributions import SamplingConfig
+
+  target, (comp, cp) = models["target"][0], models["companion"]
+  width = bucket_length(max(len(p) for ps in prompts.values() for p in ps))
   cache_len = cache_length(cfg, width)
   padded = {s: _pad(ps, width, target.config.vocab_size) for s, ps in prompts.items()}
-  sv_drafter = drafter_for(cfg.k)
   # prompt_bucket=width: every batch runs the program the warm-up compiled (without it
   # the bucket follows each batch's longest prompt and timed calls could compile).
-  common = dict(max_new_tokens=cfg.max_new_tokens, sampling=samp, eos_token_id=eos,
+  common = dict(max_new_tokens=cfg.max_new_tokens,
+                sampling=SamplingConfig(temperature=float(cfg.temperature)),
+                eos_token_id="config" if cfg.stop_at_eos else None,
                 cache_length=cache_len, prompt_bucket=width)
   rows = []
   for b in sorted(cfg.batch_sizes):
     for method in method_names(cfg):
       compiled_code.release_if_crowded()  # one program per (B, method); stay under the map limit
-      if method == "target":
-        def call(toks, lens, off):
-          return generate(target, tp, (toks, lens), key=jax.random.key(cfg.seed),
-                          row_offset=off, **common)
-      elif method.startswith("fixed_"):
-        drafter = drafter_for(int(method.split("_")[1]))
-
-        def call(toks, lens, off, drafter=drafter):
-          return speculative_generate(target, tp, drafter, dp, verifier, (toks, lens),
-                                      key=jax.random.key(cfg.seed), row_offset=off, **common)
-      else:
-        sig = method.split("_")[1]
-        policy = SpeculativeVerification(cfg.k, companion=comp, companion_sampling=samp,
-                                         mode=cfg.mode, table_signals=sig)
-        pparams = policy.make_params(cp, tables[sig], profile, b)
-
-        def call(toks, lens, off, policy=policy, pparams=pparams):
-          return speculative_generate(target, tp, sv_drafter, dp, verifier,
-                                      (toks, lens), key=jax.random.key(cfg.seed),
-                                      row_offset=off, policy=policy, policy_params=pparams,
-                                      **common)
-      t0 = time.time()
-      first = next(iter(padded.values()))
-      jax.block_until_ready(call(first[0][:b], first[1][:b], 0))  # compile + warm-up
-      warm = time.time() - t0
-      for s, (toks, lens) in padded.items():
-        wall, emitted, steps, stats, calls = 0.0, 0, 0, [], 0
-        with compiled_code.count_lowerings() as built:  # the timed calls build no program
-          for i in range(0, toks.shape[0], b):
-            t0 = time.perf_counter()
-            res = jax.block_until_ready(call(toks[i:i + b], lens[i:i + b], i))
-            wall += time.perf_counter() - t0
-            emitted += int(np.sum(np.asarray(res.lengths)))
-            if method == "target":
-              calls += int(np.sum(np.asarray(res.target_calls)))
-            else:
-              stats.append(res.stats)
-              steps += int(np.max(np.asarray(res.stats.target_calls)))
-        if built.count:
-          log(f"warning: {s} B={b} {method}: {built.count} program(s) built inside the timed "
-              "calls; the timing includes compilation")
-        row = dict(set=s, batch=b, method=method, prompts=int(toks.shape[0]),
-                   emitted=emitted, seconds=wall, goodput=emitted / wall,
-                   warmup_seconds=warm, timed_lowerings=built.count)
-        if method == "target":
-          row.update(tau=1.0, verified_per_call=0.0, processed_per_emitted=1.0,
-                     target_calls=calls)
-        else:
-          sm = _concat_stats(stats)
-          row.update(tau=sm["tau"], verified_per_call=sm["verified_per_call"],
-                     processed_per_emitted=sm["processed_per_emitted"],
-                     target_calls=sm["target_calls"], steps=steps,
-                     accept_rate_per_position=sm["accept_rate_per_position"])
-          if method.startswith("sv_"):
-            counts = np.asarray(sm["gamma_counts"], np.float64)
-            row["gamma_counts"] = sm["gamma_counts"]
-            row["gamma_dist"] = (counts / max(counts.sum(), 1)).tolist()
-        rows.append(row)
-        log(f"{s} B={b} {method}: {row['goodput']:.1f} tok/s, tau {row['tau']:.2f}, "
-            f"verified/call {row['verified_per_call']:.2f}, processed/emitted "
-            f"{row['processed_per_emitted']:.2f} ({wall:.0f}s + warm-up {warm:.0f}s)")
+      call = _method_call(cfg, method, b, models, tables, profile, common)
+      rows += _timed_rows(call, method, b, padded, log)
     if cfg.companion_timing and any(m.startswith("sv_") for m in method_names(cfg)):
       ctx = width // 2 + cfg.max_new_tokens // 2
       t_comp = forward_latency(comp, cp, b, cfg.k + 2, ctx, cache_len, repeats=5)

@@ -46,7 +46,37 @@ import ml_collections
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def get_config(variant: str = ""):
+def _synthetic() -> ml_collections.ConfigDict:
+  """The synthetic context families."""
+  s = ml_collections.ConfigDict()
+  s.num_contexts = 256
+  s.vocab = 64
+  s.concentration = 0.3  # p ~ Dirichlet(concentration 1_V) for (a)-(c)
+  s.draft_noise = 1.0  # q = softmax(log p + noise N(0, 1)) for (c), (d)
+  s.logit_shift = 5.0  # MARS / margins: z = shift + scale N(0, 1) (LM-like offset)
+  s.logit_scale = 2.0
+  return s
+
+
+def _real() -> ml_collections.ConfigDict:
+  """The real contexts (:mod:`experiments.contexts`)."""
+  r = ml_collections.ConfigDict()
+  r.num_positions = 1000
+  r.num_windows = None  # windows (conversations) read; None: num_positions / 8
+  r.seq_len = 128
+  r.min_position = 8
+  r.temperature = 1.0
+  r.draft_temperature = 1.0
+  r.batch_size = 8
+  # Sampled-draft enumerations cost V^2 per context: they use the first
+  # ``sd_contexts`` positions (a uniform subsample); deterministic drafts use all.
+  r.sd_contexts = 64
+  r.cache_dir = "/tmp/specjax_data/bpe4096"
+  return r
+
+
+def _base() -> ml_collections.ConfigDict:
+  """The default variant: the embedded models, a few minutes on 2 CPU cores."""
   c = ml_collections.ConfigDict()
   c.name = "lossy_propositions"
   # "default" (specjax.models.defaults), "tiny" (random tiny models, random text),
@@ -85,86 +115,84 @@ def get_config(variant: str = ""):
   c.mars_drafts = ("sampled", "top1")
   c.theta = 0.9  # headline threshold of the margin statistics
 
-  # Synthetic families.
-  c.synthetic = ml_collections.ConfigDict()
-  c.synthetic.num_contexts = 256
-  c.synthetic.vocab = 64
-  c.synthetic.concentration = 0.3  # p ~ Dirichlet(concentration 1_V) for (a)-(c)
-  c.synthetic.draft_noise = 1.0  # q = softmax(log p + noise N(0, 1)) for (c), (d)
-  c.synthetic.logit_shift = 5.0  # MARS / margins: z = shift + scale N(0, 1) (LM-like offset)
-  c.synthetic.logit_scale = 2.0
-
-  # Real contexts (experiments.contexts).
-  c.real = ml_collections.ConfigDict()
-  c.real.num_positions = 1000
-  c.real.num_windows = None  # windows (conversations) read; None: num_positions / 8
-  c.real.seq_len = 128
-  c.real.min_position = 8
-  c.real.temperature = 1.0
-  c.real.draft_temperature = 1.0
-  c.real.batch_size = 8
-  # Sampled-draft enumerations cost V^2 per context: they use the first
-  # ``sd_contexts`` positions (a uniform subsample); deterministic drafts use all.
-  c.real.sd_contexts = 64
-  c.real.cache_dir = "/tmp/specjax_data/bpe4096"
-
+  c.synthetic = _synthetic()
+  c.real = _real()
   c.chunk_size = 64
   c.context_batch = 32  # contexts per lax.map step in the enumerations (memory)
+  return c
 
-  if variant == "tiny":
-    c.models = "tiny"
-    c.progress = False
-    c.output_dir = "/tmp/specjax_runs/lossy_propositions_tiny"
-    c.rules = ("spec_cascade:p_base=0.3", "typical:eps=0.09")
-    c.ts = (1.0, 0.5, 0.0)
-    c.eagle_top_k = (1,)
-    c.p_base_values = (0.1, 0.5)
-    c.eta_values = (0.05, 0.2)
-    c.thetas = (0.8, 0.9, 0.95)
-    c.synthetic.num_contexts = 16
-    c.synthetic.vocab = 16
-    c.real.num_positions = 24
-    c.real.seq_len = 16
-    c.real.min_position = 2
-    c.real.sd_contexts = 8
-    c.real.batch_size = 4
-    c.chunk_size = 16
-    c.context_batch = None
-  elif variant == "big":
-    c.output_dir = "/tmp/specjax_runs/lossy_propositions_big"
-    c.real.num_positions = 4000
-    c.real.sd_contexts = 4000
-    c.real.batch_size = 32
-    c.synthetic.num_contexts = 2048
-    c.synthetic.vocab = 256
-    c.context_batch = 256
-  elif variant in ("smollm2", "smollm2_smoke"):
-    c.models = "smollm2-135m-instruct"
-    c.output_dir = "/tmp/specjax_runs/lossy_propositions_smollm2"
-    c.sources = ("real",)
-    c.figures_dir = os.path.join(_REPO, "docs", "figures")
-    c.figure_prefix = "lossy_"
-    c.figure_suffix = "_smollm2"
-    c.sampled_form = "closed"
-    c.gamma = 10
-    c.eagle_top_k = (1, 4)
-    c.rhos = (0.0, 0.1, 0.25, 0.4, 0.5, 0.6, 0.75, 0.85, 0.9, 0.95, 1.0)
-    c.real.temperature = 0.7
-    c.real.draft_temperature = 0.7
-    c.real.num_positions = 1500
-    c.real.num_windows = 48
-    c.real.sd_contexts = 1500
-    c.real.seq_len = 512
-    c.real.min_position = 0  # only assistant positions are sampled anyway
-    c.real.batch_size = 4
-    c.context_batch = 64
-    if variant == "smollm2_smoke":  # the same code paths at 1/8 size, figures not in docs/
-      c.output_dir = "/tmp/specjax_runs/lossy_propositions_smollm2_smoke"
-      c.figures_dir = ""
-      c.real.num_positions = 256
-      c.real.num_windows = 8
-      c.real.sd_contexts = 256
-  elif variant:
+
+def _tiny(c) -> None:
+  """Smoke test: random tiny models, seconds."""
+  c.models = "tiny"
+  c.progress = False
+  c.output_dir = "/tmp/specjax_runs/lossy_propositions_tiny"
+  c.rules = ("spec_cascade:p_base=0.3", "typical:eps=0.09")
+  c.ts = (1.0, 0.5, 0.0)
+  c.eagle_top_k = (1,)
+  c.p_base_values = (0.1, 0.5)
+  c.eta_values = (0.05, 0.2)
+  c.thetas = (0.8, 0.9, 0.95)
+  c.synthetic.num_contexts = 16
+  c.synthetic.vocab = 16
+  c.real.num_positions = 24
+  c.real.seq_len = 16
+  c.real.min_position = 2
+  c.real.sd_contexts = 8
+  c.real.batch_size = 4
+  c.chunk_size = 16
+  c.context_batch = None
+
+
+def _big(c) -> None:
+  """For an accelerator: more contexts, exact sampled enumeration on all of them."""
+  c.output_dir = "/tmp/specjax_runs/lossy_propositions_big"
+  c.real.num_positions = 4000
+  c.real.sd_contexts = 4000
+  c.real.batch_size = 32
+  c.synthetic.num_contexts = 2048
+  c.synthetic.vocab = 256
+  c.context_batch = 256
+
+
+def _smollm2(c, smoke: bool = False) -> None:
+  """SmolLM2-135M-Instruct and its shipped draft LM (module docstring)."""
+  c.models = "smollm2-135m-instruct"
+  c.output_dir = "/tmp/specjax_runs/lossy_propositions_smollm2"
+  c.sources = ("real",)
+  c.figures_dir = os.path.join(_REPO, "docs", "figures")
+  c.figure_prefix = "lossy_"
+  c.figure_suffix = "_smollm2"
+  c.sampled_form = "closed"
+  c.gamma = 10
+  c.eagle_top_k = (1, 4)
+  c.rhos = (0.0, 0.1, 0.25, 0.4, 0.5, 0.6, 0.75, 0.85, 0.9, 0.95, 1.0)
+  c.real.temperature = 0.7
+  c.real.draft_temperature = 0.7
+  c.real.num_positions = 1500
+  c.real.num_windows = 48
+  c.real.sd_contexts = 1500
+  c.real.seq_len = 512
+  c.real.min_position = 0  # only assistant positions are sampled anyway
+  c.real.batch_size = 4
+  c.context_batch = 64
+  if smoke:  # the same code paths at 1/8 size, figures not in docs/
+    c.output_dir = "/tmp/specjax_runs/lossy_propositions_smollm2_smoke"
+    c.figures_dir = ""
+    c.real.num_positions = 256
+    c.real.num_windows = 8
+    c.real.sd_contexts = 256
+
+
+VARIANTS = {"tiny": _tiny, "big": _big, "smollm2": _smollm2,
+            "smollm2_smoke": lambda c: _smollm2(c, smoke=True)}
+
+
+def get_config(variant: str = ""):
+  if variant and variant not in VARIANTS:
     raise ValueError(f"unknown config variant {variant!r}; use '', 'tiny', 'big', 'smollm2' or "
                      "'smollm2_smoke'")
+  c = _base()
+  if variant:
+    VARIANTS[variant](c)
   return c

@@ -173,6 +173,48 @@ def histogram(x, bins: int = 40, range_=None) -> dict:
   return {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts]}
 
 
+def _greedy_rejection_stats(z, draft_token, act, theta: float, thetas: list, guard: bool
+                            ) -> tuple[dict, dict]:
+  """:func:`margin_summary`'s greedy-draft rejection numbers at ``theta`` and their
+  curves over ``thetas`` (``draft_token [N]``; ``act [N]``: relaxation active)."""
+  _, _, _, i2 = top2(z)
+  rej = strict_rejections(z, draft_token=draft_token)
+  out = {
+      "greedy_reject_rate": float(rej.mean()),
+      "greedy_num_rejections": int(rej.sum()),
+      "greedy_reject_rate_relaxed": float(reject_rate_relaxed_curve(z, rej, [theta],
+                                                                    guard)[0]),
+      "greedy_num_relaxed": int(act.sum()),
+      "greedy_reject_share": float(rejection_share_curve(z, rej, [theta], guard)[0]),
+      "greedy_rescued_share": float(rescued_share_curve(z, draft_token, [theta], guard)[0]),
+      "greedy_draft_is_top2_share": (float(((draft_token == i2) & (rej > 0)).sum() / rej.sum())
+                                     if rej.sum() > 0 else float("nan")),
+  }
+  curves = {
+      "greedy_reject_rate_relaxed": reject_rate_relaxed_curve(z, rej, thetas, guard).tolist(),
+      "greedy_reject_share": rejection_share_curve(z, rej, thetas, guard).tolist(),
+      "greedy_rescued_share": rescued_share_curve(z, draft_token, thetas, guard).tolist(),
+  }
+  return out, curves
+
+
+def _sampled_rejection_stats(z, q, p, theta: float, thetas: list, guard: bool
+                             ) -> tuple[dict, dict]:
+  """:func:`margin_summary`'s sampled-draft rejection numbers (weights from ``p`` and
+  ``q [N, V]``) at ``theta`` and their curves over ``thetas``."""
+  w = strict_rejections(z, q, p=p)
+  out = {
+      "sampled_reject_rate": float(w.mean()),
+      "sampled_reject_rate_relaxed": float(reject_rate_relaxed_curve(z, w, [theta], guard)[0]),
+      "sampled_reject_share": float(rejection_share_curve(z, w, [theta], guard)[0]),
+  }
+  curves = {
+      "sampled_reject_rate_relaxed": reject_rate_relaxed_curve(z, w, thetas, guard).tolist(),
+      "sampled_reject_share": rejection_share_curve(z, w, thetas, guard).tolist(),
+  }
+  return out, curves
+
+
 def margin_summary(z, *, q=None, p=None, draft_token=None, temperature: float = 1.0,
                    thetas: Sequence[float] = DEFAULT_THETAS, theta: float = 0.9,
                    guard: bool = True, bins: int = 40, with_histograms: bool = True) -> dict:
@@ -205,7 +247,7 @@ def margin_summary(z, *, q=None, p=None, draft_token=None, temperature: float = 
   """
   z = np.asarray(z, np.float32)
   n = int(z.shape[0])
-  z1, z2, i1, i2 = top2(z)
+  z1, z2, _, _ = top2(z)
   r = logit_ratio(z)
   pr = prob_ratio(z, temperature) if temperature > 0 else np.where(z1 == z2, 1.0, 0.0)
   act = relaxed_mask(z, theta, guard)
@@ -233,29 +275,13 @@ def margin_summary(z, *, q=None, p=None, draft_token=None, temperature: float = 
   if draft_token is None and q is not None:
     draft_token = np.argmax(np.asarray(q), axis=-1)
   if draft_token is not None:
-    rej = strict_rejections(z, draft_token=draft_token)
-    out["greedy_reject_rate"] = float(rej.mean())
-    out["greedy_num_rejections"] = int(rej.sum())
-    out["greedy_reject_rate_relaxed"] = float(reject_rate_relaxed_curve(z, rej, [theta],
-                                                                        guard)[0])
-    out["greedy_num_relaxed"] = int(act.sum())
-    out["greedy_reject_share"] = float(rejection_share_curve(z, rej, [theta], guard)[0])
-    out["greedy_rescued_share"] = float(rescued_share_curve(z, draft_token, [theta], guard)[0])
-    out["greedy_draft_is_top2_share"] = (float(((draft_token == i2) & (rej > 0)).sum() / rej.sum())
-                                         if rej.sum() > 0 else float("nan"))
-    curves["greedy_reject_rate_relaxed"] = reject_rate_relaxed_curve(z, rej, thetas,
-                                                                     guard).tolist()
-    curves["greedy_reject_share"] = rejection_share_curve(z, rej, thetas, guard).tolist()
-    curves["greedy_rescued_share"] = rescued_share_curve(z, draft_token, thetas, guard).tolist()
+    g_out, g_curves = _greedy_rejection_stats(z, draft_token, act, theta, thetas, guard)
+    out.update(g_out)
+    curves.update(g_curves)
   if p is not None and q is not None:
-    w = strict_rejections(z, q, p=p)
-    out["sampled_reject_rate"] = float(w.mean())
-    out["sampled_reject_rate_relaxed"] = float(reject_rate_relaxed_curve(z, w, [theta],
-                                                                         guard)[0])
-    out["sampled_reject_share"] = float(rejection_share_curve(z, w, [theta], guard)[0])
-    curves["sampled_reject_rate_relaxed"] = reject_rate_relaxed_curve(z, w, thetas,
-                                                                      guard).tolist()
-    curves["sampled_reject_share"] = rejection_share_curve(z, w, thetas, guard).tolist()
+    s_out, s_curves = _sampled_rejection_stats(z, q, p, theta, thetas, guard)
+    out.update(s_out)
+    curves.update(s_curves)
   out["curves"] = curves
   if with_histograms:
     out["histograms"] = {
