@@ -182,6 +182,10 @@ def run_sweep(configs: Sequence[dict], evaluate: Callable[[dict], dict], path: s
     progress: show a tqdm bar.
     on_record: called with each *new* record after it is durably written.
 
+  Each new record is ``{"key", "config", "result", "provenance"}``; provenance is
+  :func:`specjax.provenance.stamp` of this call (command, commit, load at the
+  start) finished when the record was written (load and time then).
+
   Returns:
     The records of ``configs``, in ``configs`` order (previously written ones
     read back from the file).  Records of other keys in the file are kept in
@@ -191,6 +195,8 @@ def run_sweep(configs: Sequence[dict], evaluate: Callable[[dict], dict], path: s
   dup = sorted({k for k in keys if keys.count(k) > 1})
   if dup:
     raise ValueError(f"duplicate configuration keys in one sweep: {dup}")
+  from specjax import provenance
+  stamp = provenance.stamp()
   with _open_append(path) as fd:
     done = {r["key"]: r for r in load_records(path, repair=True)}
     todo = [(k, c) for k, c in zip(keys, configs) if k not in done]
@@ -202,7 +208,8 @@ def run_sweep(configs: Sequence[dict], evaluate: Callable[[dict], dict], path: s
         result = evaluate(cfg)
         # Long sweeps compile hundreds of programs; stay under vm.max_map_count.
         compiled_code.release_if_crowded()
-        record = json.loads(canonical_json({"key": key, "config": cfg, "result": result}))
+        record = json.loads(canonical_json({"key": key, "config": cfg, "result": result,
+                                            "provenance": provenance.finish(stamp)}))
         append_record(fd, record)
         done[key] = record
         if on_record is not None:
