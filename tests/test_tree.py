@@ -32,6 +32,15 @@ def test_ancestor_mask_and_depths():
   for i, anc in {1: [0], 2: [0], 3: [1, 0], 4: [1, 0], 5: [3, 1, 0]}.items():
     expect[i, anc] = True
   np.testing.assert_array_equal(m, expect)
+  # The numpy mask of a static tree (what the tree drafters use at trace time) is the same.
+  static = tr.static_ancestor_mask(np.array([0, 0, 1, 1, 3]))
+  assert isinstance(static, np.ndarray) and static.dtype == bool
+  np.testing.assert_array_equal(static, expect)
+  rng = np.random.RandomState(0)
+  for n in (1, 4, 9):
+    node_parents = np.array([rng.randint(0, j + 1) for j in range(n)])  # parents[j] <= j
+    np.testing.assert_array_equal(tr.static_ancestor_mask(node_parents),
+                                  np.asarray(tr.ancestor_mask(tr.with_root(node_parents))))
 
 
 @pytest.mark.parametrize("prefix_lengths", [(7, 7), (3, 9)])

@@ -73,7 +73,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from specjax.verifiers.base import NodeRule
+from specjax.verifiers.base import NodeRule, relaxed_fallback_choice
 
 DRAFT_KINDS = ("sampled", "topk")
 SAMPLED_FORMS = ("enumerate", "closed")
@@ -249,10 +249,7 @@ def _topk_parts(rule: NodeRule, z, p, q, top_k, candidates) -> InducedParts:
   (state, reach, acc, rel), _ = jax.lax.scan(
       step, (state0, jnp.ones((), p.dtype), zero, zero), (safe, present))
   if fallback:  # every candidate strictly rejected: the best relaxable one, if any
-    prio = jax.vmap(lambda c: rule.relaxed_fallback(state, c))(safe)  # [k]
-    prio = jnp.where(present, prio, -jnp.inf)
-    best = jnp.argmax(prio)
-    take = prio[best] > 0
+    best, take = relaxed_fallback_choice(rule, state, safe, present)
     got = jnp.where(take, reach, 0.0)
     acc = acc.at[safe[best]].add(got)
     rel = rel.at[safe[best]].add(got)

@@ -56,7 +56,7 @@ from specjax.checks import ArgumentTypeError, check_int
 from specjax.decoding.proposal import Proposal
 from specjax.decoding.sampled_tree import check_children, sample_level
 from specjax.decoding.strategies import CHAIN, TREE
-from specjax.decoding.tree import TreeDraft, static_tree
+from specjax.decoding.tree import TreeDraft, static_ancestor_mask, static_tree
 from specjax.distributions import SamplingConfig, probs_from_logits, sample_logits
 from specjax.hyperparams import Hyperparams
 from specjax.models import kv_cache as kvc
@@ -75,6 +75,51 @@ def node_distribution(logits: jax.Array, sampling: SamplingConfig) -> jax.Array:
   if sampling.greedy:
     return jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
   return probs_from_logits(logits, sampling)
+
+
+def sample_chain(sampling: SamplingConfig, keys, first_logits, step, carry, num_draft: int,
+                 unroll: bool | int = 1) -> tuple[Proposal, Any]:
+  """The chain drafting scan shared by the chain drafters: K drafts, each sampled
+  from the logits the previous one produced.
+
+  Args:
+    sampling: the processors drafts are drawn under (greedy: q one-hot, ``q_node``
+      = :func:`node_distribution`; sampled: ``q_node`` = q).
+    keys: [B] PRNG keys, split into K per row (draft i uses split i).
+    first_logits: [B, V] logits of the first draft.
+    step: ``(carry, tok [B]) -> (carry, logits [B, V])``: feed one draft, get the next
+      draft's logits (the drafter's cache / features live in ``carry``).
+    carry: the state ``step`` starts from.
+    num_draft: K >= 1.
+    unroll: passed to ``lax.scan``.
+
+  Returns ``(Proposal(tokens [B, K], q [B, K, V], q_node [B, K, V]), carry)`` -- the
+  carry after K - 1 steps (the last draft is never fed).
+  """
+  k = num_draft
+  step_keys = jax.vmap(lambda kk: jax.random.split(kk, k))(keys)  # [B, K]
+  greedy = sampling.greedy
+
+  def sample(kk, logits):  # -> x [B], q [B, V], q_node [B, V] (q itself unless greedy)
+    x, q = jax.vmap(lambda kb, lb: sample_logits(kb, lb, sampling))(kk, logits)
+    return x, q, (node_distribution(logits, sampling) if greedy else q)
+
+  x0, q0, n0 = sample(step_keys[:, 0], first_logits)
+  if k == 1:
+    return Proposal(x0[:, None], q0[:, None], n0[:, None]), carry
+
+  def body(c, i):
+    state, tok = c
+    state, logits = step(state, tok)
+    x, q, qn = sample(step_keys[:, i], logits)
+    return (state, x), (x, q, qn)
+
+  (carry, _), (xs, qs, ns) = jax.lax.scan(body, (carry, x0), jnp.arange(1, k), unroll=unroll)
+  x = jnp.concatenate([x0[:, None], xs.T], axis=1)  # [B, K]
+  q = jnp.concatenate([q0[:, None], jnp.swapaxes(qs, 0, 1)], axis=1)  # [B, K, V]
+  q_node = (jnp.concatenate([n0[:, None], jnp.swapaxes(ns, 0, 1)], axis=1) if greedy
+            else q)  # [B, K, V]
+  return Proposal(x, q, q_node), carry
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,13 +204,21 @@ def _check_sampling(sampling) -> None:
     raise ArgumentTypeError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}")
 
 
-def _lm_prefill(model: Model, params, tokens, lengths, cache_length: int) -> kvc.KVCache:
-  """The draft LM reads the prompts; its cache keeps ``prompt[:-1]`` (``[B, P]`` -> lengths - 1)."""
+def lm_prefill(model: Model, params, tokens, lengths, cache_length: int) -> kvc.KVCache:
+  """A draft-side LM (the draft LM, the SV companion) reads the prompts; its cache
+  keeps ``prompt[:-1]`` (``tokens [B, P]``, ``lengths [B]`` -> cache lengths - 1): the
+  last prompt token is re-read with the first step's tokens."""
   b, p = tokens.shape
   cache = model.init_cache(b, cache_length)
   positions = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (b, p))
   out = model.apply(params, tokens, positions, cache, logits_index=jnp.zeros((b, 1), jnp.int32))
   return kvc.commit(out.cache, lengths - 1)
+
+
+def lm_commit(cache: kvc.KVCache, target_lengths) -> kvc.KVCache:
+  """Keep the context the target committed (``target_lengths [B]``) minus its last
+  token, which the next step re-reads (the :func:`lm_prefill` convention)."""
+  return dataclasses.replace(cache, lengths=(target_lengths - 1).astype(jnp.int32))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,42 +260,26 @@ class LMDrafter(Drafter):
 
   def prefill(self, params, tokens, lengths, cache_length: int, target_hidden=None
               ) -> kvc.KVCache:
-    return _lm_prefill(self.model, params, tokens, lengths, cache_length)
+    return lm_prefill(self.model, params, tokens, lengths, cache_length)
 
   def draft(self, params, state: kvc.KVCache, prev, last, keys):
-    k = self.num_draft
     pos0 = state.lengths  # position of prev
     out = self.model.apply(params, jnp.stack([prev, last], 1),
                            jnp.stack([pos0, pos0 + 1], 1), state,
                            logits_index=jnp.ones((prev.shape[0], 1), jnp.int32))
     cache = kvc.commit(out.cache, jnp.full_like(pos0, 2))
-    step_keys = jax.vmap(lambda kk: jax.random.split(kk, k))(keys)  # [B, K]
-    greedy = self.sampling.greedy
 
-    def sample(kk, logits):  # -> x [B], q [B, V], q_node [B, V] (q itself unless greedy)
-      x, q = jax.vmap(lambda kb, lb: sample_logits(kb, lb, self.sampling))(kk, logits)
-      return x, q, (node_distribution(logits, self.sampling) if greedy else q)
-
-    x0, q0, n0 = sample(step_keys[:, 0], out.logits[:, 0])
-
-    def step(carry, i):
-      cache, tok = carry
+    def step(cache, tok):
       o = self.model.apply(params, tok[:, None], cache.lengths[:, None], cache)
-      cache = kvc.commit(o.cache, jnp.ones_like(tok))
-      x, q, qn = sample(step_keys[:, i], o.logits[:, 0])
-      return (cache, x), (x, q, qn)
+      return kvc.commit(o.cache, jnp.ones_like(tok)), o.logits[:, 0]
 
-    (cache, _), (xs, qs, ns) = jax.lax.scan(step, (cache, x0), jnp.arange(1, k), unroll=True)
-    x = jnp.concatenate([x0[:, None], xs.T], axis=1)  # [B, K]
-    q = jnp.concatenate([q0[:, None], jnp.swapaxes(qs, 0, 1)], axis=1)  # [B, K, V]
-    q_node = (jnp.concatenate([n0[:, None], jnp.swapaxes(ns, 0, 1)], axis=1) if greedy
-              else q)  # [B, K, V]
-    return Proposal(x, q, q_node), cache
+    return sample_chain(self.sampling, keys, out.logits[:, 0], step, cache, self.num_draft,
+                        unroll=True)
 
   def commit(self, state: kvc.KVCache, target_lengths, committed=None, num_committed=None,
              target_hidden=None):
     """Keep the context the target committed, minus its last token (re-read next step)."""
-    return dataclasses.replace(state, lengths=(target_lengths - 1).astype(jnp.int32))
+    return lm_commit(state, target_lengths)
 
 
 @jax.tree_util.register_dataclass
@@ -321,7 +358,7 @@ class LMTreeDrafter(Drafter):
     return self.model.decode_params(params)
 
   def prefill(self, params, tokens, lengths, cache_length: int, target_hidden=None):
-    cache = _lm_prefill(self.model, params, tokens, lengths, cache_length)
+    cache = lm_prefill(self.model, params, tokens, lengths, cache_length)
     b = tokens.shape[0]
     pending = jnp.zeros((b, self.depth + 1), jnp.int32)
     last_prompt = jnp.take_along_axis(tokens, (lengths - 1)[:, None], 1)[:, 0]
@@ -345,10 +382,7 @@ class LMTreeDrafter(Drafter):
     root_pos = cache.lengths - 1
     node_logits = jnp.zeros((b, n + 1, v), jnp.float32).at[:, 0].set(o.logits[:, 0])
     tokens = jnp.zeros((b, n), jnp.int32)
-    tree_par = np.concatenate([[0], parents])
-    anc = np.eye(n + 1, dtype=bool)
-    for j in range(1, n + 1):
-      anc[j] |= anc[tree_par[j]]
+    anc = static_ancestor_mask(parents)  # [N+1, N+1]
     top = int(ranks.max()) + 1
     sampled = self.children == "sampled"
     q = jnp.zeros((b, n, v), jnp.float32) if sampled else None

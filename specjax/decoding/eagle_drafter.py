@@ -47,14 +47,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.checks import ArgumentTypeError, check_int
-from specjax.decoding.drafters import Drafter, node_distribution
+from specjax.decoding.drafters import Drafter, node_distribution, sample_chain
 from specjax.decoding.strategies import CHAIN, TREE
-from specjax.distributions import SamplingConfig, sample_logits
+from specjax.distributions import SamplingConfig
 from specjax.decoding.proposal import Proposal
 from specjax.decoding.sampled_tree import check_children, sample_level
-from specjax.decoding.tree import TreeDraft, static_tree
+from specjax.decoding.tree import TreeDraft, static_ancestor_mask, static_tree
 from specjax.models import kv_cache as kvc
-from specjax.models.eagle import EagleHead
+from specjax.models.eagle import EagleHead, target_lm_head
 from specjax.models.transformer import Model
 
 TREE_KINDS = ("chain", "dynamic", "static")
@@ -217,12 +217,8 @@ class EagleDrafter(Drafter):
   def make_params(head_params, target: Model, target_params, d2t=None) -> dict:
     """The drafter's params: the head's own plus the target's (frozen) embedding and,
     for EAGLE-1, LM head kernel [H, V]; ``d2t`` for a reduced draft vocabulary."""
-    emb = target_params["embed_tokens"]["embedding"]
-    if target.config.tie_word_embeddings:
-      lm_head = emb.T
-    else:
-      lm_head = target_params["lm_head"]["kernel"]
-    out = {"head": head_params, "embed": emb, "lm_head": lm_head}
+    out = {"head": head_params, "embed": target_params["embed_tokens"]["embedding"],
+           "lm_head": target_lm_head(target.config, target_params)}
     if d2t is not None:
       out["d2t"] = jnp.asarray(d2t, jnp.int32)
     return out
@@ -273,34 +269,18 @@ class EagleDrafter(Drafter):
                       jnp.ones((b,), jnp.int32))
 
   def draft(self, params, state: EagleState, prev, last, keys):
-    k = self.num_draft
     h, z, cache = self._consume_pending(params, state, last)
-    step_keys = jax.vmap(lambda kk: jax.random.split(kk, k))(keys)  # [B, K]
-    greedy = self.sampling.greedy
 
-    def sample(kk, logits):  # -> x [B], q [B, V], q_node [B, V] (q itself unless greedy)
-      x, q = jax.vmap(lambda kb, lb: sample_logits(kb, lb, self.sampling))(kk, logits)
-      return x, q, (node_distribution(logits, self.sampling) if greedy else q)
-
-    x0, q0, n0 = sample(step_keys[:, 0], z)
-
-    def step(carry, i):
-      cache, h, tok = carry
+    def step(carry, tok):
+      cache, h = carry
       out = self.head.apply(params["head"], self._embed(params, tok[:, None]), h[:, None],
                             cache.lengths[:, None], cache)
-      cache = kvc.commit(out.cache, jnp.ones_like(tok))
       h = out.hidden[:, 0]
-      x, q, qn = sample(step_keys[:, i], self._logits(params, h))
-      return (cache, h, x), (x, q, qn)
+      return (kvc.commit(out.cache, jnp.ones_like(tok)), h), self._logits(params, h)
 
-    if k > 1:
-      (cache, _, _), (xs, qs, ns) = jax.lax.scan(step, (cache, h, x0), jnp.arange(1, k))
-      x = jnp.concatenate([x0[:, None], xs.T], axis=1)  # [B, K]
-      q = jnp.concatenate([q0[:, None], jnp.swapaxes(qs, 0, 1)], axis=1)  # [B, K, V]
-      q_node = jnp.concatenate([n0[:, None], jnp.swapaxes(ns, 0, 1)], axis=1)
-    else:
-      x, q, q_node = x0[:, None], q0[:, None], n0[:, None]
-    return Proposal(x, q, q_node if greedy else q), dataclasses.replace(state, cache=cache)
+    proposal, (cache, _) = sample_chain(self.sampling, keys, z, step, (cache, h),
+                                        self.num_draft)
+    return proposal, dataclasses.replace(state, cache=cache)
 
   def commit(self, state: EagleState, target_lengths, committed=None, num_committed=None,
              target_hidden=None) -> EagleState:
@@ -418,10 +398,8 @@ class EagleDrafter(Drafter):
     parents_np, depths_np, ranks_np = static_tree(self.tree_paths)
     n = len(parents_np)
     r = int(ranks_np.max()) + 1
-    anc_nodes = np.eye(n, dtype=bool)  # [N, N]: node j sees node i (ancestors and itself)
-    for j in range(n):  # parents precede children
-      if parents_np[j] > 0:
-        anc_nodes[j] |= anc_nodes[parents_np[j] - 1]
+    # [N, N]: node j sees node i (its ancestors and itself; the root is in the cache)
+    anc_nodes = static_ancestor_mask(parents_np)[1:, 1:]
     h_root, z, cache = self._consume_pending(params, state, last)
     base = cache.lengths
     b = last.shape[0]

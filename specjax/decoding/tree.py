@@ -60,6 +60,21 @@ def ancestor_mask(tree_parents: jax.Array) -> jax.Array:
   return m
 
 
+def static_ancestor_mask(parents: np.ndarray) -> np.ndarray:
+  """Numpy :func:`ancestor_mask` of a static tree (known at trace time, e.g. from
+  :func:`static_tree`): bool ``[N+1, N+1]``, ``m[i, j]`` iff tree node j is i or an
+  ancestor of i (row / column 0: the root).
+
+  Args:
+    parents: [N] node parents as tree indices (``parents[j] < j + 1``).
+  """
+  tree_par = np.concatenate([[0], np.asarray(parents)])
+  m = np.eye(len(tree_par), dtype=bool)
+  for j in range(1, len(tree_par)):  # parents precede children
+    m[j] |= m[tree_par[j]]
+  return m
+
+
 def static_tree(paths: Sequence[Sequence[int]]):
   """A static tree from EAGLE/Medusa-style choice paths, e.g. ``[[0], [1], [0, 0]]``.
 

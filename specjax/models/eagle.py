@@ -336,6 +336,14 @@ class EagleHead:
     return full.at[..., ids].set(z)
 
 
+def target_lm_head(target_config: ModelConfig, target_params) -> jax.Array:
+  """The target's LM head kernel ``[H, V]`` an EAGLE-1 head projects with: its own
+  ``lm_head`` kernel, or the embedding ``[V, H]`` transposed when the two are tied."""
+  if target_config.tie_word_embeddings:
+    return target_params["embed_tokens"]["embedding"].T
+  return target_params["lm_head"]["kernel"]
+
+
 def vocab_maps(draft_to_target: np.ndarray, vocab_size: int):
   """Published ``(d2t, t2d)`` from the sorted target ids of the draft vocabulary.
 

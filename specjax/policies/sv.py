@@ -86,6 +86,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specjax.decoding.drafters import lm_commit, lm_prefill
 from specjax.distributions import SamplingConfig, probs_from_logits
 from specjax.models import kv_cache as kvc
 from specjax.models.transformer import Model
@@ -331,13 +332,8 @@ class SpeculativeVerification(VerifyPolicy):
   # --- protocol -------------------------------------------------------------------------------
 
   def init(self, params, tokens, lengths, cache_length: int) -> kvc.KVCache:
-    """Companion prefill: its cache holds ``prompt[:-1]`` (like ``LMDrafter.prefill``)."""
-    b, p = tokens.shape
-    cache = self.companion.init_cache(b, cache_length)
-    positions = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (b, p))
-    out = self.companion.apply(params["companion"], tokens, positions, cache,
-                               logits_index=jnp.zeros((b, 1), jnp.int32))
-    return kvc.commit(out.cache, lengths - 1)
+    """Companion prefill: its cache holds ``prompt[:-1]`` (as ``LMDrafter.prefill``)."""
+    return lm_prefill(self.companion, params["companion"], tokens, lengths, cache_length)
 
   def signals(self, params, state: kvc.KVCache, prev, last, x, q):
     """One companion forward -> ``(S [B,K], A [B,K], P_hat [B,K], cache)`` (cache uncommitted)."""
@@ -382,7 +378,7 @@ class SpeculativeVerification(VerifyPolicy):
 
   def commit(self, state: kvc.KVCache, target_lengths):
     """Keep the target's committed context minus its last token (re-read next step)."""
-    return dataclasses.replace(state, lengths=(target_lengths - 1).astype(jnp.int32))
+    return lm_commit(state, target_lengths)
 
 
 def uninformative_table(p: float = 0.5) -> CalibrationTable:

@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.data.batching import Batcher
-from specjax.models.eagle import EagleHead
+from specjax.models.eagle import EagleHead, target_lm_head
 from specjax.models.transformer import Model
 from specjax.training import loop
 from specjax.training import optim as optim_lib
@@ -84,12 +84,6 @@ def target_features(target: Model, target_params, tokens):
   pos = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
   out = target.apply(target_params, tokens, pos, target.init_cache(b, t))
   return jax.lax.stop_gradient(out.hidden_states), jax.lax.stop_gradient(out.logits)
-
-
-def _lm_head_kernel(target: Model, target_params):
-  if target.config.tie_word_embeddings:
-    return target_params["embed_tokens"]["embedding"].T
-  return target_params["lm_head"]["kernel"]
 
 
 def _smooth_l1(x, y):
@@ -142,7 +136,7 @@ def eagle1_loss_on_features(head: EagleHead, target: Model, params, target_param
   w = jnp.asarray(mask, jnp.float32)[:, 1:]  # [B, T-1]
   reg_i = jnp.mean(_smooth_l1(out.astype(jnp.float32), f[:, 1:].astype(jnp.float32)), -1)
   reg = _wmean(reg_i, w)
-  z = head.draft_logits(params, out, _lm_head_kernel(target, target_params))
+  z = head.draft_logits(params, out, target_lm_head(target.config, target_params))
   p = target_dist.window(dist, 1, t - 1)
   ce = _wmean(target_dist.cross_entropy(p, jax.nn.log_softmax(z, axis=-1)), w)
   acc = _wmean((jnp.argmax(z, -1) == target_dist.top1(p)).astype(jnp.float32), w)

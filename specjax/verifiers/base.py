@@ -263,6 +263,29 @@ def verify_chain(rule: NodeRule, z: jax.Array, p: jax.Array, q: jax.Array, x: ja
   return ChainResult(n, token, accepted, relaxed, emit)
 
 
+def relaxed_fallback_choice(rule: NodeRule, state, tokens: jax.Array, mask: jax.Array
+                            ) -> tuple[jax.Array, jax.Array]:
+  """Strict before relaxed (docs/spec.md §3), once every candidate of a node was
+  strictly rejected: the candidate with the highest positive
+  ``rule.relaxed_fallback(state, token)`` priority (the first on ties) is accepted.
+
+  Args:
+    rule: a rule with ``has_relaxed_fallback``.
+    state: the node state after the strict tries.
+    tokens: [C] candidate tokens.
+    mask: [C] bool, which entries are candidates.
+
+  Returns ``(i [] int, take [] bool)``: the chosen entry and whether any candidate is
+  relaxable (``take`` False: the node ends with ``correction``; ``i`` is then
+  meaningless).  The tree driver (:func:`verify_tree`) and the exact analysis
+  (:mod:`specjax.analysis.induced`) both choose with it.
+  """
+  prio = jax.vmap(lambda t: rule.relaxed_fallback(state, t))(tokens)  # [C]
+  prio = jnp.where(mask, prio, -jnp.inf)
+  best = jnp.argmax(prio)  # first maximum
+  return best, prio[best] > 0
+
+
 class TreeResult(NamedTuple):
   """Outcome of verifying one row's tree.
 
@@ -346,10 +369,8 @@ def verify_tree(rule: NodeRule, z: jax.Array, p: jax.Array, q: jax.Array, x: jax
     rej = step & ~acc
     relaxed = take & (u[j] >= a_strict)
     if fallback:  # every child rejected: the best relaxable one, if any
-      prio = jax.vmap(lambda t: rule.relaxed_fallback(state, t))(x)  # [N+1]
-      prio = jnp.where(kids, prio, 0.0)
-      jf = jnp.argmax(prio)  # first maximum
-      fb = ~has_child & ~done & (prio[jf] > 0)
+      jf, relaxable = relaxed_fallback_choice(rule, state, x, kids)
+      fb = ~has_child & ~done & relaxable
       j = jnp.where(fb, jf, j)
       take = take | fb
       relaxed = relaxed | fb
