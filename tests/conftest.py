@@ -18,6 +18,13 @@ Compile time, not checking, is what the suite spends most of its time on, so:
   ``--xla_backend_optimization_level`` in ``XLA_FLAGS`` always wins. The golden
   outputs were written at the default level; ``tests/test_golden.py``
   recomputes them in a subprocess at that level when this process is at -O0.
+* **Rolled layers for the default suite** (``SPECJAX_LAYER_STACK=rolled``, set
+  with -O0 under the same condition unless the caller set it): the decode
+  loops run the layer stack as one ``lax.scan`` body instead of L unrolled
+  copies, which compiles faster and gives the same values bit for bit
+  (tests/test_models.py checks both layouts; user time of test_speculative +
+  test_tree at -O0: 166 s rolled vs 204 s unrolled). The slow step keeps the
+  CPU default (unrolled), so both layouts run in CI.
 * **A persistent compilation cache** (``JAX_COMPILATION_CACHE_DIR``) for the
   session: programs recompiled after a release, and the same programs in the
   binaries the tests start as subprocesses (they inherit the variable), are a
@@ -49,12 +56,16 @@ OPT_LEVEL_FLAG = "--xla_backend_optimization_level"
 
 
 def pytest_configure(config):
-  """-O0 for runs that exclude the slow tests (module docstring); before any
-  test module is imported, so before JAX's CPU backend starts."""
+  """-O0 and rolled layers for runs that exclude the slow tests (module
+  docstring); before any test module is imported, so before JAX's CPU backend
+  starts."""
   expr = " ".join((config.getoption("markexpr") or "").split())
+  if "not slow" not in expr:
+    return
   flags = os.environ.get("XLA_FLAGS", "")
-  if "not slow" in expr and OPT_LEVEL_FLAG not in flags:
+  if OPT_LEVEL_FLAG not in flags:
     os.environ["XLA_FLAGS"] = f"{flags} {OPT_LEVEL_FLAG}=0".strip()
+  os.environ.setdefault("SPECJAX_LAYER_STACK", "rolled")
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -2,6 +2,7 @@
 agreement with a plain greedy reference, one compilation per prompt bucket,
 reproducible per-row sampling, and input validation."""
 
+import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -215,11 +216,12 @@ def test_array_prompts_equal_list_prompts(no_eos):
 
 
 def test_prepared_decode_params(no_eos):
-  """Params prepared once with Model.decode_params are accepted and give the same tokens."""
-  out = generate(MODEL, MODEL.decode_params(PARAMS), PROMPTS, max_new_tokens=N_NEW,
-                 eos_token_id=None)
+  """Params prepared once with Model.decode_params (per-layer trees, the CPU default)
+  are accepted and give the same tokens; a wrong layer count is refused."""
+  unrolled = dataclasses.replace(MODEL, layer_stack="unrolled")
+  prepared = unrolled.decode_params(PARAMS)
+  out = generate(unrolled, prepared, PROMPTS, max_new_tokens=N_NEW, eos_token_id=None)
   np.testing.assert_array_equal(np.asarray(out.tokens), np.asarray(no_eos.tokens))
-  bad = MODEL.decode_params(PARAMS)
-  bad = {**bad, "layers": bad["layers"][:1]}
+  bad = {**prepared, "layers": prepared["layers"][:1]}
   with pytest.raises(ValueError, match="do not fit"):
-    generate(MODEL, bad, PROMPTS, max_new_tokens=2)
+    generate(unrolled, bad, PROMPTS, max_new_tokens=2)
