@@ -72,6 +72,10 @@ class SpecSums:
         "relaxed_rate": float(self.relaxed.sum() / max(acc, 1)),
         "verified_per_call": float(self.verified.sum() / max(calls, 1)),
         "accept_rate_per_position": (self.accept_pos / np.maximum(self.offered_pos, 1)).tolist(),
+        # per prompt (summed over repeats), for paired comparisons between rows that
+        # ran the same prompts and keys
+        "accepted_per_prompt": self.accepted.astype(int).tolist(),
+        "target_calls_per_prompt": self.calls.astype(int).tolist(),
     }
 
 
