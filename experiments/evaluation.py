@@ -70,6 +70,73 @@ def _target_sampling_for(row):
   return _sampling(row["temperature"])
 
 
+def _warm_up(ctx: Context, name, fn, batches: list, key, bucket) -> float:
+  """Compile, excluded from timing: one call of ``fn(batch, key, batch_index)`` per
+  compiled program, i.e. per (``name``, padded prompt bucket) not yet run in this
+  context; returns the seconds spent."""
+  from specjax.decoding.prompts import bucket_length
+  t0 = time.perf_counter()
+  for bi, b in enumerate(batches):
+    k = (name, len(b), bucket_length(max(bucket or 1, *map(len, b))))
+    if k not in ctx.cache:
+      _timed(lambda: fn(b, key, bi))
+      ctx.cache[k] = True
+  return time.perf_counter() - t0
+
+
+@dataclasses.dataclass
+class _Repeats:
+  """Per-repeat seconds and tokens/s of both sides, their outputs ([repeat * batches]
+  [rows] token lists) and the speculative / target-only speed ratios."""
+
+  t_target: list = dataclasses.field(default_factory=list)
+  rate_target: list = dataclasses.field(default_factory=list)
+  t_spec: list = dataclasses.field(default_factory=list)
+  rate_spec: list = dataclasses.field(default_factory=list)
+  ratios: list = dataclasses.field(default_factory=list)
+  outs_target: list = dataclasses.field(default_factory=list)
+  outs_spec: list = dataclasses.field(default_factory=list)
+
+
+def _paired_repeats(ctx: Context, keys: list, batches: list, bs: int, run_target, run_spec,
+                    target_name, sums) -> _Repeats:
+  """Timed, paired repeats: per batch target-only, then speculative (``run_spec`` None:
+  target-only rows).  With ``timing.target_per_row`` off the target-only run of a
+  (sampling, repeat, batch) is the context's first one, shared by every row.
+  ``sums``: a :class:`row_stats.SpecSums` the speculative stats are added to."""
+  per_row = bool(ctx.c.timing.get("target_per_row", True))
+  out = _Repeats()
+
+  def time_target(b, key, ri, bi):
+    if per_row or (target_name, ri, bi) not in ctx.cache:
+      g, dt = _timed(lambda: run_target(b, key, bi))
+      ctx.cache[target_name, ri, bi] = (g.to_lists(), dt)
+    return ctx.cache[target_name, ri, bi]
+
+  for ri, key in enumerate(keys):
+    tt = ts = 0.0
+    nt = ns = 0
+    for bi, b in enumerate(batches):
+      lists, dt = time_target(b, key, ri, bi)
+      tt += dt
+      nt += sum(map(len, lists))
+      out.outs_target.append(lists)
+      if run_spec is not None:
+        r, dt = _timed(lambda: run_spec(b, key, bi))
+        ts += dt
+        lists = r.to_lists()
+        ns += sum(map(len, lists))
+        out.outs_spec.append(lists)
+        sums.add(r.stats, bi * bs, len(b))
+    out.t_target.append(tt)
+    out.rate_target.append(nt / tt)
+    if run_spec is not None:
+      out.t_spec.append(ts)
+      out.rate_spec.append(ns / ts)
+      out.ratios.append((ns / ts) / (nt / tt))
+  return out
+
+
 def evaluate_row(ctx: Context, row: dict) -> dict:
   """Run one row; returns its JSON-able result (see module docstring)."""
   import jax
@@ -96,81 +163,39 @@ def evaluate_row(ctx: Context, row: dict) -> dict:
                     key=key, row_offset=bi * bs, mesh=ctx.mesh, prompt_bucket=bucket)
 
   spec = row["kind"] == "spec"
+  run_spec = None
   if spec:
     drafter, dparams, verifier, tsamp = build(ctx, row)
     reason = node_dist_missing(drafter, verifier)
     if reason:  # an undefined rule / drafter pair: a stated reason in the table, no crash
       return {"skipped": reason}
 
-    def run_spec(batch, key, bi):
+    def spec_call(batch, key, bi):
       return speculative_generate(ctx.target, ctx.target_params, drafter, dparams, verifier,
                                   batch, max_new_tokens=max_new, sampling=tsamp, key=key,
                                   row_offset=bi * bs, mesh=ctx.mesh, prompt_bucket=bucket)
-  # --- warm-up (compile), excluded from timing: one call per compiled program, i.e. per
-  # (program, padded prompt bucket) not yet run in this context.
-  def warm(name, fn):
-    from specjax.decoding.prompts import bucket_length
-    t0 = time.perf_counter()
-    for bi, b in enumerate(batches):
-      k = (name, len(b), bucket_length(max(bucket or 1, *map(len, b))))
-      if k not in ctx.cache:
-        _timed(lambda: fn(b, keys[0], bi))
-        ctx.cache[k] = True
-    return time.perf_counter() - t0
-
-  compile_target = warm(("target", sweep.canonical_json(dataclasses.asdict(gsamp))), run_target)
-  compile_spec = warm(("spec", row["key"]), run_spec) if spec else 0.0
-  # --- timed, paired repeats (target-only, then speculative, per batch).
-  ratios, t_target, t_spec, rate_target, rate_spec = [], [], [], [], []
-  outs_target, outs_spec = [], []  # [repeat * batches][rows] token lists
+    run_spec = spec_call
+  samp_json = sweep.canonical_json(dataclasses.asdict(gsamp))
+  compile_target = _warm_up(ctx, ("target", samp_json), run_target, batches, keys[0], bucket)
+  compile_spec = (_warm_up(ctx, ("spec", row["key"]), run_spec, batches, keys[0], bucket)
+                  if spec else 0.0)
   sums = row_stats.SpecSums(n)
-  per_row = bool(c.timing.get("target_per_row", True))
-  target_name = ("target_run", sweep.canonical_json(dataclasses.asdict(gsamp)))
-
-  def time_target(b, key, ri, bi):
-    """(token lists, seconds) of target-only ``generate`` on batch ``bi`` in repeat
-    ``ri``: run now (paired with the row), or -- ``timing.target_per_row`` off -- the
-    first run of this (sampling, repeat, batch) in the context, shared by every row."""
-    if per_row or (target_name, ri, bi) not in ctx.cache:
-      g, dt = _timed(lambda: run_target(b, key, bi))
-      ctx.cache[target_name, ri, bi] = (g.to_lists(), dt)
-    return ctx.cache[target_name, ri, bi]
-
-  for ri, key in enumerate(keys):
-    tt = ts = 0.0
-    nt = ns = 0
-    for bi, b in enumerate(batches):
-      lists, dt = time_target(b, key, ri, bi)
-      tt += dt
-      nt += sum(map(len, lists))
-      outs_target.append(lists)
-      if spec:
-        r, dt = _timed(lambda: run_spec(b, key, bi))
-        ts += dt
-        lists = r.to_lists()
-        ns += sum(map(len, lists))
-        outs_spec.append(lists)
-        sums.add(r.stats, bi * bs, len(b))
-    t_target.append(tt)
-    rate_target.append(nt / tt)
-    if spec:
-      t_spec.append(ts)
-      rate_spec.append(ns / ts)
-      ratios.append((ns / ts) / (nt / tt))
-  outs = outs_spec if spec else outs_target
+  rep = _paired_repeats(ctx, keys, batches, bs, run_target, run_spec, ("target_run", samp_json),
+                        sums)
+  outs = rep.outs_spec if spec else rep.outs_target
   flat = [row_ for batch in outs for row_ in batch]  # [repeat][prompt], repeat-major
   res: dict[str, Any] = {
       "num_rows": len(flat), "generated_tokens": int(sum(map(len, flat))),
       "mean_length": float(np.mean([len(x) for x in flat])),
-      "target_time_s": float(np.median(t_target)), "compile_target_s": compile_target,
-      "target_tokens_per_s": float(np.median(rate_target)),
-      "tokens_per_s": float(np.median(rate_spec if spec else rate_target)),
+      "target_time_s": float(np.median(rep.t_target)), "compile_target_s": compile_target,
+      "target_tokens_per_s": float(np.median(rep.rate_target)),
+      "tokens_per_s": float(np.median(rep.rate_spec if spec else rep.rate_target)),
   }
   if spec:
     res.update(sums.result())
-    res.update({"spec_time_s": float(np.median(t_spec)), "compile_spec_s": compile_spec,
-                "speedup": float(np.median(ratios)), "speedup_per_repeat": ratios})
-  res.update(_quality(ctx, row, flat, outs_target[:len(batches)], n))
+    res.update({"spec_time_s": float(np.median(rep.t_spec)), "compile_spec_s": compile_spec,
+                "speedup": float(np.median(rep.ratios)), "speedup_per_repeat": rep.ratios})
+  res.update(_quality(ctx, row, flat, rep.outs_target[:len(batches)], n))
   # The first-token law is the node rules' induced law; path rules (block) have their
   # own exact analysis (specjax.analysis.path_law), not wired into this table yet.
   if row["temperature"] > 0 and c.kl.enabled and spec and not _is_path_rule(verifier):

@@ -31,7 +31,6 @@ pytrees.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, Optional
 
 import jax
@@ -311,6 +310,29 @@ def node_dist_missing(drafter: Drafter, verifier: NodeRule) -> str:
   return ""
 
 
+def _checked_arguments(target, target_params, drafter, draft_params, verifier, sampling, key,
+                       max_new_tokens, row_offset, policy, allow_tokenizer_mismatch):
+  """:func:`speculative_generate`'s argument checks, before anything is traced; returns
+  the PRNG key (``jax.random.key(0)`` when none is given and nothing samples)."""
+  validate_pair(target, drafter, verifier, allow_tokenizer_mismatch)
+  check_model_params("target", target, target_params)
+  if isinstance(getattr(drafter, "model", None), Model):
+    check_model_params("draft", drafter.model, draft_params)
+  check_int("max_new_tokens", max_new_tokens, low=1)
+  check_int("row_offset", row_offset, low=0)
+  if not isinstance(sampling, SamplingConfig):
+    raise ArgumentTypeError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}")
+  if key is None:
+    # Tree drafts are deterministic top-k choices: only a sampled chain draws.
+    if not (sampling.greedy and (drafter.tree or drafter.sampling.greedy)):
+      raise ValueError("a PRNG key is required when the target or drafter samples (T > 0)")
+    key = jax.random.key(0)
+  check_key("key", key)
+  if policy is not None and drafter.tree:
+    raise ValueError("a verify-length policy applies to chain drafters only (drafter.tree=True)")
+  return key
+
+
 def speculative_generate(target: Model, target_params, drafter: Drafter, draft_params,
                          verifier: NodeRule, prompts, *, max_new_tokens: int,
                          sampling: SamplingConfig = SamplingConfig(temperature=0.0), key=None,
@@ -355,22 +377,8 @@ def speculative_generate(target: Model, target_params, drafter: Drafter, draft_p
   params that do not fit their model (e.g. target and draft params swapped), a
   flat list or text for ``prompts``, a non-key ``key``, a tokenizer mismatch.
   """
-  validate_pair(target, drafter, verifier, allow_tokenizer_mismatch)
-  check_model_params("target", target, target_params)
-  if isinstance(getattr(drafter, "model", None), Model):
-    check_model_params("draft", drafter.model, draft_params)
-  check_int("max_new_tokens", max_new_tokens, low=1)
-  check_int("row_offset", row_offset, low=0)
-  if not isinstance(sampling, SamplingConfig):
-    raise ArgumentTypeError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}")
-  if key is None:
-    # Tree drafts are deterministic top-k choices: only a sampled chain draws.
-    if not (sampling.greedy and (drafter.tree or drafter.sampling.greedy)):
-      raise ValueError("a PRNG key is required when the target or drafter samples (T > 0)")
-    key = jax.random.key(0)
-  check_key("key", key)
-  if policy is not None and drafter.tree:
-    raise ValueError("a verify-length policy applies to chain drafters only (drafter.tree=True)")
+  key = _checked_arguments(target, target_params, drafter, draft_params, verifier, sampling,
+                           key, max_new_tokens, row_offset, policy, allow_tokenizer_mismatch)
   target = loop_target(target, drafter)
   eos = eos_tuple(target.config.eos_token_id if eos_token_id == "config" else eos_token_id)
   tokens, lengths = prepare_prompts(prompts, target.config.vocab_size,

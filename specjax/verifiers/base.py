@@ -304,6 +304,36 @@ class TreeResult(NamedTuple):
   emit_probs: jax.Array
 
 
+def _try_child(rule: NodeRule, state, q, x, u, kids, last_tried, done) -> tuple:
+  """One step of :func:`verify_tree` at the current node: try its first untried child
+  (``kids [N+1]``: the node's valid children; those above ``last_tried`` are untried)
+  with ``u``, or -- strict before relaxed, every child rejected -- take the best
+  relaxable one (:func:`relaxed_fallback_choice`).
+
+  Returns ``(j, take, rej, relaxed, has_child)``: the child, whether it is taken, whether
+  it was rejected, whether the acceptance was relaxed, whether an untried child was left.
+  """
+  fallback = rule.has_relaxed_fallback
+  stage_prob = rule.strict_accept_prob if fallback else rule.accept_prob
+  is_child = kids & (jnp.arange(x.shape[0]) > last_tried)
+  has_child = jnp.any(is_child)
+  j = jnp.argmax(is_child)  # first untried child
+  a = stage_prob(state, q[j], x[j])
+  a_strict = rule.strict_accept_prob(state, q[j], x[j])
+  acc = u[j] < a
+  step = has_child & ~done
+  take = step & acc
+  rej = step & ~acc
+  relaxed = take & (u[j] >= a_strict)
+  if fallback:  # every child rejected: the best relaxable one, if any
+    jf, relaxable = relaxed_fallback_choice(rule, state, x, kids)
+    fb = ~has_child & ~done & relaxable
+    j = jnp.where(fb, jf, j)
+    take = take | fb
+    relaxed = relaxed | fb
+  return j, take, rej, relaxed, has_child
+
+
 def verify_tree(rule: NodeRule, z: jax.Array, p: jax.Array, q: jax.Array, x: jax.Array,
                 parent: jax.Array, u: jax.Array, key: jax.Array,
                 valid: jax.Array | None = None, q_node: jax.Array | None = None
@@ -344,7 +374,6 @@ def verify_tree(rule: NodeRule, z: jax.Array, p: jax.Array, q: jax.Array, x: jax
   if rule.needs_node_dist and q_node is None:
     raise _missing_node_dist(rule)
   fallback = rule.has_relaxed_fallback
-  stage_prob = rule.strict_accept_prob if fallback else rule.accept_prob
   # [N+1] valid children per node (parent[0] is ignored: node 0 is never valid).
   n_kids = jnp.zeros((n1,), jnp.int32).at[parent].add(valid.astype(jnp.int32))
 
@@ -357,23 +386,8 @@ def verify_tree(rule: NodeRule, z: jax.Array, p: jax.Array, q: jax.Array, x: jax
 
   def body(i, carry):
     cur, state, last_tried, done, path, depth, nrel = carry
-    kids = (parent == cur) & valid
-    is_child = kids & (idx > last_tried)
-    has_child = jnp.any(is_child)
-    j = jnp.argmax(is_child)  # first untried child
-    a = stage_prob(state, q[j], x[j])
-    a_strict = rule.strict_accept_prob(state, q[j], x[j])
-    acc = u[j] < a
-    step = has_child & ~done
-    take = step & acc
-    rej = step & ~acc
-    relaxed = take & (u[j] >= a_strict)
-    if fallback:  # every child rejected: the best relaxable one, if any
-      jf, relaxable = relaxed_fallback_choice(rule, state, x, kids)
-      fb = ~has_child & ~done & relaxable
-      j = jnp.where(fb, jf, j)
-      take = take | fb
-      relaxed = relaxed | fb
+    j, take, rej, relaxed, has_child = _try_child(rule, state, q, x, u, (parent == cur) & valid,
+                                                  last_tried, done)
     new_state_acc = node_state(j)
     new_state_rej = rule.on_reject(state, q[j], x[j])
     state = jax.tree.map(lambda sa, sr, s: jnp.where(take, sa, jnp.where(rej, sr, s)),
