@@ -24,8 +24,10 @@ truncation rule's target-side baseline is added at T > 0, one per rule whatever
 the drafters (at T = 0 it is target greedy).
 
 Each problem's prompt (``--style=chat``: one user message, wording in
-:mod:`specjax.data.humaneval`; ``completion``: the raw prompt text) runs through
-the method; the program extracted from the answer runs with the problem's tests
+:mod:`specjax.data.humaneval`; ``completion``: the raw prompt text, no chat
+template, the program cut at the Codex stop sequences after generation -- the
+loops stop on EOS only; ``--max_new_tokens`` defaults to 384 for chat, 512 for
+completion) runs through the method; the program extracted from the answer runs with the problem's tests
 in a fresh sandboxed interpreter (:mod:`specjax.data.sandbox`). At T = 0 one
 sample per problem; at T > 0 ``--samples`` samples with different keys (the same
 keys for every method). The summary (:mod:`experiments.humaneval_summary`):
@@ -52,6 +54,9 @@ from experiments.humaneval_methods import Method
 from experiments.humaneval_summary import gap_contrasts, markdown, power_rows, summarize
 
 FLAGS = flags.FLAGS
+# The token cap per prompt style when --max_new_tokens is not given: raw completions get
+# 512 (the function body plus whatever follows it, cut at the stop sequences afterwards).
+DEFAULT_MAX_NEW_TOKENS = {"chat": 384, "completion": 512}
 __all__ = ["batch_configs", "summarize", "check_flags", "main"]
 
 
@@ -70,8 +75,15 @@ def define_flags():
   flags.DEFINE_integer("eagle_total_tokens", 24, "eagle3_tree: nodes verified per step")
   flags.DEFINE_list("temperatures", ["0"], "sampling temperatures")
   flags.DEFINE_integer("samples", 3, "samples per problem at T > 0 (T = 0: 1)")
-  flags.DEFINE_integer("max_new_tokens", 384, "tokens generated per answer")
+  flags.DEFINE_integer("max_new_tokens", None, "tokens generated per answer (default: "
+                       f"{DEFAULT_MAX_NEW_TOKENS['completion']} with --style=completion, "
+                       f"{DEFAULT_MAX_NEW_TOKENS['chat']} with --style=chat, the committed chat "
+                       "grids' setting)")
   flags.DEFINE_integer("batch_size", 16, "problems per generate() call")
+  flags.DEFINE_integer("round_tokens", 0, "0: one decoding call of --max_new_tokens per "
+                       "batch; N > 0: rounds of N tokens, rows finished (EOS, cap, or with "
+                       "--style=completion past a stop sequence) dropped after each round "
+                       "(experiments.humaneval_methods.run_method)")
   flags.DEFINE_integer("limit", 164, "first N problems")
   flags.DEFINE_integer("seed", 0, "PRNG seed")
   flags.DEFINE_float("timeout_s", 10.0, "sandbox wall-clock limit per program")
@@ -88,6 +100,10 @@ def check_flags() -> tuple[list[float], list[Method]]:
     raise app.UsageError(f"--temperatures={FLAGS.temperatures} must be numbers") from None
   if not temps or any(t < 0 for t in temps):
     raise app.UsageError(f"--temperatures={FLAGS.temperatures} must be >= 0")
+  if FLAGS.max_new_tokens is None:
+    FLAGS.max_new_tokens = DEFAULT_MAX_NEW_TOKENS[FLAGS.style]
+  if FLAGS.round_tokens < 0:
+    raise app.UsageError(f"--round_tokens={FLAGS.round_tokens} must be >= 0 (0: one call)")
   for name in ("samples", "max_new_tokens", "batch_size", "limit", "k", "eagle_depth",
                "eagle_top_k", "eagle_total_tokens"):
     if getattr(FLAGS, name) < 1:
@@ -156,13 +172,14 @@ def _make_evaluate(ms, problems, prompts, methods):
   """``evaluate(config) -> {"problems": [...]}``: generate one batch with the config's
   method, then run every answer's program in the sandbox."""
   import jax
-  import numpy as np
 
   from specjax.data import humaneval, sandbox
-  from specjax.decoding.autoregressive import generate
-  from specjax.decoding.speculative import speculative_generate
   sources = ms.draft_sources()
-  eos = ms.target.config.eos_token_id
+  eos = humaneval_methods.eos_ids(ms.target.config.eos_token_id)
+  decode = lambda r: ms.tokenizer.decode([x for x in r if x not in eos],
+                                         skip_special_tokens=True)
+  stopped = ((lambda r: humaneval.completion_stopped(decode(r)))
+             if FLAGS.style == "completion" else None)
   box = sandbox.SandboxConfig(timeout_s=FLAGS.timeout_s)
   by_spec = {m.spec: m for m in methods}
   built: dict = {}
@@ -172,21 +189,11 @@ def _make_evaluate(ms, problems, prompts, methods):
     t = c["temperature"]
     key = jax.random.fold_in(jax.random.key(FLAGS.seed), c["sample"])
     m = by_spec[c.get("method", "target")]
-    stats = None
-    if m.runs_target_only:  # the target, or a target-side matched baseline
-      res = generate(ms.target, ms.target_params, prompts[sl], max_new_tokens=FLAGS.max_new_tokens,
-                     sampling=m.target_sampling(t), key=key, row_offset=c["start"])
-    else:
-      if (m.spec, t) not in built:  # one drafter object per (method, T): one compile
-        built[(m.spec, t)] = humaneval_methods.build(m, sources, t)
-      drafter, dparams, verifier, tsamp = built[(m.spec, t)]
-      res = speculative_generate(ms.target, ms.target_params, drafter, dparams, verifier,
-                                 prompts[sl], max_new_tokens=FLAGS.max_new_tokens,
-                                 sampling=tsamp, key=key, row_offset=c["start"])
-      stats = (np.asarray(res.stats.accepted), np.asarray(res.stats.target_calls))
-    rows = res.to_lists()
-    texts = [ms.tokenizer.decode([x for x in r if x != eos], skip_special_tokens=True)
-             for r in rows]
+    rows, stats = humaneval_methods.run_method(
+        m, ms.target, ms.target_params, sources, prompts[sl], temperature=t, key=key,
+        row_offset=c["start"], max_new_tokens=FLAGS.max_new_tokens, built=built,
+        round_tokens=FLAGS.round_tokens, stopped=stopped, eos=eos)
+    texts = [decode(r) for r in rows]
     progs = [(humaneval.program_from_chat if FLAGS.style == "chat"
               else humaneval.program_from_completion)(p, text)
              for p, text in zip(problems[sl], texts)]
@@ -242,7 +249,8 @@ def main():
     prompts = [ms.tokenizer.encode(humaneval.completion_prompt(p)).ids for p in problems]
   fingerprints = _method_fingerprints(ms, methods, assets)
   os.makedirs(FLAGS.output_dir, exist_ok=True)
-  settings = f"{ms.sha256[:8]}-{FLAGS.style}-n{FLAGS.max_new_tokens}-seed{FLAGS.seed}"
+  settings = f"{ms.sha256[:8]}-{humaneval.PROMPT_FORMS[FLAGS.style]}-n{FLAGS.max_new_tokens}" \
+             f"-seed{FLAGS.seed}" + (f"-r{FLAGS.round_tokens}" if FLAGS.round_tokens else "")
   configs = batch_configs(len(problems), FLAGS.batch_size, temps, FLAGS.samples, settings,
                           methods, fingerprints)
   wanted = {c["key"] for c in configs}

@@ -212,3 +212,92 @@ def build(m: Method, sources, temperature: float):
   sizes = {"num_draft" if name == "k" else name: v for name, v in m.drafter_settings}
   drafter, params = make_drafter(m.drafter, samp, sources, **sizes)
   return drafter, params, verifier, target_samp
+
+
+def eos_ids(eos) -> set:
+  """A model config's ``eos_token_id`` (None, an int or a list) as a set of ids."""
+  if eos is None:
+    return set()
+  return set(eos) if isinstance(eos, (list, tuple)) else {eos}
+
+
+def _one_call(m: Method, target, target_params, sources, prompts, *, temperature: float, key,
+              row_offset: int, max_new_tokens: int, built: dict):
+  """One ``generate()`` / ``speculative_generate()`` call: ``(rows, stats or None)``."""
+  import numpy as np
+
+  from specjax.decoding.autoregressive import generate
+  from specjax.decoding.speculative import speculative_generate
+  if m.runs_target_only:
+    res = generate(target, target_params, prompts, max_new_tokens=max_new_tokens,
+                   sampling=m.target_sampling(temperature), key=key, row_offset=row_offset)
+    return res.to_lists(), None
+  if (m.spec, temperature) not in built:
+    built[(m.spec, temperature)] = build(m, sources, temperature)
+  drafter, dparams, verifier, tsamp = built[(m.spec, temperature)]
+  res = speculative_generate(target, target_params, drafter, dparams, verifier, prompts,
+                             max_new_tokens=max_new_tokens, sampling=tsamp, key=key,
+                             row_offset=row_offset)
+  return res.to_lists(), (np.asarray(res.stats.accepted), np.asarray(res.stats.target_calls))
+
+
+def run_method(m: Method, target, target_params, sources, prompts, *, temperature: float, key,
+               row_offset: int, max_new_tokens: int, built: dict | None = None,
+               round_tokens: int = 0, stopped=None, eos=()):
+  """Decode a batch of ``prompts`` (token-id lists) with method ``m``.
+
+  Target-only methods run ``generate()`` with :meth:`Method.target_sampling`; the
+  others ``speculative_generate()`` with :func:`build`'s drafter and rule (cached in
+  ``built`` per (spec, T): one drafter object, one compile).
+
+  ``round_tokens = 0`` (default): one call of ``max_new_tokens``; row ``r`` draws from
+  the PRNG stream ``(key, row_offset + r)``, so two methods given the same ``key`` and
+  ``row_offset`` use the same keys row by row. ``round_tokens > 0``: rounds of at most
+  that many tokens; after each round a row is finished when it emitted an EOS id
+  (``eos``), reached ``max_new_tokens`` or ``stopped(tokens so far)`` is true (e.g.
+  a raw completion past a stop sequence: its program is then fixed), and only the
+  unfinished rows go on, each re-prefilled from its prompt plus its tokens so far. The
+  first round is the single call's first ``round_tokens`` tokens; round ``j >= 1``
+  uses ``fold_in(key, j)`` with the unfinished rows renumbered from ``row_offset``
+  (each row still a draw from the method's law; key pairing between methods holds for
+  the first round only), and its batch is padded to a power of two (copies of the
+  first row, discarded) so few shapes compile. Greedy rows are the single call's up
+  to float differences between a prefill and incremental decoding.
+
+  Returns ``(rows, stats)``: the generated token lists (an emitted EOS included) and,
+  for a speculative method, ``(accepted [B], target_calls [B])`` numpy arrays summed
+  over rounds, else None.
+  """
+  import jax
+  import numpy as np
+  built = {} if built is None else built
+  call = dict(temperature=temperature, built=built)
+  if round_tokens < 0:
+    raise ValueError(f"round_tokens={round_tokens!r} must be >= 0")
+  if not round_tokens or round_tokens >= max_new_tokens:
+    return _one_call(m, target, target_params, sources, prompts, key=key, row_offset=row_offset,
+                     max_new_tokens=max_new_tokens, **call)
+  eos = set(eos)
+  rows: list[list[int]] = [[] for _ in prompts]
+  acc, calls = np.zeros(len(prompts), np.int64), np.zeros(len(prompts), np.int64)
+  active, j, speculative = list(range(len(prompts))), 0, False
+  while active:
+    n = min(round_tokens, max_new_tokens - len(rows[active[0]]))
+    width = 1 << (len(active) - 1).bit_length() if j else len(active)
+    batch = [prompts[i] + rows[i] for i in active]
+    batch += [batch[0]] * (width - len(batch))
+    new, stats = _one_call(m, target, target_params, sources, batch,
+                           key=key if j == 0 or key is None else jax.random.fold_in(key, j),
+                           row_offset=row_offset, max_new_tokens=n, **call)
+    still = []
+    for pos, i in enumerate(active):
+      rows[i] += new[pos]
+      if stats is not None:
+        speculative = True
+        acc[i] += int(stats[0][pos])
+        calls[i] += int(stats[1][pos])
+      ended = len(new[pos]) < n or (new[pos] and new[pos][-1] in eos)
+      if not ended and len(rows[i]) < max_new_tokens and not (stopped and stopped(rows[i])):
+        still.append(i)
+    active, j = still, j + 1
+  return rows, ((acc, calls) if speculative else None)

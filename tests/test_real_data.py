@@ -379,7 +379,8 @@ def test_humaneval_problems_load(problems, tmp_path):
   assert [p.index for p in problems] == list(range(164))
   p0 = problems[0]
   assert p0.task_id == "HumanEval/0" and p0.entry_point == "has_close_elements"
-  assert humaneval.completion_prompt(p0) == p0.prompt and "def has_close_elements(" in p0.prompt
+  assert humaneval.completion_prompt(p0) == p0.prompt.rstrip()
+  assert "def has_close_elements(" in p0.prompt
   compile(humaneval.canonical_program(p0), "p0", "exec")
   compile(p0.prompt, "stub", "exec")  # a stub whose body is the docstring is valid Python
   bad = tmp_path / "bad.jsonl"
@@ -403,16 +404,20 @@ def test_humaneval_chat_prompt_wording(problems, template):
 
 def test_program_from_raw_completion_cuts_at_stop_sequences(problems):
   p = problems[2]  # truncate_number(number: float) -> float
-  body = "    return number % 1.0\n"
+  assert humaneval.completion_prompt(p) == p.prompt.rstrip() != p.prompt  # ends in a newline
+  body = "\n    return number % 1.0\n"
   for tail in ("\n\ndef other():\n    pass\n", "\nprint(truncate_number(3.5))\n",
                "\nif __name__ == '__main__':\n    pass\n", "\n# tests\n", "\nclass A:\n  pass\n",
                "\nif truncate_number(1.5) != 0.5:\n    raise SystemExit(1)\n",
                "\nprint truncate_number(2.5)\n", "\ndef\n", ""):
     prog = humaneval.program_from_completion(p, body + tail)
-    assert prog.startswith(p.prompt + body) and not prog[len(p.prompt + body):].strip(), tail
+    head = p.prompt.rstrip() + body
+    assert prog.startswith(head) and not prog[len(head):].strip(), tail
+    assert humaneval.completion_stopped(body + tail) == bool(tail), tail
   # indented (nested) code is not a stop
-  nested = "    def helper(x):\n        return x % 1.0\n    # keep\n    return helper(number)\n"
-  assert humaneval.program_from_completion(p, nested) == p.prompt + nested
+  nested = "\n    def helper(x):\n        return x % 1.0\n    # keep\n    return helper(number)\n"
+  assert humaneval.program_from_completion(p, nested) == p.prompt.rstrip() + nested
+  assert not humaneval.completion_stopped(nested)
   with pytest.raises(ValueError, match="empty stop"):
     humaneval.truncate_at_stops("x", ("",))
 

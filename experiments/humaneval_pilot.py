@@ -1,0 +1,161 @@
+r"""Which HumanEval prompt style makes the target most capable: the pilot's summary.
+
+Reads the records of target-only runs of :mod:`experiments.humaneval_eval` (greedy,
+T = 0) and, where given, screening records of :mod:`experiments.humaneval_screen`
+(sampled), one directory per prompt style, and writes ``pilot.md`` and
+``pilot.json`` to ``--output_dir``: per style pass@1 with a 95% bootstrap interval
+over problems, the outcome of every answer (pass / fail / error / timeout, mean
+length, answers at the token cap), the paired difference of the styles over the
+problems both ran (one bootstrap resample for both, with its SD and minimum
+detectable effect at 80% power), and the choice: the style with the higher greedy
+pass@1 -- the target's most capable setting, which gives the quality comparisons the
+most problems with a pass to lose. No model, no sandbox: only records.
+
+    python -m experiments.humaneval_pilot \
+        --greedy=chat:benchmarks/results/humaneval_pilot/chat,completion:benchmarks/results/humaneval_pilot/completion \
+        --output_dir=benchmarks/results/humaneval_pilot
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+STYLES = ("chat", "completion")
+
+
+def define_flags():
+  flags.DEFINE_list("greedy", [], "style:dir of a target-only greedy humaneval_eval run "
+                    "(its humaneval.jsonl)")
+  flags.DEFINE_list("sampled", [], "style:dir of a humaneval_screen run (its screen.jsonl)")
+  flags.DEFINE_string("output_dir", "benchmarks/results/humaneval_pilot", "pilot.md, pilot.json")
+
+
+def parse_dirs(entries, flag: str) -> dict:
+  """``["style:dir", ...]`` -> ``{style: dir}``; raises ValueError naming the entry."""
+  out = {}
+  for e in entries:
+    style, sep, path = e.partition(":")
+    if not sep or style not in STYLES or not path:
+      raise ValueError(f"--{flag} entry {e!r}: give style:dir with style in {STYLES}")
+    out[style] = path
+  return out
+
+
+def style_cell(records: list[dict], temperature: float = 0.0) -> dict:
+  """The target-only cell of :func:`experiments.humaneval_summary.cells` at ``temperature``
+  (records of other methods or temperatures ignored)."""
+  from experiments.humaneval_summary import TARGET, cells
+  recs = [r for r in records if r["config"].get("method", TARGET) == TARGET
+          and float(r["config"]["temperature"]) == temperature]
+  return cells(recs).get((TARGET, temperature), {})
+
+
+def style_row(cell: dict, max_new_tokens: int | None) -> dict:
+  """pass@1 [95% CI], problems, samples per problem and :func:`outcomes` of one cell."""
+  import numpy as np
+
+  from experiments.bootstrap import bootstrap_ci
+  from experiments.humaneval_summary import outcomes, pass_scores
+  sc = pass_scores(cell)
+  lo, hi = bootstrap_ci(list(sc.values()))
+  return {"problems": len(cell), "samples_per_problem":
+          float(np.mean([len(d["passed"]) for d in cell.values()])),
+          "pass@1": float(np.mean(list(sc.values()))), "ci95": [lo, hi],
+          "problems_with_a_pass": int(sum(v > 0 for v in sc.values())),
+          "outcomes": outcomes(cell, max_new_tokens)}
+
+
+def compare(cells: dict, max_new_tokens: dict) -> dict:
+  """Rows per style, the paired difference completion - chat (when both ran) and the
+  choice (the higher pass@1; ties keep chat, the current default)."""
+  from experiments.humaneval_summary import paired_difference, pass_scores
+  rows = {s: style_row(c, max_new_tokens.get(s)) for s, c in cells.items() if c}
+  diff = None
+  if "chat" in rows and "completion" in rows:
+    diff = paired_difference(pass_scores(cells["completion"]), pass_scores(cells["chat"]))
+  choice = max(rows, key=lambda s: (rows[s]["pass@1"], s == "chat")) if rows else None
+  return {"rows": rows, "completion_minus_chat": diff, "choice": choice}
+
+
+def _records(path: str, name: str) -> tuple[list[dict], list[dict]]:
+  from experiments import sweep
+  f = os.path.join(path, name)
+  if not os.path.isfile(f):
+    raise app.UsageError(f"no records at {f}")
+  recs = sweep.load_records(f)
+  return recs, [r.get("provenance") for r in recs[:1]]
+
+
+def _cap(records: list[dict]) -> int | None:
+  import re
+  m = re.search(r"-n(\d+)-", records[0]["key"]) if records else None
+  return int(m.group(1)) if m else None
+
+
+def markdown(greedy: dict, sampled: dict | None) -> str:
+  lines = ["| style | T | problems | samples/problem | pass@1 [95% CI] | problems with a pass "
+           "| pass | fail | error | timeout | mean tokens | at cap |",
+           "|:---|---:|---:|---:|:---|---:|---:|---:|---:|---:|---:|---:|"]
+  for t, block in ((0, greedy), (1, sampled or {"rows": {}})):
+    for s, r in block["rows"].items():
+      o = r["outcomes"]
+      lines.append(f"| {s} | {t} | {r['problems']} | {r['samples_per_problem']:.0f} | "
+                   f"{r['pass@1']:.3f} [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}] | "
+                   f"{r['problems_with_a_pass']} | {o['pass']} | {o['fail']} | {o['error']} | "
+                   f"{o['timeout']} | {o['mean_tokens']:.0f} | {o['at_cap']} |")
+  for t, block in ((0, greedy), (1, sampled)):
+    d = block and block["completion_minus_chat"]
+    if d:
+      lines += ["", f"T = {t}: completion - chat = {d['diff']:+.3f} [{d['ci95'][0]:+.3f}, "
+                    f"{d['ci95'][1]:+.3f}] over {d['problems']} problems (paired bootstrap; SD "
+                    f"{d['sd']:.3f}, MDE at 80% power {d['mde80']:.3f})."]
+  lines += ["", f"Chosen style (higher greedy pass@1): **{greedy['choice']}**."]
+  return "\n".join(lines) + "\n"
+
+
+def main():
+  try:
+    gdirs, sdirs = parse_dirs(FLAGS.greedy, "greedy"), parse_dirs(FLAGS.sampled, "sampled")
+  except ValueError as e:
+    raise app.UsageError(str(e)) from None
+  if not gdirs:
+    raise app.UsageError("--greedy: give at least one style:dir")
+  from specjax import provenance
+  stamp = provenance.stamp()
+  gcells, gcaps, sources = {}, {}, {}
+  for s, d in gdirs.items():
+    recs, prov = _records(d, "humaneval.jsonl")
+    gcells[s], gcaps[s] = style_cell(recs, 0.0), _cap(recs)
+    sources[f"greedy:{s}"] = {"records": os.path.join(d, "humaneval.jsonl"),
+                              "batches": len(recs), "provenance": prov}
+  greedy = compare(gcells, gcaps)
+  sampled = None
+  if sdirs:
+    from experiments.humaneval_screen import records_of
+    scells, scaps = {}, {}
+    for s, d in sdirs.items():
+      recs, prov = _records(d, "screen.jsonl")
+      recs = records_of(recs, "screen")
+      t = float(recs[0]["config"]["temperature"]) if recs else 1.0
+      scells[s], scaps[s] = style_cell(recs, t), _cap(recs)
+      sources[f"sampled:{s}"] = {"records": os.path.join(d, "screen.jsonl"),
+                                 "batches": len(recs), "provenance": prov}
+    sampled = compare(scells, scaps)
+  text = ("HumanEval prompt-style pilot (target only, SmolLM2-135M-Instruct unless the "
+          "records say otherwise)\n\n" + markdown(greedy, sampled))
+  os.makedirs(FLAGS.output_dir, exist_ok=True)
+  with open(os.path.join(FLAGS.output_dir, "pilot.md"), "w") as f:
+    f.write(text)
+  with open(os.path.join(FLAGS.output_dir, "pilot.json"), "w") as f:
+    json.dump({"greedy": greedy, "sampled": sampled, "sources": sources,
+               "provenance": provenance.finish(stamp)}, f, indent=1)
+  print(text)
+
+
+if __name__ == "__main__":
+  from experiments import cli
+  cli.run_binary(main, define_flags=define_flags)
