@@ -17,8 +17,7 @@ import sys
 def main(argv) -> None:
   import jax
   from specjax import verifiers
-  from specjax.decoding.drafters import LMTreeDrafter
-  from specjax.decoding.eagle_drafter import EagleDrafter
+  from specjax.decoding.drafter_factory import DraftSources, make_drafter
   from specjax.decoding.sampled_tree import constant_branching
   from specjax.decoding.speculative import speculative_generate
   from specjax.distributions import SamplingConfig
@@ -33,16 +32,15 @@ def main(argv) -> None:
   target, tp, draft, dp = tiny_pair(vocab=32)
   e_target, e_tp = _target()
   head, hp, d2t = _head("eagle3", reduced=True)
-  e_params = EagleDrafter.make_params(hp, e_target, e_tp, d2t)
+  lm_sources = DraftSources.build(target, tp, draft, dp)
+  e_sources = DraftSources.build(e_target, e_tp, eagle=(head, hp, d2t))
   for branching in ((3, 2), (4, 2, 2)):
     paths = constant_branching(branching)
     for children in ("topk", "sampled"):
-      cases = {"lm_tree": (target, tp, LMTreeDrafter(draft, paths=paths, sampling=t1,
-                                                     children=children), dp),
-               "eagle3_static": (e_target, e_tp, EagleDrafter(sampling=t1, head=head,
-                                                             tree_kind="static",
-                                                             tree_paths=paths,
-                                                             children=children), e_params)}
+      cases = {"lm_tree": (target, tp) + make_drafter("rsd_tree", t1, lm_sources, paths=paths,
+                                                      children=children),
+               "eagle3_static": (e_target, e_tp) + make_drafter(
+                   "eagle_rsd_tree", t1, e_sources, paths=paths, children=children)}
       for name, (tg, tgp, d, p) in cases.items():
         out = speculative_generate(tg, tgp, d, p, lossless, prompts, max_new_tokens=new,
                                    sampling=t1, key=jax.random.key(0), eos_token_id=None)

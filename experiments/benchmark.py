@@ -152,8 +152,9 @@ def _validate_flags() -> None:
 
 def _drafters_in_use():
   """(draft, eagle) config values: only what the requested drafters need."""
-  need_draft = any(d in ("chain", "tree") for d in FLAGS.drafters)
-  need_eagle = any(d.startswith("eagle") for d in FLAGS.drafters)
+  from specjax.decoding.drafter_factory import needs
+  need_draft = any(needs(d) == "draft" for d in FLAGS.drafters)
+  need_eagle = any(needs(d) == "eagle" for d in FLAGS.drafters)
   draft = FLAGS.draft if need_draft and FLAGS.draft != "none" else ""
   eagle = FLAGS.eagle if need_eagle and FLAGS.eagle != "none" else ""
   return draft, eagle

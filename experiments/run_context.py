@@ -136,11 +136,12 @@ def check_sources(c) -> None:
   if c.eagle_dir in SHIPPED_HEADS and kind in ("random", "pair"):
     raise ValueError(f"eagle_dir={c.eagle_dir!r}: no head is shipped for models={c.models!r}; "
                      f"give a head directory")
-  for d in ("eagle_chain", "eagle_tree"):
-    if d in drafters and not need_eagle:
+  from specjax.decoding.drafter_factory import needs
+  for d in drafters:
+    if needs(d) == "eagle" and not need_eagle:
       raise ValueError(f"drafters={tuple(drafters)} has {d!r} but eagle_dir={c.eagle_dir!r}; "
                        f"give eagle_dir ('eagle3', 'eagle1' or a head directory)")
-  if any(d in ("chain", "tree") for d in drafters) and not need_draft:
+  if any(needs(d) == "draft" for d in drafters) and not need_draft:
     raise ValueError(f"drafters={tuple(drafters)} needs a draft LM but draft={c.draft!r}; "
                      f"give draft='draft' or a directory")
   sets = prompt_sets(c)
