@@ -69,36 +69,18 @@ import numpy as np
 
 from specjax.analysis.path_law import ChainLaw, ChainTables, check_tables
 from specjax.distributions import without_replacement_q
+from specjax.tree_layout import static_tree
 from specjax.verifiers.base import NodeRule
 
 CHILDREN = ("topk", "sampled")
 MAX_FILLINGS = 2_000_000
 
 
-def _static_tree(paths):
-  # The same rank-path layout as specjax.decoding.tree.static_tree (analysis may not
-  # import decoding): nodes sorted by (depth, path), parents before children.
-  norm = [tuple(int(r) for r in p) for p in paths]
-  if not norm or len(set(norm)) != len(norm) or any(len(p) == 0 or min(p) < 0 for p in norm):
-    raise ValueError(f"paths={paths!r} must be distinct non-empty rank paths with ranks >= 0")
-  order = sorted(norm, key=lambda p: (len(p), p))
-  index = {(): 0}
-  parents, depths, ranks = [], [], []
-  for i, p in enumerate(order):
-    if p[:-1] not in index:
-      raise ValueError(f"path {list(p)} has no parent path {list(p[:-1])} in the tree")
-    parents.append(index[p[:-1]])
-    depths.append(len(p))
-    ranks.append(p[-1])
-    index[p] = i + 1
-  return np.array(parents), np.array(depths), np.array(ranks)
-
-
 class _Shape:
   """Static structure of the tree (tree indices: 0 the root, node j is j + 1)."""
 
   def __init__(self, paths, vocab: int, children: str):
-    parents, depths, ranks = _static_tree(paths)
+    parents, depths, ranks = static_tree(paths)
     self.n = len(parents)
     self.parent = np.concatenate([[0], parents])
     self.depth = np.concatenate([[0], depths])
