@@ -275,8 +275,9 @@ class EagleHead:
     pos = jnp.zeros((b, t), jnp.int32)
     cache = self.init_cache(b, t)
     mask = visibility_mask(cache.lengths, t, t, None)
-    return self.module.init(key, th, emb, pos, cache.k[0], cache.v[0], cache.lengths, mask,
-                            method=_Head.init_all)["params"]
+    # unboxed: the transformer layers it reuses declare their logical axes on their params
+    return nn.meta.unbox(self.module.init(key, th, emb, pos, cache.k[0], cache.v[0],
+                                          cache.lengths, mask, method=_Head.init_all)["params"])
 
   def init_cache(self, batch: int, max_length: int, dtype=None) -> kvc.KVCache:
     c = self.config
