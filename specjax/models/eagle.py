@@ -47,7 +47,7 @@ import numpy as np
 
 from specjax.models import kv_cache as kvc
 from specjax.models.config import ModelConfig, resolve_dtype
-from specjax.models.transformer import (MLP, Attention, RMSNorm, rope_tables,
+from specjax.models.transformer import (MLP, Attention, Model, RMSNorm, rope_tables,
                                         visibility_mask)
 
 KINDS = ("eagle1", "eagle3")
@@ -338,11 +338,9 @@ class EagleHead:
 
 
 def target_lm_head(target_config: ModelConfig, target_params) -> jax.Array:
-  """The target's LM head kernel ``[H, V]`` an EAGLE-1 head projects with: its own
-  ``lm_head`` kernel, or the embedding ``[V, H]`` transposed when the two are tied."""
-  if target_config.tie_word_embeddings:
-    return target_params["embed_tokens"]["embedding"].T
-  return target_params["lm_head"]["kernel"]
+  """The target's LM head kernel ``[H, V]`` an EAGLE-1 head projects with
+  (:meth:`Model.lm_head_kernel <specjax.models.transformer.Model.lm_head_kernel>`)."""
+  return Model(target_config).lm_head_kernel(target_params)
 
 
 def vocab_maps(draft_to_target: np.ndarray, vocab_size: int):

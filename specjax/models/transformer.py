@@ -405,11 +405,15 @@ class Model:
     """Token embeddings ``[..., H]`` (used by EAGLE heads)."""
     return params["embed_tokens"]["embedding"][tokens].astype(self.config.compute_dtype)
 
+  def lm_head_kernel(self, params) -> jax.Array:
+    """The LM head's kernel ``[H, V]``: ``lm_head``'s own, or the embedding ``[V, H]``
+    transposed when the two are tied."""
+    if self.config.tie_word_embeddings:
+      return params["embed_tokens"]["embedding"].T
+    return params["lm_head"]["kernel"]
+
   def lm_head(self, params, x):
     """The LM head applied to features ``x [..., H]`` -> float32 logits."""
-    if self.config.tie_word_embeddings:
-      w = params["embed_tokens"]["embedding"].T
-    else:
-      w = params["lm_head"]["kernel"]
+    w = self.lm_head_kernel(params)
     return jnp.dot(x.astype(self.config.compute_dtype), w.astype(self.config.compute_dtype),
                    preferred_element_type=jnp.float32)
