@@ -11,6 +11,7 @@ Records read (paths relative to the repository root):
 * ``benchmarks/results/{batch_sweep,tree_shapes}_smollm2.json``,
   ``small_models_drafters.json`` -- ``benchmarks/speculative.py`` rows;
 * ``benchmarks/results/{generate_vs_hf,forward_cost}_smollm2.txt`` -- the raw output;
+* ``benchmarks/results/layer_stack.json`` -- ``benchmarks/layer_stack.py``'s record;
 * ``specjax/models/assets/smollm2-135m-instruct/*/training.json`` -- the drafters' runs;
 * ``notebooks/0{2,3,4}_*.ipynb`` -- committed cell outputs of the full-settings runs.
 """
@@ -462,6 +463,61 @@ def small_models_table() -> str:
                  "generate step ms", "break-even tau"], rows)
 
 
+def layer_stack_table() -> str:
+  """Rolled vs unrolled layers (``benchmarks/layer_stack.py``): first-call (compile)
+  and run seconds per model and workload, and the unrolled / rolled ratios."""
+  rec = load_json(f"{RESULTS}/layer_stack.json")
+  rows = []
+  for r in rec["rows"]:
+    ro, un = r["modes"]["rolled"], r["modes"]["unrolled"]
+    rows.append([f"{r['model']} ({r['layers']} layers)", r["workload"],
+                 f"{ro['first_call_cpu_s']:.1f} / {un['first_call_cpu_s']:.1f}",
+                 f"{un['first_call_cpu_s'] / ro['first_call_cpu_s']:.2f}x",
+                 f"{1e3 * ro['run_s']:.0f} / {1e3 * un['run_s']:.0f}",
+                 f"{un['run_s'] / ro['run_s']:.2f}x",
+                 "yes" if r["same_tokens"] else "NO"])
+  return _table(["model", "workload", "first call CPU s (rolled / unrolled)",
+                 "unrolled / rolled", "run ms (rolled / unrolled)", "unrolled / rolled",
+                 "same tokens"], rows)
+
+
+BLOCK_VS_TOKEN = f"{RESULTS}/block_vs_token_smollm2/sweep_k_smollm2.jsonl"
+
+
+def _paired_tau_gain(a: dict, b: dict, seed: int = 0) -> dict:
+  """tau(a) / tau(b) - 1 of two spec rows that ran the same prompts and keys, with a
+  95% percentile-bootstrap interval that resamples prompts for both at once."""
+  from experiments.bootstrap import bootstrap_ci
+  x = np.array([[aa + ac, ac, ba + bc, bc] for aa, ac, ba, bc in zip(
+      a["accepted_per_prompt"], a["target_calls_per_prompt"], b["accepted_per_prompt"],
+      b["target_calls_per_prompt"])], np.float64)
+  stat = lambda s: (s[:, 0].sum() / s[:, 1].sum()) / (s[:, 2].sum() / s[:, 3].sum()) - 1
+  lo, hi = bootstrap_ci(x, statistic=stat, seed=seed)
+  return {"diff": float(stat(x)), "ci95": (lo, hi), "prompts": len(x)}
+
+
+def block_vs_token_table() -> str:
+  """Block verification vs token-level (lossless) on the same EAGLE-3 chain drafts,
+  per K and T: tau of each, the paired gain with its interval, MDE and verdict
+  against the paper's +7-10%."""
+  recs = [json.loads(line) for line in open(_path(BLOCK_VS_TOKEN))]
+  spec = {(r["config"]["rule"], r["config"]["num_draft"], r["config"]["temperature"]):
+          r["result"] for r in recs if r["config"]["kind"] == "spec"}
+  rows = []
+  for (rule, k, t), blk in sorted(spec.items(), key=lambda kv: (kv[0][2], kv[0][1])):
+    if rule != "block" or ("lossless", k, t) not in spec:
+      continue
+    tok = spec["lossless", k, t]
+    g = _paired_tau_gain(blk, tok)
+    rows.append([f"{t:g}", str(k), f"{tok['tau']:.2f}", f"{blk['tau']:.2f}",
+                 f"{g['diff']:+.3f} {_ci(g['ci95'])}", str(g["prompts"]),
+                 f"{width_mde80(g['ci95']):.3f}",
+                 hs.verdict(g["ci95"], pc.block_gain_mean())])
+  return _table(["T", "K", "tau token-level", "tau block", "block / token-level - 1 "
+                 "[95% CI, paired over prompts]", "prompts", "MDE (80% power)",
+                 "verdict (paper +7% to +10%)"], rows)
+
+
 def claims_speed() -> str:
   """Section 5 of docs/results.md: the speed records that are committed."""
   small = _spec_rows(f"{RESULTS}/small_models_drafters.json")
@@ -532,4 +588,6 @@ TABLES = {
     "tree_shapes_smollm2": tree_shapes_table,
     "small_models_drafters": small_models_table,
     "drafters_smollm2": drafters_table,
+    "layer_stack": layer_stack_table,
+    "block_vs_token_smollm2": block_vs_token_table,
 }
