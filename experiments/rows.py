@@ -59,16 +59,17 @@ def path_rule_names(rules: list[tuple[str, dict]]) -> list[str]:
 
 
 def check_path_rules_on_trees(rules: list[tuple[str, dict]], drafters) -> None:
-  """``ValueError`` naming the rule and drafter when a path rule (chains only) is
-  asked of a tree drafter: trees need a tree path rule, not implemented yet."""
+  """``ValueError`` naming the rule and drafter when a chain-only path rule (e.g.
+  block) is asked of a tree drafter: trees take node rules or tree rules
+  (``traversal``)."""
   path = path_rule_names(rules)
   from specjax.decoding.drafter_factory import KINDS, TREE_KINDS
   trees = [d for d in drafters if d in TREE_KINDS]
   if path and trees:
     raise ValueError(f"rules={path} are path rules for chain drafters; drafters={trees} "
-                     f"propose trees, which need a tree path rule (traversal verification, "
-                     f"not implemented yet); allowed drafters for them: "
-                     f"{[d for d in KINDS if d not in TREE_KINDS]}")
+                     f"propose trees, which take node rules or a tree rule (e.g. "
+                     f"'traversal', the tree analogue of block verification); allowed "
+                     f"drafters for {path}: {[d for d in KINDS if d not in TREE_KINDS]}")
 
 
 def validate_config(c) -> None:
