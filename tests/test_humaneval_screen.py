@@ -187,10 +187,18 @@ def test_pilot_chooses_the_more_capable_style_with_a_paired_difference():
   assert out["choice"] == "completion"
   assert out["rows"]["chat"]["pass@1"] == pytest.approx(0.1)
   assert out["rows"]["completion"]["outcomes"]["error"] == 21
-  d = out["completion_minus_chat"]
+  d = out["completion_minus"]["chat"]
   assert d["diff"] == pytest.approx(0.2) and d["ci95"][0] > 0 and d["problems"] == 30
   tie = hp.compare({"chat": cells["chat"], "completion": cells["chat"]}, {})
   assert tie["choice"] == "chat"
+  # a partial chat run: compared over its 10 problems only (completion passes 9 of
+  # them, chat 3), not by pass@1 over different problem sets
+  part = {"chat@512": {t: v for t, v in cells["chat"].items() if t in tasks[:10]},
+          "completion": cells["completion"]}
+  out2 = hp.compare(part, {})
+  assert out2["completion_minus"]["chat@512"]["problems"] == 10
+  assert out2["completion_minus"]["chat@512"]["diff"] == pytest.approx(0.6)
+  assert out2["choice"] == "completion" and out2["choice_against"] == "chat@512"
   assert "**completion**" in hp.markdown(out, None)
   with pytest.raises(ValueError, match="'fim:x'"):
     hp.parse_dirs(["fim:x"], "greedy")
