@@ -481,6 +481,36 @@ def layer_stack_table() -> str:
                  "same tokens"], rows)
 
 
+MAIN_JOB = f"{RESULTS}/benchmark_smollm2/benchmark.jsonl"
+
+
+def main_job_table() -> str:
+  """README command 1's rows (``experiments/benchmark.py``, defaults): tau with its
+  interval over prompts, tokens/s, speedup over target-only (one repeat: no
+  interval), agreement with target greedy at T = 0, and each row's wall time."""
+  recs = [json.loads(line) for line in open(_path(MAIN_JOB))]
+  rows = []
+  for r in recs:
+    cfg, res = r["config"], r["result"]
+    spec = cfg["kind"] == "spec"
+    tau = (f"{res['tau']:.2f} {_ci(res['tau_ci'], '.2f')}" if spec and res.get("tau_ci")
+           else f"{res['tau']:.2f}" if spec else "-")
+    agree = f"{res['agree_exact']:.2f}" if cfg["temperature"] == 0 else "-"
+    rows.append([cfg["drafter"], cfg["method"], f"{cfg['temperature']:g}", tau,
+                 f"{res['tokens_per_s']:.1f}", f"{res['speedup']:.2f}" if spec else "1",
+                 agree, f"{res['wall_s']:.0f}"])
+  prov = recs[0]["provenance"]
+  end = recs[-1]["provenance"]
+  note = (f"\n\nRecord `{MAIN_JOB}`: `{prov['command']}` at commit "
+          f"`{(prov['git_commit'] or '?')[:10]}`, {prov['cpus']} CPUs, load "
+          f"{prov['load_average'][0]:.2f} at the start and "
+          f"{end['load_average_end'][0]:.2f} at the end (1-minute averages); rows' wall "
+          f"times sum to {sum(x['result']['wall_s'] for x in recs):.0f} s.")
+  return _table(["drafter", "rule", "T", "tau [95% CI over prompts]", "tokens/s",
+                 "speedup (one repeat)", "agrees with target greedy", "row wall s"],
+                rows) + note
+
+
 BLOCK_VS_TOKEN = f"{RESULTS}/block_vs_token_smollm2/sweep_k_smollm2.jsonl"
 
 
@@ -590,4 +620,5 @@ TABLES = {
     "drafters_smollm2": drafters_table,
     "layer_stack": layer_stack_table,
     "block_vs_token_smollm2": block_vs_token_table,
+    "main_job_smollm2": main_job_table,
 }
