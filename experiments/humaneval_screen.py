@@ -47,9 +47,9 @@ sometimes but not always at this temperature), not on all 164: a problem the tar
 never solves can only lose nothing, and one it always solves can only be lost; both
 are left out, which is stated with every number.
 
-    python -m experiments.humaneval_screen --stage=screen --style=completion
-    python -m experiments.humaneval_screen --stage=paired --style=completion \
-        --methods=eagle3_chain:lossless,eagle3_chain:mars:theta=0.9
+    python -m experiments.humaneval_screen --stage=screen      # chat prompts (the pilot's
+    python -m experiments.humaneval_screen --stage=paired \     # choice), 512 tokens
+        --methods=eagle3_chain:mars:theta=0.9,eagle3_tree:mars:theta=0.9,eagle3_tree:lossless
 
 Records go to ``--output_dir/screen.jsonl`` (one record per stage, method, problem and
 block of ``--batch_size`` samples; resumable: a rerun skips finished blocks), with
@@ -70,14 +70,12 @@ from experiments.humaneval_methods import Method
 
 FLAGS = flags.FLAGS
 STAGES = ("screen", "paired")
-# Token cap per prompt style when --max_new_tokens is not given (as in humaneval_eval).
-DEFAULT_MAX_NEW_TOKENS = {"chat": 384, "completion": 512}
 MDE_FACTOR = NormalDist().inv_cdf(0.975) + NormalDist().inv_cdf(0.80)  # ~2.80
 
 
 def define_flags():
   flags.DEFINE_string("model", "smollm2-135m-instruct", "registered name, .gguf file or HF dir")
-  flags.DEFINE_enum("style", "completion", ["chat", "completion"], "prompt style "
+  flags.DEFINE_enum("style", "chat", ["chat", "completion"], "prompt style "
                     "(specjax.data.humaneval)")
   flags.DEFINE_enum("stage", "screen", list(STAGES), "screen: target samples on every "
                     "problem; paired: the screening (resumed), then target and --methods on "
@@ -92,8 +90,7 @@ def define_flags():
   flags.DEFINE_float("temperature", 1.0, "sampling temperature of both stages (> 0)")
   flags.DEFINE_integer("screen_samples", 10, "target samples per problem in the screening")
   flags.DEFINE_integer("paired_samples", 20, "samples per selected problem and method")
-  flags.DEFINE_integer("max_new_tokens", None, "tokens per answer (default 512 with "
-                       "--style=completion, 384 with chat)")
+  flags.DEFINE_integer("max_new_tokens", 512, "tokens per answer")
   flags.DEFINE_integer("batch_size", 10, "rows per call: consecutive samples of one problem")
   flags.DEFINE_integer("round_tokens", 64, "screening: decode in rounds of N tokens, dropping "
                        "finished rows (EOS, cap, a raw completion past a stop sequence) after "
@@ -278,8 +275,6 @@ def report_markdown(title: str, screen: dict, rows: list[dict], power: list[dict
 
 def check_flags() -> list[Method]:
   """Every flag checked before any model loads; returns the paired-stage methods."""
-  if FLAGS.max_new_tokens is None:
-    FLAGS.max_new_tokens = DEFAULT_MAX_NEW_TOKENS[FLAGS.style]
   for name in ("screen_samples", "paired_samples", "max_new_tokens", "batch_size", "limit"):
     if getattr(FLAGS, name) < 1:
       raise app.UsageError(f"--{name}={getattr(FLAGS, name)} must be >= 1")
