@@ -418,7 +418,7 @@ def main():
     paired_cfgs = stage_configs("paired", chosen, methods, **common,
                                 round_tokens=FLAGS.paired_round_tokens)
     wanted |= {c["key"] for c in paired_cfgs}
-    records = sweep.run_sweep(paired_cfgs, evaluate, path, desc="paired")
+    records = records + sweep.run_sweep(paired_cfgs, evaluate, path, desc="paired")
   elif FLAGS.stage == "paired":
     wanted |= {r["key"] for r in records_of(records, "paired")
                if r["key"].startswith(settings)}

@@ -291,3 +291,39 @@ def test_rounds_drop_finished_rows_and_keep_greedy_rows(tiny):
     assert c == r[:r.index(one[0][1]) + 1] if one[0][1] in r else c == r
   with pytest.raises(ValueError, match="round_tokens=-1"):
     run_method(Method("target"), target, tp, None, prompts, **common, round_tokens=-1)
+
+
+@pytest.mark.slow
+def test_binary_screens_selects_and_runs_the_paired_stage_resumably(tmp_path):
+  """End to end on the random "tiny" set (default tokenizer, raw completions, 8 tokens):
+  the screening of 2 problems x 3 samples; one screening sample of problem 0 is then
+  marked passed (c = 1 of 3: selected); the paired stage runs the target and a
+  target-side matched baseline on problem 0 only, on fresh samples 3 and 4, and a rerun
+  adds no record."""
+  import json
+  common = [sys.executable, "-m", "experiments.humaneval_screen", "--model=tiny",
+            "--style=completion", "--limit=2", "--screen_samples=3", "--max_new_tokens=8",
+            "--round_tokens=4", "--batch_size=3", f"--output_dir={tmp_path}"]
+  run = lambda *a: subprocess.run(common + list(a), cwd=ROOT, capture_output=True, text=True,
+                                  timeout=600)
+  out = run("--stage=screen")
+  assert out.returncode == 0, out.stderr[-2000:]
+  path = tmp_path / "screen.jsonl"
+  lines = [json.loads(l) for l in path.read_text().splitlines()]
+  assert len(lines) == 2 and all(r["config"]["stage"] == "screen" for r in lines)
+  lines[0]["result"]["problems"][0]["passed"] = True  # problem 0: 1 of 3
+  path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+  paired = ("--stage=paired", "--methods=baseline:target:typical:eps=0.09", "--paired_samples=2")
+  out = run(*paired)
+  assert out.returncode == 0, out.stderr[-2000:]
+  summary = json.loads((tmp_path / "screen_summary.json").read_text())
+  assert summary["screen"]["selected_tasks"] == ["HumanEval/0"]
+  rows = {r["method"]: r for r in summary["rows"]}
+  assert set(rows) == {"target", "baseline:target:typical:eps=0.09"}
+  assert all(r["problems"] == 1 and r["samples_per_problem"] == 2 for r in rows.values())
+  recs = [json.loads(l) for l in path.read_text().splitlines()]
+  samples = {p["sample"] for r in recs if r["config"]["stage"] == "paired"
+             for p in r["result"]["problems"]}
+  assert samples == {3, 4} and len(recs) == 4
+  out = run(*paired)
+  assert out.returncode == 0 and len(path.read_text().splitlines()) == 4
