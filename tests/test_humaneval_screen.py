@@ -261,6 +261,7 @@ def test_paired_stage_without_methods_fails_before_loading(tmp_path):
   assert out.returncode != 0 and "--stage=paired needs --methods" in out.stderr
 
 
+@pytest.mark.slow  # --round_tokens is an opt-in speed-up; one compile per round length (12 s)
 def test_rounds_drop_finished_rows_and_keep_greedy_rows(tiny):
   """run_method in rounds (tiny random target, greedy, 2-token rounds, cap 4): with no
   stop rule every row equals the single call's (re-prefilling the tokens so far gives

@@ -169,14 +169,24 @@ def test_same_result_on_1_and_8_devices(pair):
                                mesh=parallel.make_mesh(8), **kw)
   assert one.to_lists() == eight.to_lists()
   np.testing.assert_array_equal(one.stats.accepted, eight.stats.accepted)
-  mesh = parallel.make_mesh(4, 2)
-  tensor = speculative_generate(target, parallel.shard_params(target, tp, mesh), d, dp,
-                                verifiers.get("lossless"), prompts, mesh=mesh, **kw)
-  assert one.to_lists() == tensor.to_lists()
   # Target-only generation shards the same way.
   g1 = generate(target, tp, prompts, **kw)
   g8 = generate(target, tp, prompts, mesh=parallel.make_mesh(8), **kw)
   assert g1.to_lists() == g8.to_lists()
+
+
+@pytest.mark.slow  # tests/test_tensor_parallel.py runs data x model meshes in the default suite
+def test_same_result_on_a_4x2_tensor_parallel_mesh(pair):
+  target, tp, draft, dp = pair
+  prompts = _ragged_prompts(11, 32, seed=4)
+  samp = SamplingConfig(temperature=1.0)
+  kw = dict(max_new_tokens=12, sampling=samp, key=jax.random.key(3), eos_token_id=None)
+  d = LMDrafter(3, samp, draft)
+  one = speculative_generate(target, tp, d, dp, verifiers.get("lossless"), prompts, **kw)
+  mesh = parallel.make_mesh(4, 2)
+  tensor = speculative_generate(target, parallel.shard_params(target, tp, mesh), d, dp,
+                                verifiers.get("lossless"), prompts, mesh=mesh, **kw)
+  assert one.to_lists() == tensor.to_lists()
 
 
 def test_no_recompilation_within_a_bucket(pair):

@@ -252,7 +252,7 @@ def reference():
 
 # Default suite: every mesh once (a chain, a tree and target-only generation,
 # greedy and sampled between them); the full matrix (3 meshes x 6 programs) is
-# slow. tests/test_speculative.py adds a sampled chain on a 4 x 2 mesh.
+# slow, as is tests/test_speculative.py's sampled chain on a 4 x 2 mesh.
 FAST = {("llama", 2, 4): ("tree/greedy",),
         ("llama", 4, 2): ("tree/sampled",),
         ("smol", 1, 3): ("generate/greedy",)}
