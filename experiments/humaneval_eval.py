@@ -161,6 +161,23 @@ def _file_sha256(path: str) -> str:
   return h.hexdigest()
 
 
+def load_run(methods):
+  """``(problems, model set, prompt ids, method fingerprints)`` of a HumanEval run from
+  the flags (``--model``, ``--limit``, ``--style``): only the drafters the methods use
+  are loaded; prompts are chat renderings or raw completion prompts."""
+  from experiments.model_sets import load_model_set
+  from specjax.data import humaneval
+  problems = humaneval.load_problems()[:FLAGS.limit]
+  assets = {m.asset for m in methods if m.asset}
+  ms = load_model_set(FLAGS.model, draft="draft" if "draft" in assets else "",
+                      eagle="eagle3" if "eagle3" in assets else "")
+  if FLAGS.style == "chat":
+    prompts = [ms.encode_chat(humaneval.chat_messages(p)) for p in problems]
+  else:
+    prompts = [ms.tokenizer.encode(humaneval.completion_prompt(p)).ids for p in problems]
+  return problems, ms, prompts, _method_fingerprints(ms, methods, assets)
+
+
 def _method_fingerprints(ms, methods, assets) -> dict:
   """``{spec: Method.fingerprint}`` over the weights of the shipped drafters used."""
   source = {"draft": "draft", "eagle3": "eagle"}  # asset kind -> ModelSet.sources entry
@@ -236,19 +253,10 @@ def main():
     raise app.UsageError(f"--summarize_only: no records at {results_path} "
                          f"(--output_dir={FLAGS.output_dir!r})")
   from experiments import sweep
-  from experiments.model_sets import load_model_set
   from specjax.data import humaneval
 
   print("methods:", ", ".join(m.spec + (" (T > 0)" if m.sampled_only else "") for m in methods))
-  problems = humaneval.load_problems()[:FLAGS.limit]
-  assets = {m.asset for m in methods if m.asset}
-  ms = load_model_set(FLAGS.model, draft="draft" if "draft" in assets else "",
-                      eagle="eagle3" if "eagle3" in assets else "")
-  if FLAGS.style == "chat":
-    prompts = [ms.encode_chat(humaneval.chat_messages(p)) for p in problems]
-  else:
-    prompts = [ms.tokenizer.encode(humaneval.completion_prompt(p)).ids for p in problems]
-  fingerprints = _method_fingerprints(ms, methods, assets)
+  problems, ms, prompts, fingerprints = load_run(methods)
   os.makedirs(FLAGS.output_dir, exist_ok=True)
   settings = f"{ms.sha256[:8]}-{humaneval.PROMPT_FORMS[FLAGS.style]}-n{FLAGS.max_new_tokens}" \
              f"-seed{FLAGS.seed}" + (f"-r{FLAGS.round_tokens}" if FLAGS.round_tokens else "")

@@ -375,19 +375,10 @@ def main():
   methods = check_flags()
   path = os.path.join(FLAGS.output_dir, "screen.jsonl")
   from experiments import sweep
-  from experiments.humaneval_eval import _method_fingerprints
-  from experiments.model_sets import load_model_set
+  from experiments.humaneval_eval import load_run
   from specjax.data import humaneval
 
-  problems = humaneval.load_problems()[:FLAGS.limit]
-  assets = {m.asset for m in methods if m.asset}
-  ms = load_model_set(FLAGS.model, draft="draft" if "draft" in assets else "",
-                      eagle="eagle3" if "eagle3" in assets else "")
-  if FLAGS.style == "chat":
-    prompts = [ms.encode_chat(humaneval.chat_messages(p)) for p in problems]
-  else:
-    prompts = [ms.tokenizer.encode(humaneval.completion_prompt(p)).ids for p in problems]
-  fps = _method_fingerprints(ms, methods, assets)
+  problems, ms, prompts, fps = load_run(methods)
   os.makedirs(FLAGS.output_dir, exist_ok=True)
   settings = f"{ms.sha256[:8]}-{humaneval.PROMPT_FORMS[FLAGS.style]}-n{FLAGS.max_new_tokens}" \
              f"-seed{FLAGS.seed}"
