@@ -61,8 +61,10 @@ def define_flags() -> None:
   flags.DEFINE_list("drafters", ["lookup_chain", "eagle_chain", "eagle_tree"],
                     "any of: chain (draft LM), tree (static tree of the draft LM), eagle_chain, "
                     "eagle_tree (EAGLE head, EAGLE-2 dynamic tree), lookup_chain (prompt lookup, "
-                    "K = --k), suffix_tree (SuffixDecoding-style frequency tree); the last two "
-                    "need no model")
+                    "K = --k), suffix_tree (SuffixDecoding-style frequency tree) -- these two need "
+                    "no model -- and rsd_tree / eagle_rsd_tree (the --tree_paths tree with "
+                    "children drawn without replacement: RSD; lossless at T > 0, e.g. with "
+                    "--verifiers=lossless,traversal)")
   flags.DEFINE_integer("k", 4, "draft length K for chains")
   flags.DEFINE_string("tree_paths", "[[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0], [0, 0, 1], "
                       "[0, 0, 0, 0]]", "static tree of the draft LM as a JSON list of rank paths")

@@ -47,13 +47,15 @@ def build(ctx: Context, row: dict):
   else:
     verifier, target_samp = rule, samp
   d = row["drafter"]
-  if d in ("eagle_chain", "eagle_tree") and ctx.eagle is None:
+  if d in ("eagle_chain", "eagle_tree", "eagle_rsd_tree") and ctx.eagle is None:
     raise ValueError(f"drafter {d!r} needs config.eagle_dir")
   suffix = d == "suffix_tree"
+  # static trees (top-k children, or drawn without replacement: RSD) take config.tree_paths
+  static = d in ("tree", "rsd_tree", "eagle_rsd_tree")
   drafter, params = make_drafter(
       d, samp, ctx.sources, num_draft=row["num_draft"], top_k=int(ctx.c.eagle_top_k),
       total_tokens=int(row.get("total_tokens", 16)) if suffix else int(ctx.c.eagle_total_tokens),
-      paths=tree_paths(ctx.c) if d == "tree" else None)
+      paths=tree_paths(ctx.c) if static else None)
   return drafter, params, verifier, target_samp
 
 
