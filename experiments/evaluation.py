@@ -37,7 +37,8 @@ def build(ctx: Context, row: dict):
   """``(drafter, draft_params, verifier, target_sampling)`` of a spec row (the drafter
   from :func:`specjax.decoding.drafter_factory.make_drafter`)."""
   from specjax import verifiers
-  from specjax.decoding.drafter_factory import make_drafter
+  from specjax.decoding.drafter_factory import (STATIC_TREE_KINDS, drafter_kind, make_drafter,
+                                                needs)
   from specjax.verifiers.baselines import matched_baseline
   samp = _sampling(row["temperature"])
   rule = verifiers.get(row["rule"], **row["hparams"])
@@ -47,11 +48,10 @@ def build(ctx: Context, row: dict):
   else:
     verifier, target_samp = rule, samp
   d = row["drafter"]
-  if d in ("eagle_chain", "eagle_tree", "eagle_rsd_tree") and ctx.eagle is None:
+  if needs(d) == "eagle" and ctx.eagle is None:
     raise ValueError(f"drafter {d!r} needs config.eagle_dir")
   suffix = d == "suffix_tree"
-  # static trees (top-k children, or drawn without replacement: RSD) take config.tree_paths
-  static = d in ("tree", "rsd_tree", "eagle_rsd_tree")
+  static = drafter_kind(d) in STATIC_TREE_KINDS  # top-k or RSD children: config.tree_paths
   drafter, params = make_drafter(
       d, samp, ctx.sources, num_draft=row["num_draft"], top_k=int(ctx.c.eagle_top_k),
       total_tokens=int(row.get("total_tokens", 16)) if suffix else int(ctx.c.eagle_total_tokens),

@@ -43,6 +43,7 @@ KINDS = ("chain", "tree", "eagle_chain", "eagle_tree", "lookup_chain", "suffix_t
          "rsd_tree", "eagle_rsd_tree")
 TREE_KINDS = ("tree", "eagle_tree", "suffix_tree", "rsd_tree", "eagle_rsd_tree")
 MODEL_FREE_KINDS = ("lookup_chain", "suffix_tree")
+STATIC_TREE_KINDS = ("tree", "rsd_tree", "eagle_rsd_tree")  # built from rank paths (paths=)
 ALIASES = {"lm_chain": "chain", "draft_chain": "chain",
            "eagle1_chain": "eagle_chain", "eagle3_chain": "eagle_chain",
            "eagle1_tree": "eagle_tree", "eagle3_tree": "eagle_tree",
