@@ -14,7 +14,7 @@ Each part runs on synthetic families and on real contexts: see
 :mod:`experiments.proposition_reports` draws the figures and writes the tables.
 
 Output (``--output_dir``): ``records.jsonl`` -- one JSON line per
-configuration ``{"key", "config", "result"}`` written by the generic resumable
+configuration ``{"key", "config", "result", "provenance"}`` written by the generic resumable
 runner :mod:`experiments.sweep` (atomic append; a restart skips configurations
 whose key is already there -- the key includes a hash of the settings that
 produce it; non-finite floats are stored as ``null``, i.e. ``KL = +inf``

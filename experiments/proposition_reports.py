@@ -20,7 +20,7 @@ def _nan_for_null(x):
 
 
 def flatten(records: list[dict]) -> list[dict]:
-  """``{"key", "config", "result"}`` sweep records -> flat dicts (``null`` -> nan)."""
+  """``{"key", "config", "result", "provenance"}`` sweep records -> flat dicts (``null`` -> nan)."""
   out = []
   for r in records:
     if "config" in r and "result" in r:

@@ -21,7 +21,7 @@ Parts (each on synthetic families and on real contexts of the default models):
     (:mod:`specjax.analysis.margins`).
 
 :func:`run` writes ``<output_dir>/records.jsonl`` -- one JSON line per
-configuration ``{"key", "config", "result"}`` written by the generic resumable
+configuration ``{"key", "config", "result", "provenance"}`` written by the generic resumable
 runner :mod:`experiments.sweep` (atomic append; a restart skips configurations
 whose key is already there -- the key includes a hash of the settings that
 produce it; non-finite floats are stored as ``null``, i.e. ``KL = +inf``
@@ -360,7 +360,7 @@ def run(c, output_dir: str, models: str) -> list[dict]:
   """Run every configuration not yet in ``<output_dir>/records.jsonl``; return all records.
 
   Uses :func:`experiments.sweep.run_sweep`; returns the sweep records
-  (``{"key", "config", "result"}``) of this run's plan.
+  (``{"key", "config", "result", "provenance"}``) of this run's plan.
   """
   from experiments import sweep
   os.makedirs(output_dir, exist_ok=True)

@@ -58,7 +58,9 @@ def test_binary_end_to_end_and_restart(tmp_path):
   path = os.path.join(out, lp.RECORDS)
   keys = [r["key"] for r in records]
   assert len(keys) == len(set(keys))
-  assert all(set(r) == {"key", "config", "result"} for r in records)  # experiments.sweep format
+  # experiments.sweep format: every record also says how it was made
+  assert all(set(r) == {"key", "config", "result", "provenance"} for r in records)
+  assert all(r["provenance"]["command"] for r in records)
   flat = reports.flatten(records)
   parts = {(r["part"], r["source"]) for r in flat}
   for part in ("sd", "eagle", "truncation", "alignment"):
