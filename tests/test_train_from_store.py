@@ -172,6 +172,48 @@ def test_distill_loss_equals_dense_cross_entropy(tiny):
     distill.draft_config(TC, num_layers=9)
 
 
+def test_token_budget_and_mixture(tiny):
+  """Equal-token comparisons: a budget keeps the stream-order prefix of the training
+  windows that first reaches it (held-out untouched); a mixture batches the union of
+  its parts' windows, each window gathered exactly as its part would."""
+  _, _, store = tiny
+  full = _batcher(store, layers=(4,), eval_permille=300)
+  per = store_batching.window_targets(store, full.windows)
+  assert per.min() >= 1  # every kept window has a target position
+  budget = int(per[:3].sum()) - 1  # reached inside the third window
+  cut = _batcher(store, layers=(4,), eval_permille=300, max_target_tokens=budget)
+  np.testing.assert_array_equal(cut.windows, full.windows[:3])
+  assert cut.describe()["target_tokens"] == per[:3].sum() >= budget > per[:2].sum()
+  big = _batcher(store, layers=(4,), eval_permille=300, max_target_tokens=10**9)
+  np.testing.assert_array_equal(big.windows, full.windows)
+  held = [_batcher(store, layers=(4,), split="heldout", eval_permille=300, max_target_tokens=m)
+          for m in (0, 1)]
+  np.testing.assert_array_equal(held[0].windows, held[1].windows)
+  with pytest.raises(ValueError, match="max_target_tokens=-1"):
+    _batcher(store, max_target_tokens=-1)
+
+  mix = store_batching.MixedBatcher([cut, full])
+  assert mix.num_windows == cut.num_windows + full.num_windows
+  assert mix.num_shards == [cut.num_shards, full.num_shards]
+  rows = [0, 2, 3, mix.num_windows - 1]  # part 0, part 0, part 1's first, part 1's last
+  got = mix.gather(rows)
+  want = [cut.gather([0]), cut.gather([2]), full.gather([0]), full.gather([full.num_windows - 1])]
+  for k in got:
+    axis = 1 if k == "features" else 0
+    np.testing.assert_array_equal(got[k], np.concatenate([w[k] for w in want], axis=axis))
+  st = DataState(seed=1, step=2)
+  for k, v in mix.batch(st).items():
+    np.testing.assert_array_equal(v, store_batching.MixedBatcher([cut, full]).batch(st)[k])
+  np.testing.assert_array_equal(draft_vocab.argmax_counts(mix, V),
+                                draft_vocab.argmax_counts(cut, V)
+                                + draft_vocab.argmax_counts(full, V))
+  d = mix.describe()
+  assert d["target_tokens"] == cut.describe()["target_tokens"] + full.describe()["target_tokens"]
+  with pytest.raises(ValueError, match="parts disagree on batch_size"):
+    store_batching.MixedBatcher([cut, store_batching.StoreBatcher(
+        store, store_batching.StoreBatchConfig(window=T, batch_size=2, feature_layers=(4,)))])
+
+
 def test_coverage_and_draft_maps_by_hand(tiny):
   counts = np.array([0, 5, 0, 3, 2, 0, 0, 0])
   assert draft_vocab.coverage(counts, (1, 2, 3, 8)) == {1: 0.5, 2: 0.8, 3: 1.0, 8: 1.0}

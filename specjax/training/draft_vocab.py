@@ -25,8 +25,8 @@ def argmax_counts(batcher, vocab_size: int) -> np.ndarray:
   """int64 ``[V]``: how often each id is the target's argmax at a target position
   (``mask[s] = 1``) of the batcher's windows."""
   counts = np.zeros((vocab_size,), np.int64)
-  for shard, s, n, end in batcher.windows:
-    sh = batcher.store.shard(int(shard))
+  for store, shard, s, n, end in batcher.window_rows():
+    sh = store.shard(shard)
     m = np.asarray(sh["loss_mask"][s + 1:min(s + n + 1, end)]) == 1
     top1 = np.asarray(sh["topk_ids"][s:s + len(m), 0])[m]
     if len(top1) and (top1.min() < 0 or top1.max() >= vocab_size):

@@ -52,7 +52,8 @@ class StoreTrainer(loop.TrainLoop):
     loss: hashable ``loss(params, frozen, batch, key) -> (loss, metrics)``.
     frozen: the frozen params the loss reads (target embedding / LM head), or {}.
     init_params: ``key -> params`` of a fresh run.
-    train_batcher, eval_batcher: :class:`~specjax.training.store_batching.StoreBatcher`.
+    train_batcher, eval_batcher: :class:`~specjax.training.store_batching.StoreBatcher` or
+      :class:`~specjax.training.store_batching.MixedBatcher`.
     record: JSON facts written to training.json; its ``kind`` and ``target_sha256``
       must match an existing run's in ``workdir``.
   """
@@ -66,7 +67,7 @@ class StoreTrainer(loop.TrainLoop):
     optimizer, self._train_step, self._eval = _compiled(loss, optim_cfg)
     self.eval_batcher = eval_batcher
     self.record = dict(record or {})
-    self.record.setdefault("target_sha256", train_batcher.store.manifest["target_sha256"])
+    self.record.setdefault("target_sha256", train_batcher.target_sha256)
     if workdir:
       self._check_workdir(workdir)
     eval_set = (eval_batcher.eval_batches(cfg.eval_batches)
