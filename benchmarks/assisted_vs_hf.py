@@ -42,7 +42,7 @@ FLAGS = flags.FLAGS
 
 def define_flags() -> None:
   """The flags of this binary, defined on its main path only (never at import:
-  several binaries share one process in the tests; experiments/cli.py)."""
+  several binaries share one process in the tests; experiments/common/cli.py)."""
   flags.DEFINE_string("model", "smollm2-135m-instruct", "registered real model or .gguf file")
   flags.DEFINE_string("draft", "draft", "draft LM: 'draft' (shipped) or a shipped-form directory")
   flags.DEFINE_integer("k", 4, "draft tokens per step on both sides")
@@ -99,8 +99,8 @@ def main(argv):
   import jax
   import torch
 
-  from experiments.model_sets import load_model_set
-  from experiments.prompts import load_chat_prompts
+  from experiments.common.model_sets import load_model_set
+  from experiments.common.prompts import load_chat_prompts
   from specjax import verifiers
   from specjax.decoding.autoregressive import generate
   from specjax.decoding.drafter_factory import make_drafter

@@ -50,7 +50,7 @@ FLAGS = flags.FLAGS
 
 def define_flags() -> None:
   """The flags of this binary, defined on its main path only (never at import:
-  several binaries share one process in the tests; experiments/cli.py)."""
+  several binaries share one process in the tests; experiments/common/cli.py)."""
   flags.DEFINE_string("checkpoint", "", "HF checkpoint dir; 'default' = specjax/models/assets/"
                       "target; empty = a random Llama of the size given below")
   flags.DEFINE_integer("vocab", 8192, "random model: vocabulary size")

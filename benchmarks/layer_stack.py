@@ -38,7 +38,7 @@ MODES = ("rolled", "unrolled")
 
 def define_flags():
   flags.DEFINE_list("models", ["default", "smollm2-135m-instruct"],
-                    "model sets (experiments.model_sets.load_model_set names) with a draft LM")
+                    "model sets (experiments.common.model_sets.load_model_set names) with a draft LM")
   flags.DEFINE_integer("max_new_tokens", 64, "tokens generated per call")
   flags.DEFINE_integer("num_draft", 4, "K of the draft-LM chain")
   flags.DEFINE_integer("repeats", 5, "timed calls per (model, workload, mode) after the first")
@@ -112,8 +112,8 @@ def main(argv):
   import jax
   jax.config.update("jax_enable_compilation_cache", False)
 
-  from experiments.model_sets import load_model_set
-  from experiments.prompts import load_eval_prompts
+  from experiments.common.model_sets import load_model_set
+  from experiments.common.prompts import load_eval_prompts
   from specjax import provenance
   stamp = provenance.stamp()
   rows = []
@@ -122,7 +122,7 @@ def main(argv):
     if ms.draft is None:
       raise app.UsageError(f"--models entry {name!r} has no draft LM")
     if ms.is_chat:
-      from experiments.prompts import load_chat_prompts
+      from experiments.common.prompts import load_chat_prompts
       prompts = [list(p.ids) for p in load_chat_prompts(ms.encode_chat, 1, sets=("sharegpt",))]
     else:
       prompts = [list(p.ids) for p in load_eval_prompts(1, tokenizer=ms.tokenizer)]

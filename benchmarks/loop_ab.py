@@ -25,7 +25,7 @@ from specjax import distributions
 from specjax import verifiers
 from specjax.decoding.drafter_factory import DraftSources, make_drafter
 from specjax.distributions import SamplingConfig
-from experiments.prompts import load_eval_prompts
+from experiments.common.prompts import load_eval_prompts
 
 
 def main(argv):

@@ -45,7 +45,7 @@ FLAGS = flags.FLAGS
 
 def define_flags() -> None:
   """The flags of this binary, defined on its main path only (never at import:
-  several binaries share one process in the tests; experiments/cli.py)."""
+  several binaries share one process in the tests; experiments/common/cli.py)."""
   flags.DEFINE_string("target_dir", "", "HF checkpoint dir of the target (default: embedded "
                       "target)")
   flags.DEFINE_string("draft_dir", "", "HF checkpoint dir of the draft (default: embedded draft)")
@@ -76,13 +76,13 @@ def define_flags() -> None:
 def load_models():
   """``(t_dir, d_dir, target, tp, draft, dp, tok, model_set)``; a dir is None when
   the model has no HF checkpoint directory (then there is no transformers peer).
-  ``model_set`` (:func:`experiments.model_sets.load_model_set`) is set for a real
+  ``model_set`` (:func:`experiments.common.model_sets.load_model_set`) is set for a real
   ``--target``: its shipped draft LM and EAGLE-3 head are the drafters."""
   from specjax.models import defaults, hf
   from specjax.models.transformer import Model
   ms = None
   if FLAGS.target:
-    from experiments.model_sets import load_model_set
+    from experiments.common.model_sets import load_model_set
     needs_eagle = any(d.startswith("eagle") for d in FLAGS.drafters)
     ms = load_model_set(FLAGS.target, draft="" if FLAGS.random_draft_layers > 0
                         else (FLAGS.draft_dir or "draft"),
@@ -191,7 +191,7 @@ def make_drafter(name, k, samp, draft, dp, target, tp, model_set=None):
                              "EAGLE-3 head (use eagle3_chain or eagle3_tree:N)")
       eagle = model_set.eagle
     else:
-      from experiments.model_sets import load_model_set
+      from experiments.common.model_sets import load_model_set
       eagle = load_model_set("default", draft="", eagle=head).eagle
   sources = drafter_factory.DraftSources.build(target, tp, draft, dp, eagle)
   return drafter_factory.make_drafter(kind, samp, sources, num_draft=k, top_k=top_k,
@@ -205,7 +205,7 @@ def _ms(sec: float) -> float:
 def _chat_or_code_prompts(ms, tok, n: int) -> list:
   """``n`` held-out prompts: ShareGPT + HumanEval chat prompts for a real chat target,
   else code prefixes of the stdlib corpus."""
-  from experiments.prompts import load_chat_prompts, load_eval_prompts
+  from experiments.common.prompts import load_chat_prompts, load_eval_prompts
   if ms is not None and ms.is_chat:
     return [list(p.ids) for p in load_chat_prompts(ms.encode_chat, n,
                                                    max_tokens=FLAGS.max_prompt_tokens)]

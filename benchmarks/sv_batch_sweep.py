@@ -1,6 +1,6 @@
 r"""Speculative Verification against fixed-K speculative decoding and target-only,
 calibrated and evaluated per prompt set (issue 8; issue 15 item 3).  The work is
-:func:`experiments.sv_eval.run` (see its docstring): calibrate with
+:func:`experiments.sv.evaluation.run` (see its docstring): calibrate with
 ``experiments.calibrate_sv`` on calibration prompts, then decode disjoint
 held-out prompts of each set with target-only, fixed K = 1..K and SV (row mode,
 the paper's gamma search; tables on (S, A) and on S alone) at each batch size,
@@ -30,7 +30,7 @@ FLAGS = flags.FLAGS
 
 def define_flags() -> None:
   """The flags of this binary, defined on its main path only (never at import:
-  several binaries share one process in the tests; experiments/cli.py)."""
+  several binaries share one process in the tests; experiments/common/cli.py)."""
   flags.DEFINE_string("model", "default", "'default', 'tiny' or a real model, e.g. "
                       "smollm2-135m-instruct")
   flags.DEFINE_string("drafter", "draft", "real model: 'draft' (shipped draft LM) or 'eagle3'")
@@ -76,8 +76,8 @@ def model_suffix(model: str) -> str:
 
 
 def sweep_config():
-  """The :class:`~experiments.sv_eval.SweepConfig` of the flags (``app.UsageError`` if bad)."""
-  from experiments.sv_eval import SweepConfig, validate
+  """The :class:`~experiments.sv.evaluation.SweepConfig` of the flags (``app.UsageError`` if bad)."""
+  from experiments.sv.evaluation import SweepConfig, validate
 
   def ints(name):
     try:
@@ -104,7 +104,7 @@ def sweep_config():
 
 
 def main(_):
-  from experiments.sv_eval import run, write_figures
+  from experiments.sv.evaluation import run, write_figures
   cfg = sweep_config()
   if FLAGS.compile_cache_dir:
     import jax

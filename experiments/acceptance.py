@@ -27,7 +27,7 @@ FLAGS = flags.FLAGS
 
 def define_flags() -> None:
   """The flags of this binary, defined on its main path only (never at import:
-  several binaries share one process in the tests; experiments/cli.py)."""
+  several binaries share one process in the tests; experiments/common/cli.py)."""
   flags.DEFINE_string("model", "smollm2-135m-instruct", "registered real model, .gguf or HF dir")
   flags.DEFINE_string("draft", "draft", "draft LM: 'draft' (shipped) or a directory")
   flags.DEFINE_string("eagle", "eagle3", "EAGLE head: 'eagle3' / 'eagle1' (shipped) or a directory")
@@ -49,7 +49,7 @@ def define_flags() -> None:
 
 
 def _check_flags():
-  from experiments.prompts import PROMPT_SETS
+  from experiments.common.prompts import PROMPT_SETS
   from specjax.checks import check_int
   bad = [d for d in FLAGS.drafters if d not in ("chain", "eagle_chain", "eagle_tree")]
   if bad or not FLAGS.drafters:
@@ -78,7 +78,7 @@ def cell_stats(per_prompt: list) -> dict:
   per-prompt sums ``{"accepted", "calls", "accept_counts" [K], "offered_counts" [K]}``."""
   import numpy as np
 
-  from experiments.bootstrap import bootstrap_ci
+  from experiments.common.bootstrap import bootstrap_ci
   acc = np.array([p["accepted"] for p in per_prompt], np.float64)
   calls = np.array([p["calls"] for p in per_prompt], np.float64)
   a = np.array([p["accept_counts"] for p in per_prompt], np.float64)  # [n, K]
@@ -125,9 +125,9 @@ def run() -> list:
   import jax
   import numpy as np
 
-  from experiments import sweep
-  from experiments.model_sets import load_model_set
-  from experiments.prompts import load_chat_prompts
+  from experiments.common import sweep
+  from experiments.common.model_sets import load_model_set
+  from experiments.common.prompts import load_chat_prompts
   from specjax import verifiers
   from specjax.decoding.drafter_factory import make_drafter
   from specjax.decoding.speculative import speculative_generate
@@ -192,5 +192,5 @@ def run() -> list:
 
 
 if __name__ == "__main__":
-  from experiments import cli
+  from experiments.common import cli
   cli.run_binary(run, define_flags=define_flags)

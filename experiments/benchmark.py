@@ -22,7 +22,7 @@ Prints one table (tau, tokens/s, speedup over ``generate()`` measured side by
 side in the same run, relaxed-acceptance rate, target log-likelihood of the
 output, agreement with target greedy at T = 0) and writes ``benchmark.jsonl``,
 ``benchmark.md`` and ``benchmark.png`` to ``--output_dir``. The rows are
-evaluated by :mod:`experiments.evaluation` (one definition of every
+evaluated by :mod:`experiments.compare.evaluation` (one definition of every
 metric and of the paired timing protocol); a rerun resumes, skipping finished
 rows, and rows of other settings are never reused.
 
@@ -40,7 +40,7 @@ import time
 
 from absl import app, flags
 
-from experiments import cli
+from experiments.common import cli
 
 REAL_DEFAULT = "smollm2-135m-instruct"
 
@@ -49,7 +49,7 @@ FLAGS = flags.FLAGS
 
 def define_flags() -> None:
   """The flags of this binary, defined on its main path only (never at import:
-  several binaries share one process in the tests; experiments/cli.py)."""
+  several binaries share one process in the tests; experiments/common/cli.py)."""
   flags.DEFINE_string("model", REAL_DEFAULT, "target: a registered real model, a .gguf file, an "
                       "HF checkpoint dir, or 'default' (the small embedded stdlib models)")
   flags.DEFINE_string("draft", "draft", "draft LM: 'draft' (the one shipped for --model), a "
@@ -96,7 +96,7 @@ def define_flags() -> None:
   flags.DEFINE_integer("mesh_model", 1, "tensor-parallel devices: target and draft LM params "
                        "and KV caches sharded over a 'model' mesh axis (needs --mesh_data)")
   flags.DEFINE_enum("kl", "auto", ["auto", "on", "off"], "exact first-token KL to the matched "
-                    "baseline at T > 0 (experiments.first_step_law; auto: on for the default "
+                    "baseline at T > 0 (experiments.propositions.first_step_law; auto: on for the default "
                     "models only -- one more compiled program per row)")
   flags.DEFINE_string("output_dir", "outputs/benchmark", "where JSONL / markdown / PNG go "
                       "(process i > 0 of a multi-process run: under process_<i>/)")
@@ -111,7 +111,7 @@ def _is_default() -> bool:
 def _validate_flags() -> None:
   """Every flag checked before any model loads (rows.validate_config
   checks the assembled config on top)."""
-  from experiments.prompts import PROMPT_SETS
+  from experiments.common.prompts import PROMPT_SETS
   from specjax.checks import check_int
   from specjax.models import registry
   from specjax.decoding.drafter_factory import KINDS
@@ -204,9 +204,9 @@ def _config():
 
 
 def _context(c):
-  """The run's evaluation.Context (experiments.run_context.load_context); a mesh that
+  """The run's evaluation.Context (experiments.common.run_context.load_context); a mesh that
   does not fit the devices is a flag error."""
-  from experiments import run_context
+  from experiments.common import run_context
   try:
     mesh = run_context.make_mesh(c)
   except ValueError as e:
@@ -224,7 +224,8 @@ COLUMNS = [("method", "method", None), ("drafter", "drafter", None), ("T", "temp
 
 def run() -> dict:
   """Entry point (also the ``specjax-bench`` console script)."""
-  from experiments import evaluation, reports, rows as rows_lib
+  from experiments.compare import evaluation
+  from experiments.common import reports, rows as rows_lib
   cli.initialize_distributed()  # before any JAX computation; a no-op for one process
   cli.apply_layer_stack()
   t_start = time.time()

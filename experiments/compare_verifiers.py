@@ -24,11 +24,11 @@ One table row per (method, drafter, temperature):
   ``config.drafters`` lists one);
 * columns: tau (tokens per target call), speedup over ``generate()``,
   relaxed-acceptance rate, and the quality metrics of
-  :mod:`experiments.quality` (target log-likelihood per token, parse
+  :mod:`experiments.compare.quality` (target log-likelihood per token, parse
   fraction -- code prompts only --, agreement with target greedy at T = 0,
   first-speculative-token KL / TV to the matched baseline at T > 0), each mean
   over prompts with its 95% bootstrap interval over prompts in brackets
-  (:mod:`experiments.row_stats`); a rule a drafter cannot serve (CoS without
+  (:mod:`experiments.common.row_stats`); a rule a drafter cannot serve (CoS without
   the drafter's node distribution) is a row whose ``note`` says why.
 
 **Speedup protocol.**  Both programs are compiled first (a warm-up call each,
@@ -43,7 +43,7 @@ sample).  Rows of the batch run together (``data.batch_size``).
 
 First-token divergence (speculative rows at T > 0, ``kl.*``): the exact law of
 the first speculative token at ``kl.num_prompts x kl.contexts`` of the loop's
-own contexts (:mod:`experiments.first_step_law`), its KL and TV to the rule's
+own contexts (:mod:`experiments.propositions.first_step_law`), its KL and TV to the rule's
 matched baseline averaged over the contexts; 0 for lossless and for the
 matched-baseline rows, which is checked, not assumed.
 
@@ -55,15 +55,15 @@ validates a full-size run and fills the persistent compile cache,
 (``"smollm2-135m-instruct"``, a ``.gguf`` file or an HF directory) with the
 drafters shipped for it (``draft``, ``eagle_dir``) and held-out ShareGPT /
 HumanEval chat prompts (``data.prompt_sets``) -- one context builder,
-:func:`experiments.run_context.load_context`, shared with
+:func:`experiments.common.run_context.load_context`, shared with
 ``experiments/benchmark.py``.
 
-Code: rows in :mod:`experiments.rows`, evaluation in :mod:`experiments.evaluation`,
-tables and figures in :mod:`experiments.reports`; this binary is flags -> one
+Code: rows in :mod:`experiments.common.rows`, evaluation in :mod:`experiments.compare.evaluation`,
+tables and figures in :mod:`experiments.common.reports`; this binary is flags -> one
 call -> report.
 
 Results: ``<workdir>/<name>.jsonl`` (one record per row, via
-:mod:`experiments.sweep`: rerunning resumes, finished rows are skipped; the
+:mod:`experiments.common.sweep`: rerunning resumes, finished rows are skipped; the
 key includes a hash of the run settings, so changed settings never reuse stale
 rows), ``<name>.md`` (markdown table) and ``<figures_dir or workdir>/<name>.png``
 (tau / speedup vs quality; the smollm2 variants write
@@ -72,7 +72,8 @@ rows), ``<name>.md`` (markdown table) and ``<figures_dir or workdir>/<name>.png`
 
 from __future__ import annotations
 
-from experiments import evaluation, rows
+from experiments.compare import evaluation
+from experiments.common import rows
 
 
 def run(c) -> dict:
@@ -81,5 +82,5 @@ def run(c) -> dict:
 
 
 if __name__ == "__main__":
-  from experiments import cli
+  from experiments.common import cli
   cli.run_config_binary(run, "comparison config file.", default="experiments/configs/compare.py")

@@ -22,7 +22,7 @@ import time
 
 from absl import app, flags
 
-from experiments import cli
+from experiments.common import cli
 
 FLAGS = flags.FLAGS
 

@@ -99,5 +99,5 @@ def main():
 
 
 if __name__ == "__main__":
-  from experiments import cli
+  from experiments.common import cli
   cli.run_binary(main, define_flags=define_flags)

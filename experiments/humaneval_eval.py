@@ -12,7 +12,7 @@ r"""HumanEval pass@1 of a real model's generations, checked in the sandbox: targ
     M=$M,eagle3_chain:spec_cascade:p_base=0.3,eagle3_tree:spec_cascade:p_base=0.3
     python -m experiments.humaneval_eval --temperatures=0,1 --samples=3 --methods=$M
 
-``--methods`` (syntax in :mod:`experiments.humaneval_methods`): ``target``
+``--methods`` (syntax in :mod:`experiments.humaneval.methods`): ``target``
 (target-only ``generate()``, always run: it is every method's reference),
 ``<drafter>:<rule>[:hparam=value...]`` with drafter ``draft_chain`` /
 ``eagle3_chain`` (K = ``--k``) / ``eagle3_tree`` (EAGLE-2 dynamic tree,
@@ -31,7 +31,7 @@ loops stop on EOS only; ``--max_new_tokens`` defaults to 384 for chat, 512 for
 completion) runs through the method; the program extracted from the answer runs with the problem's tests
 in a fresh sandboxed interpreter (:mod:`specjax.data.sandbox`). At T = 0 one
 sample per problem; at T > 0 ``--samples`` samples with different keys (the same
-keys for every method). The summary (:mod:`experiments.humaneval_summary`):
+keys for every method). The summary (:mod:`experiments.humaneval.summary`):
 pass@1 per (method, T) with a 95% bootstrap interval over problems, the paired
 differences to target-only and to the matched baseline, tau, the fraction
 of answers identical to target-only greedy at T = 0, and per comparison its
@@ -50,15 +50,16 @@ import os
 
 from absl import app, flags
 
-from experiments import humaneval_methods
-from experiments.humaneval_methods import Method
-from experiments.humaneval_summary import gap_contrasts, markdown, power_rows, summarize
+from experiments.humaneval import methods as humaneval_methods
+from experiments.humaneval.methods import Method
+from experiments.humaneval.run import batch_configs, load_run
+from experiments.humaneval.summary import gap_contrasts, markdown, power_rows, summarize
 
 FLAGS = flags.FLAGS
 # The token cap per prompt style when --max_new_tokens is not given: raw completions get
 # 512 (the function body plus whatever follows it, cut at the stop sequences afterwards).
 DEFAULT_MAX_NEW_TOKENS = {"chat": 384, "completion": 512}
-__all__ = ["batch_configs", "summarize", "check_flags", "main"]
+__all__ = ["check_flags", "main"]
 
 
 def define_flags():
@@ -67,7 +68,7 @@ def define_flags():
   flags.DEFINE_list("methods", ["target"], "decoding methods: target, <drafter>:<rule>[:hp=v...], "
                     "baseline:<drafter>:<rule>[...]; drafter in "
                     f"{', '.join(humaneval_methods.HUMANEVAL_DRAFTERS)} "
-                    "(see experiments/humaneval_methods.py)")
+                    "(see experiments/humaneval/methods.py)")
   flags.DEFINE_bool("matched_baselines", True, "add every truncation rule's matched baseline "
                     "(T > 0)")
   flags.DEFINE_integer("k", 5, "chain draft length K (draft_chain, eagle3_chain)")
@@ -84,7 +85,7 @@ def define_flags():
   flags.DEFINE_integer("round_tokens", 0, "0: one decoding call of --max_new_tokens per "
                        "batch; N > 0: rounds of N tokens, rows finished (EOS, cap, or with "
                        "--style=completion past a stop sequence) dropped after each round "
-                       "(experiments.humaneval_methods.run_method)")
+                       "(experiments.humaneval.methods.run_method)")
   flags.DEFINE_integer("limit", 164, "first N problems")
   flags.DEFINE_integer("seed", 0, "PRNG seed")
   flags.DEFINE_float("timeout_s", 10.0, "sandbox wall-clock limit per program")
@@ -125,65 +126,6 @@ def check_flags() -> tuple[list[float], list[Method]]:
   except (ValueError, TypeError) as e:
     raise app.UsageError(f"--methods={','.join(FLAGS.methods)}: {e}") from None
   return temps, methods
-
-
-def batch_configs(num_problems: int, batch_size: int, temperatures, samples: int,
-                  settings: str, methods=(Method("target"),),
-                  fingerprints: dict | None = None) -> list[dict]:
-  """One configuration per (method, temperature, sample, batch of problems);
-  ``settings`` (model hash, prompt style, lengths, seed) is part of every key.
-  Target-only keys are ``{settings}-T{t}-s{s}-p{start}`` (as before ``--methods``);
-  a speculative method's adds its spec and ``fingerprints[spec]``
-  (:meth:`Method.fingerprint`)."""
-  out = []
-  for m in methods:
-    for t in temperatures:
-      if m.sampled_only and t == 0:
-        continue
-      for s in range(1 if t == 0 else samples):
-        for start in range(0, num_problems, batch_size):
-          c = {"key": f"{settings}-T{t:g}-s{s}-p{start}", "temperature": t, "sample": s,
-               "start": start, "stop": min(start + batch_size, num_problems)}
-          if not m.is_target:
-            c["key"] = f"{settings}-{m.spec}-{(fingerprints or {}).get(m.spec, '')}-T{t:g}-" \
-                       f"s{s}-p{start}"
-            c["method"] = m.spec
-          out.append(c)
-  return out
-
-
-def _file_sha256(path: str) -> str:
-  import hashlib
-  h = hashlib.sha256()
-  with open(path, "rb") as f:
-    for block in iter(lambda: f.read(1 << 20), b""):
-      h.update(block)
-  return h.hexdigest()
-
-
-def load_run(methods):
-  """``(problems, model set, prompt ids, method fingerprints)`` of a HumanEval run from
-  the flags (``--model``, ``--limit``, ``--style``): only the drafters the methods use
-  are loaded; prompts are chat renderings or raw completion prompts."""
-  from experiments.model_sets import load_model_set
-  from specjax.data import humaneval
-  problems = humaneval.load_problems()[:FLAGS.limit]
-  assets = {m.asset for m in methods if m.asset}
-  ms = load_model_set(FLAGS.model, draft="draft" if "draft" in assets else "",
-                      eagle="eagle3" if "eagle3" in assets else "")
-  if FLAGS.style == "chat":
-    prompts = [ms.encode_chat(humaneval.chat_messages(p)) for p in problems]
-  else:
-    prompts = [ms.tokenizer.encode(humaneval.completion_prompt(p)).ids for p in problems]
-  return problems, ms, prompts, _method_fingerprints(ms, methods, assets)
-
-
-def _method_fingerprints(ms, methods, assets) -> dict:
-  """``{spec: Method.fingerprint}`` over the weights of the shipped drafters used."""
-  source = {"draft": "draft", "eagle3": "eagle"}  # asset kind -> ModelSet.sources entry
-  shas = {a: _file_sha256(os.path.join(ms.sources[source[a]], "model.safetensors"))
-          for a in assets}
-  return {m.spec: m.fingerprint(shas.get(m.asset, "")) for m in methods if not m.is_target}
 
 
 def _make_evaluate(ms, problems, prompts, methods):
@@ -252,11 +194,12 @@ def main():
   if FLAGS.summarize_only and not os.path.exists(results_path):
     raise app.UsageError(f"--summarize_only: no records at {results_path} "
                          f"(--output_dir={FLAGS.output_dir!r})")
-  from experiments import sweep
+  from experiments.common import sweep
   from specjax.data import humaneval
 
   print("methods:", ", ".join(m.spec + (" (T > 0)" if m.sampled_only else "") for m in methods))
-  problems, ms, prompts, fingerprints = load_run(methods)
+  problems, ms, prompts, fingerprints = load_run(methods, model=FLAGS.model,
+                                                  limit=FLAGS.limit, style=FLAGS.style)
   os.makedirs(FLAGS.output_dir, exist_ok=True)
   settings = f"{ms.sha256[:8]}-{humaneval.PROMPT_FORMS[FLAGS.style]}-n{FLAGS.max_new_tokens}" \
              f"-seed{FLAGS.seed}" + (f"-r{FLAGS.round_tokens}" if FLAGS.round_tokens else "")
@@ -277,5 +220,5 @@ def main():
 
 
 if __name__ == "__main__":
-  from experiments import cli
+  from experiments.common import cli
   cli.run_binary(main, define_flags=define_flags)

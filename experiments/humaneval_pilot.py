@@ -51,9 +51,9 @@ def parse_dirs(entries, flag: str) -> dict:
 
 
 def style_cell(records: list[dict], temperature: float = 0.0) -> dict:
-  """The target-only cell of :func:`experiments.humaneval_summary.cells` at ``temperature``
+  """The target-only cell of :func:`experiments.humaneval.summary.cells` at ``temperature``
   (records of other methods or temperatures ignored)."""
-  from experiments.humaneval_summary import TARGET, cells
+  from experiments.humaneval.summary import TARGET, cells
   recs = [r for r in records if r["config"].get("method", TARGET) == TARGET
           and float(r["config"]["temperature"]) == temperature]
   return cells(recs).get((TARGET, temperature), {})
@@ -63,8 +63,8 @@ def style_row(cell: dict, max_new_tokens: int | None) -> dict:
   """pass@1 [95% CI], problems, samples per problem and :func:`outcomes` of one cell."""
   import numpy as np
 
-  from experiments.bootstrap import bootstrap_ci
-  from experiments.humaneval_summary import outcomes, pass_scores
+  from experiments.common.bootstrap import bootstrap_ci
+  from experiments.humaneval.summary import outcomes, pass_scores
   sc = pass_scores(cell)
   lo, hi = bootstrap_ci(list(sc.values()))
   return {"problems": len(cell), "samples_per_problem":
@@ -79,7 +79,7 @@ def compare(cells: dict, max_new_tokens: dict) -> dict:
   both ran, for every chat label, and the choice: completion when its paired difference
   to the FIRST chat label is positive, else that chat label (a tie keeps chat, the
   current default). Pass@1 of runs over different problem sets is not compared."""
-  from experiments.humaneval_summary import paired_difference, pass_scores
+  from experiments.humaneval.summary import paired_difference, pass_scores
   rows = {s: style_row(c, max_new_tokens.get(s)) for s, c in cells.items() if c}
   chats = [s for s in rows if s.partition("@")[0] == "chat"]
   diffs = {}
@@ -96,7 +96,7 @@ def compare(cells: dict, max_new_tokens: dict) -> dict:
 
 
 def _records(path: str, name: str) -> tuple[list[dict], list[dict]]:
-  from experiments import sweep
+  from experiments.common import sweep
   f = os.path.join(path, name)
   if not os.path.isfile(f):
     raise app.UsageError(f"no records at {f}")
@@ -176,5 +176,5 @@ def main():
 
 
 if __name__ == "__main__":
-  from experiments import cli
+  from experiments.common import cli
   cli.run_binary(main, define_flags=define_flags)

@@ -11,7 +11,7 @@ spends the samples where the answer is uncertain:
    when its pass count ``c`` satisfies ``0 < c < n`` (:func:`select_problems`).
 2. **Paired stage** (``--stage=paired``, after the screening): on the selected problems
    only, ``--paired_samples`` (>= 20) FRESH samples per problem for the target and for
-   every ``--methods`` entry (syntax of :mod:`experiments.humaneval_methods`), sample
+   every ``--methods`` entry (syntax of :mod:`experiments.humaneval.methods`), sample
    indices ``[n_screen, n_screen + n_paired)`` -- the screening samples are never
    reused, since they are exactly what the selection conditioned on (reusing the
    target's would inflate its pass rate on rarely solved problems and bias the
@@ -27,12 +27,12 @@ batched -- target and rule are paired sample by sample.
 Rounds. Raw completions are cut at the stop sequences after generation, so tokens
 past the first stop are wasted; ``--round_tokens`` (screening, default 64) decodes
 in rounds and drops the rows already past a stop sequence, at EOS or at the cap
-(:func:`experiments.humaneval_methods.run_method`: the law of every sample is
+(:func:`experiments.humaneval.methods.run_method`: the law of every sample is
 unchanged; the keys of later rounds follow the unfinished rows). The paired stage
 decodes in one call by default (``--paired_round_tokens=0``), keeping target and
 method on the same key for every token.
 
-The statistic (:mod:`experiments.humaneval_summary`): per selected problem the
+The statistic (:mod:`experiments.humaneval.summary`): per selected problem the
 method's pass fraction over its paired samples minus the target's, averaged over the
 selected problems, with a 95% percentile-bootstrap interval over problems (one
 resample for both methods), the SD of the per-problem differences and the minimum
@@ -65,8 +65,8 @@ from statistics import NormalDist
 import numpy as np
 from absl import app, flags
 
-from experiments import humaneval_methods
-from experiments.humaneval_methods import Method
+from experiments.humaneval import methods as humaneval_methods
+from experiments.humaneval.methods import Method
 
 FLAGS = flags.FLAGS
 STAGES = ("screen", "paired")
@@ -81,7 +81,7 @@ def define_flags():
                     "problem; paired: the screening (resumed), then target and --methods on "
                     "the selected problems")
   flags.DEFINE_list("methods", [], "paired stage: methods compared with the target "
-                    "(experiments/humaneval_methods.py syntax; the target is always run)")
+                    "(experiments/humaneval/methods.py syntax; the target is always run)")
   flags.DEFINE_bool("matched_baselines", True, "add every truncation rule's matched baseline")
   flags.DEFINE_integer("k", 5, "chain draft length K (draft_chain, eagle3_chain)")
   flags.DEFINE_integer("eagle_depth", 5, "eagle3_tree: dynamic tree depth")
@@ -94,7 +94,7 @@ def define_flags():
   flags.DEFINE_integer("batch_size", 10, "rows per call: consecutive samples of one problem")
   flags.DEFINE_integer("round_tokens", 64, "screening: decode in rounds of N tokens, dropping "
                        "finished rows (EOS, cap, a raw completion past a stop sequence) after "
-                       "each; 0: one call (experiments.humaneval_methods.run_method)")
+                       "each; 0: one call (experiments.humaneval.methods.run_method)")
   flags.DEFINE_integer("paired_round_tokens", 0, "the same for the paired stage; 0 (default) "
                        "keeps the keys of target and method paired for every token")
   flags.DEFINE_integer("limit", 164, "first N problems")
@@ -133,7 +133,7 @@ def stage_configs(stage: str, problems: list[int], methods: list[Method], *, tem
   screen_samples + paired_samples)``: every method's block has a target block with
   the same problem and samples, hence the same keys (:func:`problem_key`; with
   ``round_tokens > 0`` for the first round only, see
-  :func:`experiments.humaneval_methods.run_method`). The record key holds
+  :func:`experiments.humaneval.methods.run_method`). The record key holds
   ``settings`` (model hash, style, cap, seed), the stage, the method with its
   fingerprint, T, the rounds, the problem and the block."""
   if stage not in STAGES:
@@ -211,7 +211,7 @@ def screen_report(counts: dict, paired_samples: tuple[int, ...] = (20, 40)) -> d
   the target's sampled pass@1 over all screened problems (unbiased, with a bootstrap
   interval) and over the selected ones, the selected task ids and
   :func:`predicted_mde` for each paired sample count."""
-  from experiments.bootstrap import bootstrap_ci
+  from experiments.common.bootstrap import bootstrap_ci
   if not counts:
     raise ValueError("no complete screening record: run --stage=screen first")
   rates = np.array([c / n for c, n in counts.values()])
@@ -228,11 +228,11 @@ def screen_report(counts: dict, paired_samples: tuple[int, ...] = (20, 40)) -> d
 
 def paired_summary(records: list[dict], selected: list[str], max_new_tokens: int | None = None
                    ) -> tuple[list[dict], list[dict]]:
-  """``(rows, power)`` of the paired stage: :func:`experiments.humaneval_summary.summarize`
+  """``(rows, power)`` of the paired stage: :func:`experiments.humaneval.summary.summarize`
   (pass@1, paired differences to the target and matched baselines, tau, outcomes) and
-  :func:`~experiments.humaneval_summary.power_rows` (SD, MDE, verdicts) over the paired
+  :func:`~experiments.humaneval.summary.power_rows` (SD, MDE, verdicts) over the paired
   records of the ``selected`` problems only."""
-  from experiments.humaneval_summary import gap_contrasts, power_rows, summarize
+  from experiments.humaneval.summary import gap_contrasts, power_rows, summarize
   keep = set(selected)
   recs = []
   for r in records_of(records, "paired"):
@@ -247,7 +247,7 @@ def paired_summary(records: list[dict], selected: list[str], max_new_tokens: int
 
 
 def report_markdown(title: str, screen: dict, rows: list[dict], power: list[dict]) -> str:
-  from experiments.humaneval_summary import markdown
+  from experiments.humaneval.summary import markdown
   lines = [title, "", "Screening (target only):", "",
            "| screened | never passed | always passed | selected (0 < c < n) | pass@1 [95% CI] "
            "| pass@1 on the selected |", "|---:|---:|---:|---:|:---|:---|",
@@ -310,7 +310,7 @@ def make_evaluate(target, target_params, sources, prompts, methods, *, seed: int
   repeated), keyed by :func:`problem_key`; each row becomes ``{"task_id", "sample",
   "tokens", ...}`` and ``finish(problem, rows)`` (the decoded answers and sandbox
   verdicts; None: only the tokens are kept, ``"ids"``). ``config["round_tokens"]``,
-  ``stopped`` and ``eos`` go to :func:`experiments.humaneval_methods.run_method`."""
+  ``stopped`` and ``eos`` go to :func:`experiments.humaneval.methods.run_method`."""
   by_spec = {m.spec: m for m in methods}
   by_spec.setdefault(humaneval_methods.TARGET, Method(humaneval_methods.TARGET))
   built: dict = {}
@@ -374,11 +374,12 @@ def _write(records, ms_name: str, settings: str, n_problems: int) -> str:
 def main():
   methods = check_flags()
   path = os.path.join(FLAGS.output_dir, "screen.jsonl")
-  from experiments import sweep
-  from experiments.humaneval_eval import load_run
+  from experiments.common import sweep
+  from experiments.humaneval.run import load_run
   from specjax.data import humaneval
 
-  problems, ms, prompts, fps = load_run(methods)
+  problems, ms, prompts, fps = load_run(methods, model=FLAGS.model, limit=FLAGS.limit,
+                                       style=FLAGS.style)
   os.makedirs(FLAGS.output_dir, exist_ok=True)
   settings = f"{ms.sha256[:8]}-{humaneval.PROMPT_FORMS[FLAGS.style]}-n{FLAGS.max_new_tokens}" \
              f"-seed{FLAGS.seed}"
@@ -420,5 +421,5 @@ def main():
 
 
 if __name__ == "__main__":
-  from experiments import cli
+  from experiments.common import cli
   cli.run_binary(main, define_flags=define_flags)

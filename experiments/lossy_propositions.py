@@ -10,12 +10,12 @@ Parts (a) ``sd``, (b) ``eagle``, (c) ``truncation`` and ``alignment``, (d) ``mar
 (held-out ShareGPT chats) and writes its figures to ``docs/figures/*_smollm2.png``.
 
 Each part runs on synthetic families and on real contexts: see
-:mod:`experiments.proposition_sweep` (configurations and their computation);
-:mod:`experiments.proposition_reports` draws the figures and writes the tables.
+:mod:`experiments.propositions.sweep` (configurations and their computation);
+:mod:`experiments.propositions.reports` draws the figures and writes the tables.
 
 Output (``--output_dir``): ``records.jsonl`` -- one JSON line per
 configuration ``{"key", "config", "result", "provenance"}`` written by the generic resumable
-runner :mod:`experiments.sweep` (atomic append; a restart skips configurations
+runner :mod:`experiments.common.sweep` (atomic append; a restart skips configurations
 whose key is already there -- the key includes a hash of the settings that
 produce it; non-finite floats are stored as ``null``, i.e. ``KL = +inf``
 appears as ``null``); PNG figures rebuilt from the records each run;
@@ -28,9 +28,9 @@ import os
 
 from absl import flags
 
-from experiments import cli
-from experiments.proposition_reports import markdown_tables, summary_table, timing_table
-from experiments.proposition_sweep import RECORDS, run
+from experiments.common import cli
+from experiments.propositions.reports import markdown_tables, summary_table, timing_table
+from experiments.propositions.sweep import RECORDS, run
 
 _CONFIG = None  # defined in __main__ only: importing this module defines no flags
 _OUTPUT_DIR = None  # defined in __main__ only: importing this module defines no flags

@@ -6,11 +6,11 @@ r"""Re-render every table of the result docs from the committed records.
 A table in a doc sits between marker comments, each alone on its line::
 
     <!-- table:humaneval_t0 -->
-    ...written by experiments.results_tables.TABLES["humaneval_t0"]...
+    ...written by experiments.results.tables.TABLES["humaneval_t0"]...
     <!-- /table -->
 
 Everything between the two markers is replaced; the text around them is the docs'
-own. The tables, and the records each one reads, are in :mod:`experiments.results_tables`.
+own. The tables, and the records each one reads, are in :mod:`experiments.results.tables`.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def render_text(text: str, tables: dict) -> str:
 def render_doc(root: str, rel: str, tables: dict | None = None) -> Rendered:
   """One doc as it is and as rendered from the records (nothing written)."""
   if tables is None:
-    from experiments.results_tables import TABLES as tables
+    from experiments.results.tables import TABLES as tables
   with open(os.path.join(root, rel)) as f:
     text = f.read()
   return Rendered(rel, text, render_text(text, tables), tuple(table_names(text)))

@@ -24,7 +24,7 @@ FLAGS = flags.FLAGS
 
 def define_flags() -> None:
   """The flags of this binary, defined on its main path only (never at import:
-  several binaries share one process in the tests; experiments/cli.py)."""
+  several binaries share one process in the tests; experiments/common/cli.py)."""
   flags.DEFINE_string("workdir", None, "train_from_store workdir (holds training.json)")
   flags.DEFINE_float("budget_mb", 60.0, "size cap of specjax/models/assets in MB (1e6 bytes)")
 
@@ -85,5 +85,5 @@ def main():
 
 
 if __name__ == "__main__":
-  from experiments import cli
+  from experiments.common import cli
   cli.run_binary(main, define_flags=define_flags)

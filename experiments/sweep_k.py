@@ -16,8 +16,8 @@ quality against K.
 
 from __future__ import annotations
 
-from experiments import evaluation
-from experiments import rows as rows_lib
+from experiments.compare import evaluation
+from experiments.common import rows as rows_lib
 
 
 CHAINS = ("chain", "eagle_chain")
@@ -50,5 +50,5 @@ def run(c) -> dict:
 
 
 if __name__ == "__main__":
-  from experiments import cli
+  from experiments.common import cli
   cli.run_config_binary(run, "K sweep config.", default="experiments/configs/k.py")

@@ -12,8 +12,8 @@ Rows: target-only and every rule of ``config.rules`` for every drafter in
 
 from __future__ import annotations
 
-from experiments import evaluation
-from experiments import rows as rows_lib
+from experiments.compare import evaluation
+from experiments.common import rows as rows_lib
 
 
 def rows(c) -> list[dict]:
@@ -36,5 +36,5 @@ def run(c) -> dict:
 
 
 if __name__ == "__main__":
-  from experiments import cli
+  from experiments.common import cli
   cli.run_config_binary(run, "temperature sweep config.", default="experiments/configs/temperature.py")

@@ -15,8 +15,8 @@ Evaluation, resumable JSONL, table and metrics as in
 
 from __future__ import annotations
 
-from experiments import evaluation
-from experiments import rows as rows_lib
+from experiments.compare import evaluation
+from experiments.common import rows as rows_lib
 
 
 def rows(c) -> list[dict]:
@@ -46,5 +46,5 @@ def run(c) -> dict:
 
 
 if __name__ == "__main__":
-  from experiments import cli
+  from experiments.common import cli
   cli.run_config_binary(run, "theta sweep config.", default="experiments/configs/theta.py")

@@ -197,5 +197,5 @@ def run(c) -> dict:
 
 
 if __name__ == "__main__":
-  from experiments import cli
+  from experiments.common import cli
   cli.run_config_binary(run, "EAGLE training config file.")

@@ -60,8 +60,8 @@ def setting(ci, full):
 '''
 
 LOAD_SMOLLM2 = '''
-from experiments.model_sets import load_model_set
-from experiments.prompts import load_chat_prompts
+from experiments.common.model_sets import load_model_set
+from experiments.common.prompts import load_chat_prompts
 from specjax.decoding.eagle_drafter import EagleDrafter
 t0 = time.time()
 ms = load_model_set("smollm2-135m-instruct", draft="draft", eagle="eagle3")

@@ -50,8 +50,8 @@ def nb04():
             f"{EVAL_NEW} tokens at batch {BATCHES}, K={K}, prompts <= {PROMPT_TOKENS} tokens")
       '''),
       code('''
-      from experiments.model_sets import load_model_set
-      from experiments.prompts import load_chat_prompts
+      from experiments.common.model_sets import load_model_set
+      from experiments.common.prompts import load_chat_prompts
       from specjax import verifiers
       from specjax.decoding.drafters import LMDrafter
       from specjax.distributions import SamplingConfig

@@ -46,7 +46,7 @@ def memory_map_limit() -> int | None:
 
 def release_compiled_programs() -> None:
   """Drop every compiled program JAX holds in memory (they recompile on next use)."""
-  import jax  # here, so that importing this module (experiments/sweep.py does) stays cheap
+  import jax  # here, so that importing this module (experiments/common/sweep.py does) stays cheap
   jax.clear_caches()
   gc.collect()
 

@@ -84,7 +84,7 @@ def test_verifier_name_must_be_a_string():
 
 
 def test_parse_rules_stores_numbers():
-  from experiments.rows import parse_rules
+  from experiments.common.rows import parse_rules
   assert parse_rules("mars:theta=.9") == [("mars", {"theta": 0.9})]
   with _raises(ValueError, "'theta'", "hparam=value"):
     parse_rules("mars:theta")
@@ -368,7 +368,7 @@ def test_eagle_loader_reads_configured_aux_layers(tmp_path):
     ("tree_paths", "[[0], [", ValueError, ["tree_paths='[[0], ['", "JSON"]),
 ])
 def test_compare_config_is_validated_before_models_load(field, value, exc, fragments):
-  from experiments import rows
+  from experiments.common import rows
   from experiments.configs import compare
   c = compare.get_config()
   c[field] = value
@@ -377,7 +377,7 @@ def test_compare_config_is_validated_before_models_load(field, value, exc, fragm
 
 
 def test_compare_workdir_that_is_a_file(tmp_path):
-  from experiments import rows
+  from experiments.common import rows
   from experiments.configs import compare
   c = compare.get_config()
   c.workdir = str(tmp_path / "out.txt")

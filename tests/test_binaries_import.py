@@ -1,5 +1,5 @@
 """Every module of experiments/ and benchmarks/ imports in ONE interpreter, and
-none defines an absl flag at import (experiments/cli.py: flags are defined on a
+none defines an absl flag at import (experiments/common/cli.py: flags are defined on a
 binary's main path only), so two binaries never collide with absl's
 ``DuplicateFlagError`` and importing a binary runs nothing."""
 

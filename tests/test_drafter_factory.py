@@ -83,7 +83,7 @@ def test_aliases_are_the_documented_names(sources):
 def test_every_binary_name_resolves():
   """Each binary's documented drafter names are factory names."""
   from benchmarks.speculative import DRAFTER_KINDS
-  from experiments.humaneval_methods import HUMANEVAL_DRAFTERS
+  from experiments.humaneval.methods import HUMANEVAL_DRAFTERS
   for name in DRAFTER_KINDS + HUMANEVAL_DRAFTERS + ("eagle1_tree", "suffix_tree"):
     df.drafter_kind(name)
   for name in ("chain", "eagle_chain", "eagle_tree"):  # experiments.acceptance --drafters

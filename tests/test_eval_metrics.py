@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
-from experiments.bootstrap import bootstrap_ci
-from experiments.humaneval_eval import batch_configs, summarize
+from experiments.common.bootstrap import bootstrap_ci
+from experiments.humaneval.run import batch_configs
+from experiments.humaneval.summary import summarize
 
 
 def test_bootstrap_ci_of_a_constant_is_the_constant():

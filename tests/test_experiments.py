@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from experiments import quality
+from experiments.compare import quality
 from tests.helpers import tiny_pair
 
 # --------------------------------------------------------------------------- parsing
@@ -85,7 +85,7 @@ def test_greedy_agreement():
 
 
 def test_eval_prompts_are_deterministic_heldout_line_prefixes():
-  from experiments.prompts import load_eval_prompts
+  from experiments.common.prompts import load_eval_prompts
   from specjax.data import corpus
   from specjax.models.defaults import default_tokenizer
   tok = default_tokenizer()
@@ -134,7 +134,8 @@ def _tiny_config(tmp_path, **over):
 def test_compare_verifiers_end_to_end(tmp_path):
   """Target-only + lossless chain at T = 0 and T = 1 (with the first-token KL), resumable."""
   from experiments import compare_verifiers as cv
-  from experiments import evaluation, rows
+  from experiments.compare import evaluation
+  from experiments.common import rows
   c = _tiny_config(tmp_path, rules="lossless", drafters=("chain",))
   out = cv.run(c)
   recs = out["records"]
@@ -166,7 +167,7 @@ def test_compare_verifiers_end_to_end(tmp_path):
 
 
 def test_default_rows_and_sweep_rows(tmp_path):
-  from experiments import rows as cv
+  from experiments.common import rows as cv
   from experiments import sweep_k, sweep_temperature, sweep_theta
   from experiments.configs import compare, k, temperature, theta
   from specjax import verifiers
@@ -198,7 +199,7 @@ def test_default_rows_and_sweep_rows(tmp_path):
 
 
 def test_plots_from_records(tmp_path):
-  from experiments import reports as cv
+  from experiments.common import reports as cv
   recs = []
   for t in (0.0, 1.0):
     recs.append({"config": {"kind": "target", "method": "target", "drafter": "-",

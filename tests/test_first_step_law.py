@@ -1,4 +1,4 @@
-"""experiments.first_step_law: the exact law of the loop's first speculative token on the
+"""experiments.propositions.first_step_law: the exact law of the loop's first speculative token on the
 loop's own contexts, checked against the real jitted loop.
 
 Setup per case: one prompt, N rows, the same key for ``speculative_generate``
@@ -17,7 +17,7 @@ import jax
 import numpy as np
 import pytest
 
-from experiments.first_step_law import first_step_laws, first_token_divergence
+from experiments.propositions.first_step_law import first_step_laws, first_token_divergence
 from specjax import verifiers
 from specjax.decoding.drafters import LMDrafter, LMTreeDrafter
 from specjax.decoding.eagle_drafter import EagleDrafter

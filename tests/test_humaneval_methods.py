@@ -8,9 +8,9 @@ import sys
 import numpy as np
 import pytest
 
-from experiments.humaneval_eval import batch_configs
-from experiments.humaneval_methods import parse_method, parse_methods
-from experiments.humaneval_summary import (difference_of_gaps, gap_contrasts, markdown,
+from experiments.humaneval.run import batch_configs
+from experiments.humaneval.methods import parse_method, parse_methods
+from experiments.humaneval.summary import (difference_of_gaps, gap_contrasts, markdown,
                                            paired_difference, summarize)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -232,7 +232,7 @@ def test_bad_methods_flag_fails_before_loading():
 def test_build_gives_the_rule_and_its_matched_baseline():
   """draft_chain methods on a random pair: the rule verifies with itself under plain
   sampling; its baseline verifies losslessly under the min-p processor."""
-  from experiments.humaneval_methods import build
+  from experiments.humaneval.methods import build
   from specjax.decoding.drafter_factory import DraftSources
   from specjax.verifiers import Lossless, SpecCascade
   from tests.helpers import tiny_pair

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from experiments import humaneval_screen as hs
-from experiments.humaneval_methods import parse_methods
+from experiments.humaneval.methods import parse_methods
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SETTINGS = dict(temperature=1.0, screen_samples=10, paired_samples=20, batch_size=8,
@@ -268,7 +268,7 @@ def test_rounds_drop_finished_rows_and_keep_greedy_rows(tiny):
   the same argmax on this peaked model); with a stop rule a row ends at the first round
   boundary where it holds, as a prefix of its single-call row; a row that emits the
   model's EOS is not continued."""
-  from experiments.humaneval_methods import Method, run_method
+  from experiments.humaneval.methods import Method, run_method
   from tests.helpers import tiny_pair
   target, tp, _, _ = tiny
   prompts = [[5, 6, 7], [8, 9, 10], [11, 12, 13], [14, 15, 16]]

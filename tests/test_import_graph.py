@@ -76,10 +76,10 @@ RULES = {
 
 def test_the_checker_sees_function_level_and_relative_imports():
   assert "specjax.verifiers.mars" in _imports(os.path.join(PKG, "analysis", "margins.py"))
-  src = "def f():\n  from ..decoding import speculative\n  import experiments.contexts\n"
+  src = "def f():\n  from ..decoding import speculative\n  import experiments.common.contexts\n"
   found = _imports_in(src, "specjax.analysis.fake")
-  assert {"specjax.decoding", "specjax.decoding.speculative", "experiments.contexts"} <= found
-  assert _hits(found, RULES["analysis"]) == ["experiments.contexts", "specjax.decoding",
+  assert {"specjax.decoding", "specjax.decoding.speculative", "experiments.common.contexts"} <= found
+  assert _hits(found, RULES["analysis"]) == ["experiments.common.contexts", "specjax.decoding",
                                              "specjax.decoding.speculative"]
 
 

@@ -4,8 +4,8 @@
 import numpy as np
 import pytest
 
-from experiments import paper_claims as pc
-from experiments.humaneval_summary import (Z_ALPHA, Z_POWER, mde80, paired_difference,
+from experiments.results import paper_claims as pc
+from experiments.humaneval.summary import (Z_ALPHA, Z_POWER, mde80, paired_difference,
                                            power_rows, verdict)
 
 

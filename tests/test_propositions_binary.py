@@ -7,10 +7,10 @@ import os
 import numpy as np
 import pytest
 
-from experiments import proposition_reports as reports
-from experiments import proposition_sweep as lp
+from experiments.propositions import reports
+from experiments.propositions import sweep as lp
 from experiments.configs import propositions as cfg_lib
-from experiments import contexts as ctx_lib
+from experiments.common import contexts as ctx_lib
 
 
 def _tiny_config():
@@ -58,7 +58,7 @@ def test_binary_end_to_end_and_restart(tmp_path):
   path = os.path.join(out, lp.RECORDS)
   keys = [r["key"] for r in records]
   assert len(keys) == len(set(keys))
-  # experiments.sweep format: every record also says how it was made
+  # experiments.common.sweep format: every record also says how it was made
   assert all(set(r) == {"key", "config", "result", "provenance"} for r in records)
   assert all(r["provenance"]["command"] for r in records)
   flat = reports.flatten(records)
@@ -107,9 +107,9 @@ def test_parse_rule():
 
 
 def test_chat_contexts_assistant_positions():
-  """The chat path of experiments.contexts: a tiny random model with a real byte-level BPE
+  """The chat path of experiments.common.contexts: a tiny random model with a real byte-level BPE
   and a ChatML template; only positions whose next token is assistant content are used."""
-  from experiments.model_sets import ModelSet, TinySpec, _tiny_set
+  from experiments.common.model_sets import ModelSet, TinySpec, _tiny_set
   from specjax.data.chat_tokenize import tokenize_chat
   from specjax.data.sharegpt import Conversation
   from specjax.models.chat_template import ChatTemplate

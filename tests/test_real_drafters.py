@@ -55,7 +55,7 @@ def ms():
     registry.model_file(NAME)
   except FileNotFoundError as e:
     pytest.skip(str(e))
-  from experiments.model_sets import load_model_set
+  from experiments.common.model_sets import load_model_set
   shipped = drafter_assets.available(NAME)
   return load_model_set(NAME, draft="draft" if "draft" in shipped else "",
                         eagle="eagle3" if "eagle3" in shipped else "")
@@ -80,7 +80,7 @@ def test_every_shipped_drafter_is_there(ms):
 
 
 def test_greedy_identity_every_drafter(ms):
-  from experiments.prompts import load_chat_prompts
+  from experiments.common.prompts import load_chat_prompts
   prompts = [list(p.ids) for p in load_chat_prompts(ms.encode_chat, 4, max_tokens=256)]
   ref = generate(ms.target, ms.target_params, prompts, max_new_tokens=40).to_lists()
   greedy = SamplingConfig(0.0)
@@ -128,7 +128,7 @@ def _kolmogorov(u):
 
 
 def test_lossless_law_with_the_trained_head(ms):
-  from experiments.prompts import load_chat_prompts
+  from experiments.common.prompts import load_chat_prompts
   if ms.eagle is None:
     pytest.fail("no EAGLE-3 head shipped for SmolLM2")
   base = [list(p.ids) for p in load_chat_prompts(ms.encode_chat, 8, sets=("sharegpt",),

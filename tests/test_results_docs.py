@@ -7,7 +7,7 @@ import os
 import pytest
 
 from experiments import render_results as rr
-from experiments.results_tables import TABLES
+from experiments.results.tables import TABLES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

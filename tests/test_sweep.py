@@ -1,4 +1,4 @@
-"""experiments/sweep.py: resumable, append-only JSONL sweeps."""
+"""experiments/common/sweep.py: resumable, append-only JSONL sweeps."""
 
 import json
 import os
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from experiments import sweep
+from experiments.common import sweep
 
 CONFIGS = [{"a": i, "b": [i, i * i], "name": f"c{i}"} for i in range(8)]
 
@@ -124,7 +124,7 @@ def test_killed_subprocess_resumes_without_duplicates(tmp_path):
   script = textwrap.dedent(f"""
       import sys, time
       sys.path.insert(0, {os.getcwd()!r})
-      from experiments import sweep
+      from experiments.common import sweep
       from tests.test_sweep import CONFIGS, evaluate
       def slow(c):
           time.sleep(0.15)

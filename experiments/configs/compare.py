@@ -96,7 +96,7 @@ def smollm2(c):
   Size: 4 prompts x 32 new tokens x 3 repeats per row; the comparison is 56 rows
   (8 rules x 3 drafters x 2 T, 6 matched baselines, 2 target-only), 36 min on
   the 2-core machine alone (~40 s per row).  The first-token KL / TV are exact per
-  context (:mod:`experiments.first_step_law`) over 4 prompts x 16 contexts.  Scale
+  context (:mod:`experiments.propositions.first_step_law`) over 4 prompts x 16 contexts.  Scale
   ``data.num_prompts`` / ``data.max_new_tokens`` up on a bigger machine."""
   c.models = "smollm2-135m-instruct"
   c.draft = "draft"

@@ -8,7 +8,7 @@ accelerator (more contexts, exact sampled enumeration on all of them).
 ``...propositions.py:smollm2`` -- the real model (issue 15 item 3):
 SmolLM2-135M-Instruct (registry) as target and its shipped distilled draft LM,
 teacher-forced on held-out ShareGPT conversations in the chat template,
-assistant positions only (:mod:`experiments.contexts`), both at T = 0.7 (the
+assistant positions only (:mod:`experiments.common.contexts`), both at T = 0.7 (the
 temperature of "Revisiting Lossy Verification"); gamma = 10 (its plain-SD
 setting).  Figures go straight to ``docs/figures/lossy_*_smollm2.png``
 (``figures_dir`` / ``figure_prefix`` / ``figure_suffix``); records and
@@ -59,7 +59,7 @@ def _synthetic() -> ml_collections.ConfigDict:
 
 
 def _real() -> ml_collections.ConfigDict:
-  """The real contexts (:mod:`experiments.contexts`)."""
+  """The real contexts (:mod:`experiments.common.contexts`)."""
   r = ml_collections.ConfigDict()
   r.num_positions = 1000
   r.num_windows = None  # windows (conversations) read; None: num_positions / 8

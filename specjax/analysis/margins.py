@@ -3,7 +3,7 @@
 MARS (Song et al. 2026) relaxes verification where the target is
 *indecisive*: ``r = z2 / z1 > theta`` on the two largest raw logits (docs/spec.md §3,
 with the guard ``z1 > 0``).  This module measures, over a set of contexts
-(raw target logits ``z [N, V]``, e.g. from :mod:`experiments.contexts`):
+(raw target logits ``z [N, V]``, e.g. from :mod:`experiments.common.contexts`):
 
 * the distributions of ``z1``, ``r = z2 / z1`` and the probability ratio
   ``p2 / p1 = exp((z2 - z1) / T)`` (temperature dependent, unlike r);

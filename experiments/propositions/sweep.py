@@ -22,11 +22,11 @@ Parts (each on synthetic families and on real contexts of the default models):
 
 :func:`run` writes ``<output_dir>/records.jsonl`` -- one JSON line per
 configuration ``{"key", "config", "result", "provenance"}`` written by the generic resumable
-runner :mod:`experiments.sweep` (atomic append; a restart skips configurations
+runner :mod:`experiments.common.sweep` (atomic append; a restart skips configurations
 whose key is already there -- the key includes a hash of the settings that
 produce it; non-finite floats are stored as ``null``, i.e. ``KL = +inf``
 appears as ``null``) -- and rebuilds the figures of
-:mod:`experiments.proposition_reports` from the records.
+:mod:`experiments.propositions.reports` from the records.
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ class Sources:
       q = jax.nn.softmax(z + s.draft_noise * jax.random.normal(kq, z.shape), axis=-1)
       out = (z, p, q, s.num_contexts)
     elif source == "real":
-      from experiments import contexts as ctx_lib
+      from experiments.common import contexts as ctx_lib
       t0, c0 = time.time(), time.process_time()
       ms = ctx_lib.load_models(self.models, seed=c.seed)
       r = c.real
@@ -359,10 +359,10 @@ def run_config(cfg: dict, c, sources: Sources, output_dir: str) -> dict:
 def run(c, output_dir: str, models: str) -> list[dict]:
   """Run every configuration not yet in ``<output_dir>/records.jsonl``; return all records.
 
-  Uses :func:`experiments.sweep.run_sweep`; returns the sweep records
+  Uses :func:`experiments.common.sweep.run_sweep`; returns the sweep records
   (``{"key", "config", "result", "provenance"}``) of this run's plan.
   """
-  from experiments import sweep
+  from experiments.common import sweep
   os.makedirs(output_dir, exist_ok=True)
   path = os.path.join(output_dir, RECORDS)
   sources = Sources(c, models)
@@ -381,7 +381,7 @@ def run(c, output_dir: str, models: str) -> list[dict]:
 
   records = sweep.run_sweep(todo, evaluate, path, desc="propositions", progress=c.progress)
   if c.figures:
-    from experiments.proposition_reports import make_figures
+    from experiments.propositions.reports import make_figures
     for f in make_figures(records, output_dir,
                           path_of=lambda name: figure_path(c, output_dir, name)):
       logging.info("figure %s", f)

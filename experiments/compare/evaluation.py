@@ -1,14 +1,14 @@
 """Evaluate comparison rows: run target-only ``generate()`` and
 ``speculative_generate()`` on the same prompts and keys, time them (paired
-repeats, compile excluded) and measure quality (:mod:`experiments.quality`).
+repeats, compile excluded) and measure quality (:mod:`experiments.compare.quality`).
 
 * :class:`Context` / :func:`load_context` -- models, drafters, prompts and mesh of a
-  run (:mod:`experiments.run_context`, shared with ``experiments/benchmark.py``);
+  run (:mod:`experiments.common.run_context`, shared with ``experiments/benchmark.py``);
 * :func:`build` -- a spec row's drafter, verifier and target sampling;
 * :func:`evaluate_row` -- one row's result (tau, speedup, quality, first-token KL, with
-  bootstrap intervals over prompts from :mod:`experiments.row_stats`), or
+  bootstrap intervals over prompts from :mod:`experiments.common.row_stats`), or
   ``{"skipped": reason}`` for a rule the row's drafter cannot serve;
-* :func:`run_rows` -- run or resume rows into a JSONL file (:mod:`experiments.sweep`);
+* :func:`run_rows` -- run or resume rows into a JSONL file (:mod:`experiments.common.sweep`);
 * :func:`run_line_sweep` -- rows, then the table and line plots of a one-axis sweep.
 
 The speedup protocol and columns are described in ``experiments/compare_verifiers.py``.
@@ -23,9 +23,10 @@ from typing import Any
 
 from absl import logging
 
-from experiments import quality, reports, row_stats, sweep
-from experiments.rows import tree_paths, validate_config
-from experiments.run_context import Context, load_context  # noqa: F401  (public here too)
+from experiments.compare import quality
+from experiments.common import reports, row_stats, sweep
+from experiments.common.rows import tree_paths, validate_config
+from experiments.common.run_context import Context, load_context  # noqa: F401  (public here too)
 
 
 def _sampling(t: float):
@@ -250,9 +251,9 @@ def _is_path_rule(verifier) -> bool:
 def _first_token_kl(ctx: Context, row, drafter, dparams, verifier, tsamp) -> dict:
   """Exact first-speculative-token KL / TV of the row's verifier to its matched baseline
   at ``kl.num_prompts x kl.contexts`` of the loop's contexts
-  (:func:`experiments.first_step_law.first_token_divergence`)."""
+  (:func:`experiments.propositions.first_step_law.first_token_divergence`)."""
   import jax
-  from experiments.first_step_law import first_token_divergence
+  from experiments.propositions.first_step_law import first_token_divergence
   kc = ctx.c.kl
   key = jax.random.fold_in(jax.random.key(int(ctx.c.seed)), 10_000)
   bucket = int(ctx.c.data.get("prompt_bucket", 0)) or None

@@ -2,7 +2,7 @@
 one ``--methods`` entry -> a :class:`Method` -> ``(drafter, draft params, verifier,
 target sampling)``.
 
-Syntax (one entry per method; hyperparameters as in :func:`experiments.rows.parse_rules`)::
+Syntax (one entry per method; hyperparameters as in :func:`experiments.common.rows.parse_rules`)::
 
     target                                   target-only generate() (the reference)
     <drafter>:<rule>[:<hparam>=<value>]...   speculative_generate() with that rule
@@ -106,7 +106,7 @@ def parse_method(spec: str, *, k: int = 5, eagle_depth: int = 5, eagle_top_k: in
 
   Raises ``ValueError`` naming the entry and what is allowed.
   """
-  from experiments.rows import parse_rules
+  from experiments.common.rows import parse_rules
   text = spec.strip()
   if text.lower() == TARGET:
     return Method(TARGET)
@@ -195,7 +195,7 @@ def parse_methods(specs, temperatures, *, matched_baselines: bool = True, **draf
 def build(m: Method, sources, temperature: float):
   """``(drafter, draft_params, verifier, target_sampling)`` of a speculative method
   (``sources``: the :class:`~specjax.decoding.drafter_factory.DraftSources`, e.g.
-  :meth:`experiments.model_sets.ModelSet.draft_sources`; the drafter from
+  :meth:`experiments.common.model_sets.ModelSet.draft_sources`; the drafter from
   :func:`~specjax.decoding.drafter_factory.make_drafter`).
   Target-only methods (:attr:`Method.runs_target_only`) use :meth:`Method.target_sampling`."""
   if m.runs_target_only:

@@ -6,8 +6,8 @@ temperature, K), keyed so that a changed setting never reuses a stale result.
 * :func:`make_row` / :func:`default_rows` -- one row / the comparison's rows;
 * :func:`tree_paths`, :func:`drafter_depth` -- the static tree and draft depth of a drafter.
 
-Rows are evaluated by :mod:`experiments.evaluation` and reported by
-:mod:`experiments.reports`.
+Rows are evaluated by :mod:`experiments.compare.evaluation` and reported by
+:mod:`experiments.common.reports`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import json
 import os
 import re
 
-from experiments import sweep
+from experiments.common import sweep
 
 
 def parse_rules(spec: str) -> list[tuple[str, dict]]:
@@ -118,7 +118,7 @@ def validate_config(c) -> None:
     if d and os.path.exists(d) and not os.path.isdir(d):
       raise ValueError(f"{key}={d!r} exists and is not a directory; results go into a "
                        f"directory")
-  from experiments.run_context import check_sources
+  from experiments.common.run_context import check_sources
   check_sources(c)  # models, draft, eagle_dir, data.prompt_sets, mesh
 
 
@@ -134,7 +134,7 @@ def settings_hash(c) -> str:
   keep = {k: d[k] for k in ("models", "draft", "seed", "data", "timing", "kl", "tree_paths",
                             "eagle_dir", "eagle_total_tokens", "eagle_top_k", "eagle_depth")
           if k in d}
-  from experiments.run_context import weights_fingerprint
+  from experiments.common.run_context import weights_fingerprint
   keep["weights"] = weights_fingerprint(c)  # a retrained drafter never reuses stale rows
   return hashlib.sha256(sweep.canonical_json(keep).encode()).hexdigest()[:10]
 

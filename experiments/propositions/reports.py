@@ -1,5 +1,5 @@
 """Figures and tables of the lossy-verification propositions' records
-(:mod:`experiments.proposition_sweep`): PNG figures, a text summary for stdout and
+(:mod:`experiments.propositions.sweep`): PNG figures, a text summary for stdout and
 markdown tables (for ``benchmarks/RESULTS.md``).  Reads records only; computes nothing.
 """
 

@@ -1,6 +1,6 @@
 """A resumable sweep runner: one JSON line per configuration, append-only.
 
-    from experiments import sweep
+    from experiments.common import sweep
     records = sweep.run_sweep(configs, evaluate, "/tmp/out/results.jsonl")
 
 ``configs`` is a list of JSON-serialisable dicts; ``evaluate(config) -> dict``

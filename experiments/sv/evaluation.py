@@ -5,7 +5,7 @@ decoding and target-only, at several batch sizes (issue 15 item 3).
 
 One run (:func:`run`):
 
-1. Calibration (``experiments.calibrate_sv.run``, the one definition of record
+1. Calibration (``experiments.sv.calibrate.run``, the one definition of record
    collection, table fits and the latency profile): fixed-K speculative
    decoding on ``calib_prompts`` prompts logs ``(S, A, accepted)``, fits the
    ``(S, A)`` table and the S-only table, reports ``H(X)``, ``H(X|S)``,
@@ -46,7 +46,7 @@ import time
 
 import numpy as np
 
-from experiments.prompts import PROMPT_SETS
+from experiments.common.prompts import PROMPT_SETS
 from specjax.policies.sv import TABLE_SIGNALS
 
 PAPER_IG = {"chat": (1.38, 0.91), "code": (1.78, 1.42)}  # H(X) -> H(X|S,A), docs/spec.md §7
@@ -61,7 +61,7 @@ class SweepConfig:
     model: "default", "tiny" or a real model (e.g. "smollm2-135m-instruct").
     drafter: real model: "draft" (its shipped draft LM) or "eagle3".
     companion: real model: "early_exit:N" (its first N layers).
-    prompt_sets: real model: sets of ``experiments.prompts.PROMPT_SETS``.
+    prompt_sets: real model: sets of ``experiments.common.prompts.PROMPT_SETS``.
     k: SV's K and the largest fixed K.
     fixed_ks: fixed-K baselines; () = 1..k.
     table_signals: SV variants, subset of ("SA", "S").
@@ -220,11 +220,11 @@ def eval_prompts(cfg: SweepConfig, c_cal, models, vocab_size: int) -> dict:
                 for n in lengths.round()]
             for i, s in enumerate(cfg.sets)}
   if cfg.model == "default":
-    from experiments.prompts import load_eval_prompts
+    from experiments.common.prompts import load_eval_prompts
     return {"heldout": [list(p.ids) for p in load_eval_prompts(cfg.eval_prompts,
                                                                seed=cfg.seed)]}
-  from experiments.calibrate_sv import calibration_chat_prompts
-  from experiments.prompts import load_chat_prompts
+  from experiments.sv.calibrate import calibration_chat_prompts
+  from experiments.common.prompts import load_chat_prompts
   ms = models["set"]
   calib = {p.source for p in calibration_chat_prompts(c_cal, ms)}
   out = {}
@@ -261,7 +261,7 @@ def _method_call(cfg: SweepConfig, method: str, b: int, models: dict, tables: di
   """``call(tokens, lengths, row_offset) -> result`` of one method at batch size ``b``:
   target-only ``generate``, a fixed-K chain, or SV with a table of one signal set."""
   import jax
-  from experiments.calibrate_sv import chain_drafter
+  from experiments.sv.calibrate import chain_drafter
   from specjax import verifiers
   from specjax.decoding.autoregressive import generate
   from specjax.decoding.speculative import speculative_generate
@@ -439,7 +439,7 @@ def markdown(report: dict) -> str:
 def run(cfg: SweepConfig, log=print) -> dict:
   """Calibrate (or reuse a calibration), evaluate, summarize (module docstring)."""
   import jax
-  from experiments import calibrate_sv
+  from experiments.sv import calibrate as calibrate_sv
   from specjax import verifiers
   from specjax.decoding.prompts import bucket_length
   from specjax.policies import calibration as cal

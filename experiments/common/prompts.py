@@ -13,7 +13,7 @@ default models never trained on):
   a newline with the following indentation);
 * it holds between ``min_tokens`` and ``max_tokens`` tokens of the default
   tokenizer, and ``prompt + "\\n"`` is a valid Python prefix
-  (:func:`experiments.quality.is_valid_prefix`).
+  (:func:`experiments.compare.quality.is_valid_prefix`).
 
 Cut points are drawn with ``numpy.random.RandomState(seed)``: files are
 visited in a seeded random order (cycled when ``num_prompts`` exceeds the
@@ -88,7 +88,7 @@ def load_eval_prompts(num_prompts: int, *, tokenizer=None, max_tokens: int = 96,
       the default models were trained).
     max_tries: redraws per prompt before giving up on a file.
   """
-  from experiments.quality import is_valid_prefix
+  from experiments.compare.quality import is_valid_prefix
   if tokenizer is None:
     from specjax.models.defaults import default_tokenizer
     tokenizer = default_tokenizer()

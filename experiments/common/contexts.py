@@ -15,7 +15,7 @@ the windows (deterministic given ``seed``).  Forward passes are batched and
 jitted (one compilation per model and window shape).
 
 Models come from :func:`load_models`, the one loader
-:func:`experiments.model_sets.load_model_set` without an EAGLE head:
+:func:`experiments.common.model_sets.load_model_set` without an EAGLE head:
 
 * ``"default"`` -- the embedded default set (:mod:`specjax.models.defaults`);
   text: the held-out split of the default corpus (the interpreter's stdlib,
@@ -50,7 +50,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.model_sets import ModelSet, TinySpec, load_model_set
+from experiments.common.model_sets import ModelSet, TinySpec, load_model_set
 from specjax.distributions import SamplingConfig, probs_from_logits
 from specjax.models.transformer import Model
 
@@ -98,10 +98,10 @@ TINY = TinySpec(vocab_size=64, scale=5.0, draft_noise=0.03, eos_token_id=None, k
 
 def load_models(source: str = "default", *, with_draft: bool = True, seed: int = 0
                 ) -> ModelSet:
-  """The analyses' :class:`~experiments.model_sets.ModelSet` (no EAGLE head):
+  """The analyses' :class:`~experiments.common.model_sets.ModelSet` (no EAGLE head):
   ``"default"``, ``"tiny"`` (built by :data:`TINY`), a checkpoint pair directory
   (``<dir>/target``, ``<dir>/draft``) or a real model -- one
-  :func:`experiments.model_sets.load_model_set` call."""
+  :func:`experiments.common.model_sets.load_model_set` call."""
   return load_model_set(source, draft="draft" if with_draft else "", eagle="", seed=seed,
                         tiny=TINY)
 

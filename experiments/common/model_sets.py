@@ -147,7 +147,7 @@ class TinySpec:
     eos_token_id: of the config (None: no EOS).
     keys: "seeds": target key(seed), draft key(seed + 1), companion key(seed + 2);
       "split": one jitted draw of target and draft from ``split(key(seed))`` (the
-      recipe of :mod:`experiments.contexts`).
+      recipe of :mod:`experiments.common.contexts`).
   """
 
   vocab_size: int = 0

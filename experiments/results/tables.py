@@ -6,7 +6,7 @@ function that writes it.
 Records read (paths relative to the repository root):
 
 * ``benchmarks/results/humaneval_{t0,t07,t1}/humaneval.jsonl`` -- one JSON line per
-  (method, T, sample, batch of problems), summarized by :mod:`experiments.humaneval_summary`;
+  (method, T, sample, batch of problems), summarized by :mod:`experiments.humaneval.summary`;
 * ``benchmarks/results/sv_batch_sweep_smollm2.json`` -- the SV sweep's report;
 * ``benchmarks/results/{batch_sweep,tree_shapes}_smollm2.json``,
   ``small_models_drafters.json`` -- ``benchmarks/speculative.py`` rows;
@@ -27,10 +27,10 @@ import re
 
 import numpy as np
 
-from experiments import humaneval_summary as hs
-from experiments import paper_claims as pc
+from experiments.humaneval import summary as hs
+from experiments.results import paper_claims as pc
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESULTS = "benchmarks/results"
 HUMANEVAL_DIRS = {"t0": f"{RESULTS}/humaneval_t0", "t07": f"{RESULTS}/humaneval_t07",
                   "t1": f"{RESULTS}/humaneval_t1"}
@@ -145,7 +145,7 @@ def _table(head: list[str], rows: list[list[str]]) -> str:
 
 
 def humaneval_table(name: str) -> str:
-  """The summary tables of one grid (:func:`experiments.humaneval_summary.markdown`)."""
+  """The summary tables of one grid (:func:`experiments.humaneval.summary.markdown`)."""
   run = humaneval_run(name)
   title = (f"Records: `{run.directory}/humaneval.jsonl` ({len(run.records)} batches, "
            f"max_new_tokens={run.max_new_tokens}).")
@@ -155,7 +155,7 @@ def humaneval_table(name: str) -> str:
 def tau_gain(name: str, method: str, control: str, seed: int = 0) -> dict:
   """tau(method) / tau(control) - 1 over the problems both ran, with a 95% paired
   percentile-bootstrap interval (one resample of problems for both)."""
-  from experiments.bootstrap import bootstrap_ci
+  from experiments.common.bootstrap import bootstrap_ci
   cs = hs.cells(humaneval_run(name).records)
   t = humaneval_run(name).rows[0]["temperature"]
   a, b = cs[(method, t)], cs[(control, t)]
@@ -298,8 +298,8 @@ SV_JSON = f"{RESULTS}/sv_batch_sweep_smollm2.json"
 
 
 def sv_table() -> str:
-  """The SV sweep's tables (:func:`experiments.sv_eval.markdown` of the committed report)."""
-  from experiments.sv_eval import markdown
+  """The SV sweep's tables (:func:`experiments.sv.evaluation.markdown` of the committed report)."""
+  from experiments.sv.evaluation import markdown
   return markdown(load_json(SV_JSON))
 
 
@@ -360,7 +360,7 @@ def _span(values, fmt: str = ".2f") -> str:
 
 def claims_sv() -> str:
   """Section 4 of docs/results.md, from the SV sweep's report and notebook 04."""
-  from experiments.sv_eval import PAPER_IG
+  from experiments.sv.evaluation import PAPER_IG
   paper = {k: 1 - b / a for k, (a, b) in PAPER_IG.items()}
   sh, he = _info("sharegpt", "SA"), _info("humaneval", "SA")
   bias = {r["set"]: plugin_bias_bits(r["n"], int(np.prod(r["num_bins"]))) / r["H_X"]
@@ -517,7 +517,7 @@ BLOCK_VS_TOKEN = f"{RESULTS}/block_vs_token_smollm2/sweep_k_smollm2.jsonl"
 def _paired_tau_gain(a: dict, b: dict, seed: int = 0) -> dict:
   """tau(a) / tau(b) - 1 of two spec rows that ran the same prompts and keys, with a
   95% percentile-bootstrap interval that resamples prompts for both at once."""
-  from experiments.bootstrap import bootstrap_ci
+  from experiments.common.bootstrap import bootstrap_ci
   x = np.array([[aa + ac, ac, ba + bc, bc] for aa, ac, ba, bc in zip(
       a["accepted_per_prompt"], a["target_calls_per_prompt"], b["accepted_per_prompt"],
       b["target_calls_per_prompt"])], np.float64)

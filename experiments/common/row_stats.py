@@ -2,7 +2,7 @@
 
 A row runs every prompt ``repeats`` times (one PRNG key per repeat: at T > 0
 each repeat is a new sample, a "seed").  Every reported mean over prompts gets
-a 95% percentile-bootstrap interval over *prompts* (:mod:`experiments.bootstrap`),
+a 95% percentile-bootstrap interval over *prompts* (:mod:`experiments.common.bootstrap`),
 the repeats of a prompt kept together:
 
 * ``tau_ci`` -- ratio of sums ``(accepted + calls) / calls``;
@@ -19,7 +19,7 @@ from typing import Sequence
 
 import numpy as np
 
-from experiments.bootstrap import bootstrap_ci
+from experiments.common.bootstrap import bootstrap_ci
 
 
 def ratio_of_sums(x: np.ndarray) -> float:

@@ -20,7 +20,7 @@ lossless and lossy speculative decoding):
   open block, bracket or string), as decided by :mod:`codeop` (the
   interactive interpreter's "need more input?" test); a real syntax error
   (``x = = 1``, an unexpected indent, an unmatched ``)``...) makes it fail.
-  Prompts (``experiments.prompts``) start at a top-level statement and
+  Prompts (``experiments.common.prompts``) start at a top-level statement and
   ``prompt + "\\n"`` is itself a valid prefix, so any failure is the
   completion's.  A completion with no complete line adds nothing to the
   prompt and counts as parsing.
@@ -29,7 +29,7 @@ lossless and lossy speculative decoding):
   the reference matched before the first difference.
 
 The distance of a rule's first speculative token to its matched baseline is exact,
-not sampled: :mod:`experiments.first_step_law`.
+not sampled: :mod:`experiments.propositions.first_step_law`.
 """
 
 from __future__ import annotations

@@ -145,7 +145,7 @@ def first_token_divergence(target, target_params, drafter, draft_params, verifie
   together; None with one prompt); ``kl`` is inf when some context has mass outside
   the baseline's support (a soft gate).
   """
-  from experiments.row_stats import ci, ratio_of_sums
+  from experiments.common.row_stats import ci, ratio_of_sums
   from specjax.checks import check_int
   check_int("contexts_per_prompt", contexts_per_prompt, low=1)
   rows = [list(p) for p in prompts for _ in range(contexts_per_prompt)]

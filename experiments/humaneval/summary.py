@@ -23,7 +23,7 @@ paired differences and the minimum detectable effect at 80% power, two-sided alp
 MDE = (z_0.975 + z_0.8) * sd / sqrt(n) ~= 2.80 sd / sqrt(n) (the normal approximation
 of a paired test over n problems). :func:`verdict` reads an interval against a paper's
 effect on our scale: agree / differ / inconclusive; :func:`power_rows` sets every
-method's main comparison beside the paper's claim (:mod:`experiments.paper_claims`).
+method's main comparison beside the paper's claim (:mod:`experiments.results.paper_claims`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from experiments.bootstrap import bootstrap_ci
+from experiments.common.bootstrap import bootstrap_ci
 
 TARGET = "target"
 BASELINE_PREFIX = "baseline:"
@@ -172,7 +172,7 @@ def _baseline_name(method: str, t: float, scores: dict) -> str:
   """The matched baseline a method is compared with: ``baseline:<method>`` (same
   drafter) when it ran, else the target-side ``baseline:target:<rule>`` (the same law:
   lossless verification reproduces the processed target)."""
-  from experiments.humaneval_methods import target_baseline_spec
+  from experiments.humaneval.methods import target_baseline_spec
   own = BASELINE_PREFIX + method
   if method == TARGET or method.startswith(BASELINE_PREFIX) or (own, t) in scores:
     return own
@@ -215,7 +215,7 @@ def summarize(records: list[dict], max_new_tokens: int | None = None) -> list[di
 
 
 def _drafter_rank(method: str) -> int:
-  from experiments.humaneval_methods import HUMANEVAL_DRAFTERS as order
+  from experiments.humaneval.methods import HUMANEVAL_DRAFTERS as order
   drafter = method.partition(":")[0]
   return order.index(drafter) if drafter in order else len(order)
 
@@ -228,7 +228,7 @@ def gap_contrasts(rows: list[dict], records: list[dict]) -> list[dict]:
   later drafter"), :func:`difference_of_gaps` under key
   ``contrast``. Rows: ``rule, temperature, first, second, gap_first, gap_second,
   contrast``."""
-  from experiments.humaneval_methods import rule_spec_of
+  from experiments.humaneval.methods import rule_spec_of
   scores = {k: pass_scores(v) for k, v in cells(records).items()}
   groups: dict = {}
   for r in rows:
@@ -262,7 +262,7 @@ def _comparison(row: dict) -> tuple[str, dict | None]:
 def _read_claim(claim, diff: dict, reference: float) -> dict:
   """The claim's effect on our scale (``reference`` = the compared method's pass@1), its
   margin and the :func:`verdict` of ``diff``'s interval; all None without a claim."""
-  from experiments.paper_claims import NoLossClaim
+  from experiments.results.paper_claims import NoLossClaim
   if claim is None:
     return {"claim": None, "paper_effect": None, "margin": None, "verdict": None}
   no_loss = isinstance(claim, NoLossClaim)
@@ -274,12 +274,12 @@ def _read_claim(claim, diff: dict, reference: float) -> dict:
 
 def power_rows(rows: list[dict], contrasts: list[dict] = ()) -> list[dict]:
   """Every comparison with its power and, where a paper makes a claim
-  (:func:`experiments.paper_claims.claim_for`), the verdict: one row per non-target
+  (:func:`experiments.results.paper_claims.claim_for`), the verdict: one row per non-target
   method (its :func:`_comparison`) and one per gap contrast (read against the paper's
   EAGLE-3 gap minus its plain-SD gap). Fields: ``method, temperature, compared_with,
   diff`` (the paired difference, with ``sd`` and ``mde80``), ``reference`` (pass@1 of
   the compared method), ``claim, paper_effect, margin, verdict``."""
-  from experiments.paper_claims import claim_for, contrast_on_our_scale
+  from experiments.results.paper_claims import claim_for, contrast_on_our_scale
   pass1 = {(r["method"], r["temperature"]): r["pass@1"] for r in rows}
   out = []
   for r in rows:
@@ -361,7 +361,7 @@ def markdown(rows: list[dict], title: str, contrasts: list[dict] = ()) -> str:
   if prows:
     lines += ["", "Power and verdicts (MDE = minimum detectable effect of the paired difference "
               "at 80% power, two-sided alpha 0.05: 2.80 x SD / sqrt(problems); the paper's "
-              "effect is a relative loss put on our scale (experiments/paper_claims.py); "
+              "effect is a relative loss put on our scale (experiments/results/paper_claims.py); "
               "verdict: inconclusive when the interval holds both 0 and the paper's effect, or "
               "for a no-loss claim reaches past its margin):", "", *power_markdown(prows)]
   if contrasts:

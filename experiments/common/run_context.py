@@ -5,7 +5,7 @@ builder for ``experiments/compare_verifiers.py``, the sweeps and
 * :func:`check_sources` -- ``models`` / ``draft`` / ``eagle_dir`` /
   ``data.prompt_sets`` / mesh settings checked before any model loads;
 * :func:`load_context` -- the :class:`Context` (one
-  :func:`experiments.model_sets.load_model_set` call);
+  :func:`experiments.common.model_sets.load_model_set` call);
 * :func:`drafter_dirs`, :func:`weights_fingerprint` -- which drafter files a
   run uses, and a hash of their weights for the run settings (a retrained
   package never reuses stale rows).
@@ -21,9 +21,9 @@ Config keys read (``experiments/configs/compare.py``):
 * ``eagle_dir``: ``""`` (no EAGLE rows), ``"eagle3"`` / ``"eagle1"`` (the head
   shipped for ``models``: default and real models) or a head directory;
 * ``data.prompt_sets``: chat prompt sets of a real (chat) model: held-out
-  ShareGPT first turns and / or HumanEval problems (:func:`experiments.prompts.
+  ShareGPT first turns and / or HumanEval problems (:func:`experiments.common.prompts.
   load_chat_prompts`); models without a chat template get held-out code
-  prefixes of the stdlib corpus (:func:`experiments.prompts.load_eval_prompts`),
+  prefixes of the stdlib corpus (:func:`experiments.common.prompts.load_eval_prompts`),
   and only those report the parse fraction (``Context.code_prompts``);
 * ``mesh_data`` / ``mesh_model``: rows over a ``data`` axis, the target and
   draft LM tensor parallel over ``model`` (0 = no mesh).
@@ -83,7 +83,7 @@ class Context:
 
 def _kind(c) -> str:
   """"default" | "random" (tiny / stand_in) | "pair" (checkpoint pair) | "real"."""
-  from experiments.model_sets import RANDOM_SETS, is_checkpoint_pair
+  from experiments.common.model_sets import RANDOM_SETS, is_checkpoint_pair
   m = c.models
   if m == "default":
     return "default"
@@ -113,7 +113,7 @@ def prompt_sets(c) -> tuple:
 def check_sources(c) -> None:
   """ValueError naming the key, the value and what is allowed for every model
   source, prompt set and mesh setting -- before any model loads."""
-  from experiments.prompts import PROMPT_SETS
+  from experiments.common.prompts import PROMPT_SETS
   from specjax.checks import check_int
   from specjax.models import registry
   kind = _kind(c)
@@ -231,7 +231,7 @@ def make_mesh(c):
 
 def load_prompts(c, ms) -> tuple[list, bool]:
   """``(prompts, code_prompts)``: chat prompts for a chat model, else code prefixes."""
-  from experiments import prompts as prompts_lib
+  from experiments.common import prompts as prompts_lib
   d = c.data
   if ms.is_chat:
     return prompts_lib.load_chat_prompts(ms.encode_chat, d.num_prompts, sets=prompt_sets(c),
@@ -248,7 +248,7 @@ def load_prompts(c, ms) -> tuple[list, bool]:
 def load_context(c, mesh=None) -> Context:
   """Models, drafters, prompts (and mesh) of a run: see the module docstring.
   ``mesh``: a ready mesh (else built from ``mesh_data`` / ``mesh_model``)."""
-  from experiments.model_sets import load_model_set
+  from experiments.common.model_sets import load_model_set
   from specjax.decoding.eagle_drafter import EagleDrafter
   check_sources(c)
   mesh = mesh if mesh is not None else make_mesh(c)

@@ -1,0 +1,1 @@
+"""Verifier comparison rows: evaluation (timing + quality) and the quality metrics."""

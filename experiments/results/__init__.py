@@ -1,0 +1,1 @@
+"""The tables of docs/results.md and benchmarks/RESULTS.md and the papers' claims they are read against."""

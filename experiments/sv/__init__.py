@@ -1,0 +1,1 @@
+"""Speculative Verification: calibration and the paper-style evaluation."""
