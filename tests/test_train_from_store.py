@@ -97,6 +97,11 @@ def test_windows_mask_split_and_determinism(tiny):
   assert len(he.windows) and not {key(w) for w in tr.windows} & {key(w) for w in he.windows}
   assert len(tr.windows) + len(he.windows) == len(b.windows)
   assert _batcher(store, num_shards=1).num_windows < b.num_windows
+  # An on-policy sequence ("<conversation>#<turn>") sits on its conversation's side.
+  assert store_batching.conversation_id("conv-3#12") == "conv-3"
+  assert [store_batching.conversation_id(i) for i in ("a#b", "#3", "x")] == ["a#b", "#3", "x"]
+  assert all(store_batching.is_heldout(f"conv-{i}#{t}", 400) == store_batching.is_heldout(
+      f"conv-{i}", 400) for i in range(40) for t in (0, 3))
   with pytest.raises(ValueError, match=r"feature_layers=\(0,\).*hidden_layers=\(1, 2, 3, 4\)"):
     _batcher(store, layers=(0,))
   with pytest.raises(ValueError, match="num_shards=9"):

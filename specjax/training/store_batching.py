@@ -8,9 +8,11 @@ sequence and is an assistant token (the store's ``loss_mask``): the next-token
 distribution stored at s, and the feature at s + 1, are then trained on. Windows
 without a target position are dropped.
 
-Held-out split: a sequence is held out iff ``sha256(its id) mod 1000 <
-eval_permille`` (the store's conversation id; the global sequence index when the
-store has none) -- disjoint from training, stable as the store grows.
+Held-out split: a sequence is held out iff ``sha256(its conversation id) mod
+1000 < eval_permille`` (the global sequence index when the store has no ids) --
+disjoint from training, stable as the store grows, and the same conversations
+in a ShareGPT-text store and an on-policy store of the same conversations (whose
+sequences are the conversation's answered turns, ``"<id>#<turn>"``).
 
 Batch ``s`` of the training windows is a pure function of ``(windows, seed,
 step)``, exactly as :mod:`specjax.data.batching`: epoch ``e`` visits the windows
@@ -77,9 +79,19 @@ class StoreBatchConfig:
         raise ValueError(f"{name}={v!r} must be an integer >= 0")
 
 
+def conversation_id(seq_id: str) -> str:
+  """The conversation a sequence id belongs to: on-policy stores name a sequence
+  ``"<conversation id>#<message index>"`` (one per answered user turn); others
+  name the conversation itself."""
+  head, sep, tail = seq_id.rpartition("#")
+  return head if sep and head and tail.isdigit() else seq_id
+
+
 def is_heldout(seq_id: str, eval_permille: int) -> bool:
-  """Deterministic held-out membership of a sequence id (sha256 mod 1000)."""
-  h = int.from_bytes(hashlib.sha256(seq_id.encode()).digest()[:8], "little")
+  """Deterministic held-out membership of a sequence id: sha256 of its
+  :func:`conversation_id` mod 1000, so every turn of a conversation falls on the
+  same side, in every store built from the same conversations."""
+  h = int.from_bytes(hashlib.sha256(conversation_id(seq_id).encode()).digest()[:8], "little")
   return h % 1000 < eval_permille
 
 
