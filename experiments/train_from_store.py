@@ -6,6 +6,9 @@ batch; export it.
   python -m experiments.train_from_store --config=experiments/configs/from_store.py:eagle1
   python -m experiments.train_from_store --config=experiments/configs/from_store.py:draft \
       [--config.train.num_steps=N] [--config.train.time_budget_s=S] [--config.workdir=DIR]
+  # a mixture of stores, each part cut to half the target-token budget:
+  python -m experiments.train_from_store --config=...:eagle3 --config.store=DIR_A,DIR_B \
+      --config.data.max_target_tokens=96000 --config.workdir=DIR
   # export the latest checkpoint of a run (e.g. a copied snapshot) without training:
   python -m experiments.train_from_store --config=...:eagle3 --config.workdir=DIR \
       --config.train.export_only=True
@@ -26,7 +29,9 @@ shipped in ``specjax/models/assets/<target>/draft`` (no embedding).
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from typing import Any, Callable, Optional
 
 from absl import logging
 
@@ -41,30 +46,50 @@ def _optim(c):
                            grad_clip=c.optim.grad_clip)
 
 
-def open_store(c, lm):
-  """The feature store of ``lm`` (refused when it holds another target's features)."""
+def store_paths(c, lm) -> list:
+  """The feature stores a run trains on: ``c.store`` -- one directory, or several
+  separated by commas (a mixture, each part given ``max_target_tokens / parts``)
+  -- or, when empty, ``<cache>/features/<target>-<sha12>`` (the ShareGPT store)."""
   from specjax.models import registry
+  paths = [p.strip() for p in c.store.split(",") if p.strip()]
+  return paths or [os.path.join(registry.cache_root(), "features", f"{lm.name}-{lm.sha256[:12]}")]
+
+
+def open_stores(c, lm) -> list:
+  """The feature stores of ``lm`` (refused when one holds another target's features)."""
   from specjax.training import features
-  path = c.store or os.path.join(registry.cache_root(), "features",
-                                 f"{lm.name}-{lm.sha256[:12]}")
-  return features.FeatureStore(path, expect_sha256=lm.sha256)
+  return [features.FeatureStore(p, expect_sha256=lm.sha256) for p in store_paths(c, lm)]
 
 
-def batchers(c, store, feature_layers, workdir):
-  """Train / held-out StoreBatchers; a resumed run reads its recorded shard count."""
+def batchers(c, stores, feature_layers, workdir):
+  """Train / held-out batchers (:class:`MixedBatcher` over several stores); a resumed
+  run reads its recorded shard counts."""
   from specjax.training import loop, store_batching
-  num_shards = c.data.num_shards
   prev = loop.read_training_json(workdir)
-  if prev is not None and not num_shards:
-    num_shards = prev["data"]["num_shards"]
-  cfg = store_batching.StoreBatchConfig(
-      window=c.data.window, batch_size=c.data.batch_size, feature_layers=tuple(feature_layers),
-      top_k=c.data.top_k, eval_permille=c.data.eval_permille, num_shards=num_shards)
-  return (store_batching.StoreBatcher(store, cfg, "train"),
-          store_batching.StoreBatcher(store, cfg, "heldout") if c.data.eval_permille else None)
+  counts = [c.data.num_shards] * len(stores)
+  if prev is not None and not c.data.num_shards:
+    rec = prev["data"]["num_shards"]
+    counts = list(rec) if isinstance(rec, list) else [rec]
+    if len(counts) != len(stores):
+      raise ValueError(f"workdir {workdir} trained on {len(counts)} stores; c.store names "
+                       f"{len(stores)}. Use another workdir.")
+  budget = c.data.max_target_tokens // len(stores)
+
+  def make(store, n, split):
+    cfg = store_batching.StoreBatchConfig(
+        window=c.data.window, batch_size=c.data.batch_size, feature_layers=tuple(feature_layers),
+        top_k=c.data.top_k, eval_permille=c.data.eval_permille, num_shards=n,
+        max_target_tokens=budget)
+    return store_batching.StoreBatcher(store, cfg, split)
+
+  def split(name):
+    parts = [make(st, n, name) for st, n in zip(stores, counts)]
+    return parts[0] if len(parts) == 1 else store_batching.MixedBatcher(parts)
+
+  return split("train"), split("heldout") if c.data.eval_permille else None
 
 
-def eagle_setup(c, lm, store, workdir):
+def eagle_setup(c, lm, stores, workdir):
   """``(loss, frozen, init_params, train, heldout, record, export)`` for a head."""
   import numpy as np
 
@@ -77,7 +102,7 @@ def eagle_setup(c, lm, store, workdir):
       lm.config, c.kind, intermediate_size=c.head.intermediate_size or None,
       draft_vocab_size=(c.head.draft_vocab_size or None) if c.kind == "eagle3" else None, **kw)
   head = eagle.EagleHead(hcfg)
-  train, heldout = batchers(c, store, hcfg.target_layers, workdir)
+  train, heldout = batchers(c, stores, hcfg.target_layers, workdir)
   record = {"kind": c.kind, "head_config": eagle_io.config_to_json(hcfg),
             "head_params": hcfg.num_params()}
   draft_ids = d2t = t2d = None
@@ -110,14 +135,14 @@ def eagle_setup(c, lm, store, workdir):
   def export(params):
     eagle_io.save_eagle(export_dir, hcfg, params, d2t, t2d, dtype=c.export.dtype,
                      extra_config={"target_sha256": lm.sha256, "target_name": lm.name,
-                                   "feature_store": store.dir})
+                                   "feature_store": ",".join(st.dir for st in stores)})
     eagle_io.load_eagle(export_dir, lm.config, expect_target_sha256=lm.sha256)  # round trip
     return export_dir
 
   return loss, frozen, head.init_params, train, heldout, record, export
 
 
-def draft_setup(c, lm, store, workdir):
+def draft_setup(c, lm, stores, workdir):
   """``(loss, frozen, init_params, train, heldout, record, export)`` for the draft LM.
 
   With ``draft.train_embedding`` False the embedding stays the target's (``frozen``)
@@ -130,7 +155,7 @@ def draft_setup(c, lm, store, workdir):
   layers = tuple(c.draft.init_layers) or distill.spread_layers(lm.config.num_hidden_layers,
                                                                c.draft.num_layers)
   model = lm_train.training_model(dcfg, c.draft.precision)
-  train, heldout = batchers(c, store, (), workdir)
+  train, heldout = batchers(c, stores, (), workdir)
   target_params = lm.params
   full_init = lambda key: distill.init_from_target(dcfg, lm.model, target_params, layers,
                                                    None if c.draft.copy_layers else key)
@@ -155,31 +180,56 @@ def draft_setup(c, lm, store, workdir):
   return distill.DistillLoss(model), shared, init, train, heldout, record, export
 
 
-def run(c) -> dict:
+@dataclasses.dataclass
+class Built:
+  """A run's pieces: the trainer (not started), the export function and the
+  target / stores / setup outputs a caller may reuse (e.g. to evaluate a trained
+  head on another store's held-out windows)."""
+
+  trainer: Any
+  export: Callable
+  lm: Any
+  stores: list
+  feature_layers: tuple
+  workdir: str
+
+
+def build(c, eval_batcher=None, progress: Optional[bool] = None) -> Built:
+  """The trainer of config ``c`` (restores nothing yet); ``eval_batcher`` replaces
+  the run's own held-out batcher."""
   from specjax.models import registry
   from specjax.training import store_trainer
   lm = registry.load_model(c.target)
-  store = open_store(c, lm)
+  stores = open_stores(c, lm)
   workdir = c.workdir or f"/tmp/specjax_runs/{c.name}"
   setup = draft_setup if c.kind == "draft" else eagle_setup
-  loss, frozen, init, train, heldout, record, export = setup(c, lm, store, workdir)
+  loss, frozen, init, train, heldout, record, export = setup(c, lm, stores, workdir)
   record.update(target_name=lm.name, target_sha256=lm.sha256, config=c.to_dict())
   scfg = store_trainer.StoreTrainConfig(
       num_steps=c.train.num_steps, init_seed=c.train.init_seed, data_seed=c.data.seed,
       eval_every=c.train.eval_every, eval_batches=c.train.eval_batches,
       checkpoint_every=c.train.checkpoint_every, log_every=c.train.log_every)
-  trainer = store_trainer.StoreTrainer(loss, frozen, init, _optim(c), scfg, train, heldout,
-                                       workdir, record=record, progress=c.train.progress)
-  logging.info("%s from %s: %d train windows (%d shards), %d held-out", c.kind, store.dir,
-               train.num_windows, train.num_shards, heldout.num_windows if heldout else 0)
+  trainer = store_trainer.StoreTrainer(
+      loss, frozen, init, _optim(c), scfg, train, eval_batcher or heldout, workdir,
+      record=record, progress=c.train.progress if progress is None else progress)
+  logging.info("%s from %s: %d train windows (%s shards), %d held-out", c.kind,
+               ",".join(st.dir for st in stores), train.num_windows, train.num_shards,
+               heldout.num_windows if heldout else 0)
+  layers = tuple(getattr(train.config, "feature_layers", ()))
+  return Built(trainer, export, lm, stores, layers, workdir)
+
+
+def run(c) -> dict:
+  b = build(c)
+  trainer = b.trainer
   if c.train.export_only:  # export (and evaluate) the latest checkpoint, no training
     trainer.init_or_restore()
     if trainer.resumed_from is None:
-      raise FileNotFoundError(f"train.export_only: no checkpoint in {workdir}/checkpoints")
+      raise FileNotFoundError(f"train.export_only: no checkpoint in {b.workdir}/checkpoints")
     trainer.train(stop_after=trainer.resumed_from)
   else:
     trainer.train(time_budget_s=c.train.time_budget_s or None)
-  trainer.record["export_dir"] = export(trainer.state.params)
+  trainer.record["export_dir"] = b.export(trainer.state.params)
   trainer.record["final_eval"] = trainer.evaluate()
   trainer.write_training_json()
   trainer.close()

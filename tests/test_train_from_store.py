@@ -359,6 +359,12 @@ def test_train_from_store_binary_eagle3_and_draft(tmp_path):
           "specjax_target_sha256"] == sha
       assert os.path.isfile(os.path.join(out["export_dir"], "tokenizer.json"))
     assert binary.run(c)["resumed_from"] == 2
+  # A mixture of two stores at a token budget: half the budget from each, resumable.
+  c.store, c.workdir, c.data.max_target_tokens = f"{store},{store}", str(tmp_path / "mix"), 40
+  out = binary.run(c)
+  parts = out["data"]["mixture"]
+  assert len(parts) == 2 and all(20 <= p["target_tokens"] < 20 + T for p in parts)
+  assert out["data"]["num_shards"] == [2, 2] and binary.run(c)["resumed_from"] == 2
   c.store = str(tmp_path / "nowhere")
   with pytest.raises(FileNotFoundError, match="no feature store"):
     binary.run(c)

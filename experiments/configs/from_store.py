@@ -26,7 +26,9 @@ def get_config(kind="eagle3"):
   c.name = f"{kind}_from_store"
   c.workdir = ""  # "" = /tmp/specjax_runs/<name>
   c.target = "smollm2-135m-instruct"  # registry name, .gguf or HF directory
-  c.store = ""  # "" = <cache>/features/<target name>-<sha256[:12]>
+  # "" = <cache>/features/<target name>-<sha256[:12]>; several directories separated by
+  # commas train on their mixture (experiments/drafter_data.py compares such runs)
+  c.store = ""
 
   c.data = ml_collections.ConfigDict()
   c.data.window = 512
@@ -34,6 +36,9 @@ def get_config(kind="eagle3"):
   c.data.top_k = 0  # 0 = all stored candidates
   c.data.eval_permille = 20
   c.data.num_shards = 0  # 0 = all shards now (a resumed run reuses its recorded count)
+  # > 0: train on the stream-order windows holding this many target tokens (split evenly
+  # over the stores of a mixture); 0 = all
+  c.data.max_target_tokens = 0
   c.data.seed = 0
 
   c.head = ml_collections.ConfigDict()
