@@ -35,6 +35,9 @@ real rule passes; their measured TVs are asserted to exceed ``tol``):
 * off-by-one bonus position: after a fully accepted chain (or an accepted
   tree leaf / all SV-verified drafts) the bonus is drawn from the target's
   distribution one position too early (the last accepted node's parent).
+* AdaEDL entropy off by one: whether draft k is offered is decided from
+  ``H(q_{k+1})`` instead of ``H(q_k)``; ``q_{k+1}`` depends on ``x_k`` itself,
+  so the offered drafts are biased (exact TV 0.177, :func:`chain_law_exact`).
 """
 
 import dataclasses
@@ -47,6 +50,7 @@ import numpy as np
 import pytest
 
 from specjax.distributions import sample_from_probs
+from specjax.policies.adaedl import acceptance_bound, draft_entropy, stop_lengths
 from specjax.policies.sv import choose_row, companion_signals
 from specjax.verifiers import Lenience, Lossless, residual, verify_chain, verify_tree
 
@@ -148,7 +152,17 @@ def _first_two(x, n, tok, key):
   return y1 * V + y2
 
 
-GAMMA_MODES = ("fixed", "sv_S", "sv_A")
+GAMMA_MODES = ("fixed", "sv_S", "sv_A", "adaedl", "adaedl_off_by_one")
+# AdaEDL (docs/spec.md §5) with the paper's gamma = 0.2 and a fixed lambda between the
+# bounds of the draft's rows, min_draft = 0: draft 1 always passes (bound 0.575), draft 2
+# passes for x1 in {1, 3, 4, 5} (gamma = 2 on 55% of samples).
+ADAEDL_GAMMA, ADAEDL_LAM = 0.2, 0.52
+
+
+def adaedl_gamma(rows, active=jnp.asarray([True])):
+  """The AdaEDL policy's own stopping functions on one sample's draft rows ``[K, V]``."""
+  bound = acceptance_bound(draft_entropy(rows), ADAEDL_GAMMA)
+  return stop_lengths(bound[None], jnp.full((1,), ADAEDL_LAM), active, min_draft=0)[0]
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2))
@@ -158,7 +172,9 @@ def chain_pairs(rule, driver, gamma_mode: str, key):
   ``gamma_mode``: "fixed" verifies one draft (K = 1 in effect, so the bonus
   token is the observed y2); "sv_S" / "sv_A" let the SV policy's pure functions
   (``companion_signals`` + ``choose_row``, latency (1, 1.3, 1.6)) pick gamma
-  per sample with ``P_hat`` = the companion's S signal / A signal.
+  per sample with ``P_hat`` = the companion's S signal / A signal; "adaedl" lets
+  AdaEDL's stopping functions pick it from ``H(q_1), H(q_2)`` and
+  "adaedl_off_by_one" from ``H(q_2), H(q_3)`` (the broken variant).
   """
 
   def one(kk):
@@ -171,6 +187,10 @@ def chain_pairs(rule, driver, gamma_mode: str, key):
     q = jnp.stack([Q0, QT[x1]])
     if gamma_mode == "fixed":
       gamma = jnp.int32(1)
+    elif gamma_mode == "adaedl":
+      gamma = adaedl_gamma(q)
+    elif gamma_mode == "adaedl_off_by_one":
+      gamma = adaedl_gamma(jnp.stack([QT[x1], QT[x2]]))
     else:
       s_sig, a_sig = companion_signals(q, jnp.stack([C0, CT[x1]]), x)
       p_hat = s_sig if gamma_mode == "sv_S" else a_sig
@@ -242,6 +262,8 @@ CHAIN_CASES = [  # (id, rule, driver, gamma_mode, must_pass)
     ("sv-lossless", Lossless(), chain_driver, "sv_S", True),
     ("sv-off-by-one-bonus", Lossless(), chain_off_by_one_bonus, "sv_S", False),
     ("sv-residual-not-applied", StaleSibling(), chain_driver, "sv_S", False),
+    ("adaedl-lossless", Lossless(), chain_driver, "adaedl", True),
+    ("adaedl-entropy-off-by-one", Lossless(), chain_driver, "adaedl_off_by_one", False),
 ]
 
 
@@ -315,3 +337,39 @@ def test_broken_variants_are_beyond_the_detectable_tv():
     assert min(tvs) >= 3 * PAIR_TOL, (rule, driver, tvs)
   tvs = [_tv(lenience_first_tokens(ScaledResidualLenience(l=L), k), LENIENCE_REF) for k in keys]
   assert min(tvs) >= 3 * TOKEN_TOL, tvs
+
+
+def chain_law_exact(gamma_of) -> np.ndarray:
+  """Exact law [V*V] of (y1, y2) from the K = 2 lossless chain of :func:`chain_pairs`
+  when ``gamma_of(x1, x2)`` drafts are verified, by enumerating the drafts."""
+  p0, pt = np.asarray(P0, np.float64), np.asarray(PT, np.float64)
+  q0, qt = np.asarray(Q0, np.float64), np.asarray(QT, np.float64)
+  res = lambda p, q: np.maximum(p - q, 0) / np.maximum(p - q, 0).sum()
+  ref = p0[:, None] * pt
+  out = np.zeros((V, V))
+  for x1 in range(V):
+    for x2 in range(V):
+      w, g = q0[x1] * qt[x1, x2], int(gamma_of(x1, x2))
+      if g == 0:  # nothing offered: the target draws both tokens
+        out += w * ref
+        continue
+      a1 = min(1.0, p0[x1] / q0[x1])
+      out += w * (1 - a1) * res(p0, q0)[:, None] * pt  # x1 rejected: correction, then p
+      if g == 1:
+        out[x1] += w * a1 * pt[x1]  # bonus after x1
+      else:
+        a2 = min(1.0, pt[x1, x2] / qt[x1, x2])
+        out[x1, x2] += w * a1 * a2
+        out[x1] += w * a1 * (1 - a2) * res(pt[x1], qt[x1])
+  return out.reshape(-1)
+
+
+def test_adaedl_laws_by_enumeration():
+  """AdaEDL's stop is a function of the drafts before the stopped position, so the
+  exact law is the target's; the off-by-one variant (H(q_{k+1}) decides draft k) is
+  0.177 away, beyond the smallest detectable TV (2 PAIR_TOL) of the Monte Carlo test."""
+  real = chain_law_exact(lambda a, b: adaedl_gamma(jnp.stack([Q0, QT[a]])))
+  broken = chain_law_exact(lambda a, b: adaedl_gamma(jnp.stack([QT[a], QT[b]])))
+  assert 0.5 * np.abs(real - REF_PAIR).sum() < 1e-6
+  tv = 0.5 * np.abs(broken - REF_PAIR).sum()
+  assert abs(tv - 0.177) < 2e-3 and tv >= 2 * PAIR_TOL, tv

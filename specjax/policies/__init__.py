@@ -1,10 +1,13 @@
 """Verify-length policies (docs/spec.md §5): how many drafts each row verifies.
 
-``FixedLength`` (all K, the default), ``ConstantGamma`` and Speculative
+``FixedLength`` (all K, the default), ``ConstantGamma``, Speculative
 Verification (``SpeculativeVerification``: companion signals, calibrated
-acceptance table, goodput search).  See ``base.py`` for the protocol.
+acceptance table, goodput search) and AdaEDL (``AdaEDL``: entropy-based early
+draft stopping).  See ``base.py`` for the protocol.
 """
 
+from specjax.policies.adaedl import (AdaEDL, AdaEDLParams, AdaEDLState, acceptance_bound,
+                                     draft_entropy, stop_lengths, update_threshold)
 from specjax.policies.base import (ConstantGamma, FixedLength, VerifyPolicy, bucket_index,
                                    default_buckets, round_up_to_bucket, validate_buckets)
 from specjax.policies.calibration import (CalibrationTable, FittedTable, fit_table,
@@ -17,10 +20,12 @@ from specjax.policies.sv import (SpeculativeVerification, choose_batch_max, choo
                                  expected_accepted, goodput, hill_climb, load_sv_params,
                                  uninformative_table)
 
-__all__ = ["ConstantGamma", "FixedLength", "VerifyPolicy", "bucket_index", "default_buckets",
-           "round_up_to_bucket", "validate_buckets", "CalibrationTable", "FittedTable",
-           "fit_table", "fixed_edges", "information_report", "load_table", "quantile_edges",
-           "save_table", "triple_id", "LatencyProfile", "load_profile", "measure_profile",
-           "save_profile", "SpeculativeVerification", "choose_batch_max", "choose_batch_total",
-           "choose_row", "climb_until_decrease", "companion_signals", "expected_accepted",
-           "goodput", "hill_climb", "load_sv_params", "uninformative_table"]
+__all__ = ["AdaEDL", "AdaEDLParams", "AdaEDLState", "acceptance_bound", "draft_entropy",
+           "stop_lengths", "update_threshold", "ConstantGamma", "FixedLength", "VerifyPolicy",
+           "bucket_index", "default_buckets", "round_up_to_bucket", "validate_buckets",
+           "CalibrationTable", "FittedTable", "fit_table", "fixed_edges", "information_report",
+           "load_table", "quantile_edges", "save_table", "triple_id", "LatencyProfile",
+           "load_profile", "measure_profile", "save_profile", "SpeculativeVerification",
+           "choose_batch_max", "choose_batch_total", "choose_row", "climb_until_decrease",
+           "companion_signals", "expected_accepted", "goodput", "hill_climb", "load_sv_params",
+           "uninformative_table"]

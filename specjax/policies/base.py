@@ -16,6 +16,10 @@ of drafts row b offers to the verifier (``verify_chain(..., num_valid=gamma)``);
 inactive rows get 0.  ``signals`` is a dict of per-position arrays for
 statistics (empty for policies without a companion).
 
+``q`` is the proposal's ``q``, or its ``q_node`` (the drafter's full distribution
+at each position) for a policy whose ``reads_node_dist`` is True when the
+drafter supplies it (AdaEDL reads entropies, which one-hot greedy ``q`` lack).
+
 ``buckets`` is the static, sorted tuple of verify lengths the target forward
 may be compiled for: the loop runs the target over ``bucket + 1`` tokens, the
 bucket being the smallest one ``>= max(gamma over active rows)``
@@ -72,6 +76,8 @@ class VerifyPolicy:
   """Base class.  Attributes: num_draft: K, the drafter's chain length."""
 
   num_draft: int
+
+  reads_node_dist = False  # class attribute, not a field: choose gets q (True: q_node)
 
   def __post_init__(self):
     if not (isinstance(self.num_draft, int) and self.num_draft >= 1):
