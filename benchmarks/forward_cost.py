@@ -7,7 +7,8 @@ forward can score before the cost grows. Each cell is the median of
 forward (``benchmarks.common.forward_latency``: cache writes in place, logits
 fed back; ``--context`` committed tokens in a cache of ``--context + 64``
 slots), compile excluded; the machine's 1-minute load
-average is printed with the table.
+average is printed with the table. ``--output``: also a JSON record of the cells
+with the weights' sha256 and the run's provenance (:mod:`specjax.provenance`).
 
   python -m benchmarks.forward_cost                                # SmolLM2-135M
   python -m benchmarks.forward_cost --model=default --batch_sizes=1,8
@@ -15,6 +16,7 @@ average is printed with the table.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -31,6 +33,7 @@ def define_flags():
   flags.DEFINE_integer("context", 128, "committed tokens per row before the forward")
   flags.DEFINE_integer("repeats", 5, "timed forwards per cell (median)")
   flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "params and activations")
+  flags.DEFINE_string("output", "", "also write the cells as a JSON record here ('' = no)")
 
 
 def _ints(name, values):
@@ -51,14 +54,16 @@ def main(argv):
   import jax
 
   from benchmarks.common import forward_latency
+  from specjax import provenance
+  stamp = provenance.stamp()
   if FLAGS.model == "default":
-    from specjax.models.defaults import load_default
+    from specjax.models.defaults import default_model_dir, load_default
     model, params = load_default("target", dtype=FLAGS.dtype)
-    name = "embedded default target"
+    name, source = "embedded default target", default_model_dir("target")
   else:
     from specjax.models import registry
     lm = registry.load_model(FLAGS.model, dtype=FLAGS.dtype)
-    model, params, name = lm.model, lm.params, lm.name
+    model, params, name, source = lm.model, lm.params, lm.name, lm.path
   cfg = model.config
   print(f"model: {name} ({cfg.num_params() / 1e6:.1f}M params, {FLAGS.dtype}), context "
         f"{FLAGS.context}, jax {jax.__version__} on {jax.default_backend()} "
@@ -79,6 +84,14 @@ def main(argv):
     cells = [f"{table[b, t] * 1e3:.1f} ms ({table[b, t] / base:.2f}x)" for t in tokens]
     print(f"| {b} | " + " | ".join(cells) + " |")
   print(f"\ncells: median forward time (ratio to T={tokens[0]} at the same batch)")
+  if FLAGS.output:
+    cells = [{"batch": b, "tokens": t, "forward_s": table[b, t]} for b in batches for t in tokens]
+    record = provenance.stamped({"benchmark": "forward_cost", "model": name, "dtype": FLAGS.dtype,
+                                 "context": FLAGS.context, "repeats": FLAGS.repeats,
+                                 "cells": cells}, stamp, {"target": source})
+    with open(FLAGS.output, "w") as f:
+      json.dump(record, f, indent=1)
+    print(f"wrote {FLAGS.output}")
 
 
 if __name__ == "__main__":

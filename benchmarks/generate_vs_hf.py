@@ -32,6 +32,7 @@ through the chat template; generation then stops at EOS on both sides.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import statistics
@@ -66,6 +67,8 @@ def define_flags() -> None:
   flags.DEFINE_integer("max_new_tokens", 64, "tokens generated per row")
   flags.DEFINE_integer("repeats", 3, "timed calls per side (median reported)")
   flags.DEFINE_integer("threads", 2, "torch.set_num_threads")
+  flags.DEFINE_string("output", "", "also write the rows as a JSON record (weights' sha256, "
+                      "provenance) here ('' = no)")
   flags.DEFINE_string("omp_wait_policy", "", "if set (PASSIVE | ACTIVE), OMP_WAIT_POLICY for "
                       "torch's OpenMP pool; PASSIVE avoids spin-waiting threads collapsing when "
                       "other processes compete for the cores")
@@ -243,6 +246,22 @@ def _measure(b: int, model, params, hf_model, real, eos, n_new) -> tuple:
   return b, n_tok / sj_s, n_tok / hf_s, hf_s / sj_s, sj.first_s, sj_out == hf_out, n_same
 
 
+def _write_record(rows: list, source: str, weights: str, stamp: dict) -> None:
+  """``--output``: the rows (``_measure``'s tuples, named) with the weights' sha256 and
+  the run's provenance (:func:`specjax.provenance.stamped`)."""
+  from specjax import provenance
+  names = ("batch", "specjax_tokens_per_s", "transformers_tokens_per_s",
+           "specjax_over_transformers", "specjax_first_call_s", "identical", "identical_rows")
+  record = provenance.stamped({"benchmark": "generate_vs_hf", "checkpoint": source,
+                               "max_new_tokens": FLAGS.max_new_tokens, "repeats": FLAGS.repeats,
+                               "threads": FLAGS.threads,
+                               "rows": [dict(zip(names, r)) for r in rows]},
+                              stamp, {"target": weights})
+  with open(FLAGS.output, "w") as f:
+    json.dump(record, f, indent=1)
+  print(f"wrote {FLAGS.output}")
+
+
 def main(argv):
   del argv
   if FLAGS.omp_wait_policy:  # read by OpenMP when torch is first imported
@@ -252,6 +271,8 @@ def main(argv):
 
   from specjax.models import hf
 
+  from specjax import provenance
+  stamp = provenance.stamp()
   torch.set_num_threads(FLAGS.threads)
   path, source, real, tmp = _checkpoint()
   if real is not None:
@@ -275,6 +296,8 @@ def main(argv):
   for b, sj, hft, ratio, comp, same, n_same in rows:
     print(f"| {b} | {sj:.0f} | {hft:.0f} | {ratio:.2f}x | {comp:.1f} | "
           f"{'yes' if same else f'NO ({n_same}/{b} rows)'} |")
+  if FLAGS.output:
+    _write_record(rows, source, real.path if real is not None else path, stamp)
   if tmp is not None:
     tmp.cleanup()
   if not all(r[5] for r in rows):

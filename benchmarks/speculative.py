@@ -113,6 +113,22 @@ def draft_label(d_dir, model_set) -> str:
   return d_dir
 
 
+def model_sources(t_dir, d_dir, model_set) -> dict:
+  """``{name: path}`` of the weights the run loaded (a model set's sources, else the HF
+  directories; ``None`` for a random draft)."""
+  if model_set is not None:
+    return dict(model_set.sources)
+  return {"target": t_dir, "draft": d_dir}
+
+
+def output_record(rows: list, target: str, draft: str, sources: dict, stamp: dict) -> dict:
+  """The JSON record of a run: its models, devices and rows, with the sha256 of every
+  model's weights and the run's provenance (:func:`specjax.provenance.stamped`)."""
+  from specjax import provenance
+  return provenance.stamped(dict(target=target, draft=draft, devices=str(jax.devices()),
+                                 rows=rows), stamp, sources)
+
+
 def hf_assisted(t_dir, d_dir, prompts, max_new_tokens, k, repeats):
   """Median seconds and outputs of transformers greedy assisted generation, one prompt at a time."""
   import time
@@ -275,7 +291,10 @@ def main(_):
   from specjax.decoding.speculative import speculative_generate
   from specjax.models.transformer import Model
 
+  from specjax import provenance
+
   check_drafter_names(FLAGS.drafters)
+  stamp = provenance.stamp()
   t_dir, d_dir, target, tp, draft, dp, tok, ms = load_models()
   k, n_new, reps = FLAGS.k, FLAGS.max_new_tokens, FLAGS.repeats
   rows = []
@@ -325,10 +344,11 @@ def main(_):
         print(json.dumps({kk: (round(v, 4) if isinstance(v, float) else v)
                           for kk, v in row.items()}), flush=True)
   _print_tables(rows)
+  record = output_record(rows, t_dir or FLAGS.target, draft_label(d_dir, ms),
+                         model_sources(t_dir, d_dir, ms), stamp)
   os.makedirs(os.path.dirname(FLAGS.output) or ".", exist_ok=True)
   with open(FLAGS.output, "w") as f:
-    json.dump(dict(target=t_dir or FLAGS.target, draft=draft_label(d_dir, ms),
-                   devices=str(jax.devices()), rows=rows), f, indent=2)
+    json.dump(record, f, indent=2)
 
 
 if __name__ == "__main__":

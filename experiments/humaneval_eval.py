@@ -172,6 +172,7 @@ def _write_summary(records, configs, ms, num_problems: int, settings: str,
                    fingerprints: dict) -> str:
   """``humaneval.md`` and ``humaneval_summary.json`` in ``--output_dir``; returns the
   markdown."""
+  from specjax import provenance
   rows = summarize(records, max_new_tokens=FLAGS.max_new_tokens)
   contrasts = gap_contrasts(rows, records)
   drafters = f"K={FLAGS.k}; tree depth={FLAGS.eagle_depth}, top_k={FLAGS.eagle_top_k}, " \
@@ -182,9 +183,10 @@ def _write_summary(records, configs, ms, num_problems: int, settings: str,
   with open(os.path.join(FLAGS.output_dir, "humaneval.md"), "w") as f:
     f.write(text)
   with open(os.path.join(FLAGS.output_dir, "humaneval_summary.json"), "w") as f:
-    json.dump({"settings": settings, "fingerprints": fingerprints, "rows": rows,
-               "gap_contrasts": contrasts, "power": power_rows(rows, contrasts),
-               "batches": [len(records), len(configs)]}, f, indent=1)
+    json.dump(provenance.stamped(
+        {"settings": settings, "fingerprints": fingerprints, "rows": rows,
+         "gap_contrasts": contrasts, "power": power_rows(rows, contrasts),
+         "batches": [len(records), len(configs)]}, provenance.stamp(), ms.sources), f, indent=1)
   return text
 
 

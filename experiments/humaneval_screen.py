@@ -355,6 +355,7 @@ def _sandbox_finish(ms, problems, style: str, timeout_s: float):
 
 
 def _write(records, ms_name: str, settings: str, n_problems: int) -> str:
+  from specjax import provenance
   counts = screen_counts(records, FLAGS.screen_samples)
   screen = screen_report(counts, tuple(sorted({20, 40, FLAGS.paired_samples})))
   rows, power = paired_summary(records, screen["selected_tasks"], FLAGS.max_new_tokens)
@@ -366,8 +367,8 @@ def _write(records, ms_name: str, settings: str, n_problems: int) -> str:
   with open(os.path.join(FLAGS.output_dir, "screen.md"), "w") as f:
     f.write(text)
   with open(os.path.join(FLAGS.output_dir, "screen_summary.json"), "w") as f:
-    json.dump({"settings": settings, "screen": screen, "counts": counts, "rows": rows,
-               "power": power}, f, indent=1)
+    json.dump(provenance.stamped({"settings": settings, "screen": screen, "counts": counts,
+                                  "rows": rows, "power": power}, provenance.stamp()), f, indent=1)
   return text
 
 

@@ -12,8 +12,9 @@ facts a reader needs to rerun or distrust it::
      "jax": "0.10.2", "backend": "cpu", "devices": 1}
 
 and :func:`finish` adds the load when the run ended (a run on a busy machine
-is visibly so).  Model hashes are the caller's to add (they know which files
-it loaded).  Nothing here reaches the network; git is asked only when the
+is visibly so).  Model hashes are the caller's to name (they know which files
+it loaded): :func:`model_hashes` hashes them and :func:`stamped` puts both on a
+record (``"provenance"``, ``"model_sha256"``).  Nothing here reaches the network; git is asked only when the
 working directory is a git checkout.
 """
 
@@ -25,7 +26,7 @@ import platform
 import shlex
 import subprocess
 import sys
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import jax
 
@@ -87,3 +88,25 @@ def finish(record_stamp: dict) -> dict:
   return {**record_stamp, "load_average_end": _load(),
           "finished": datetime.datetime.now(datetime.timezone.utc).strftime(
               "%Y-%m-%dT%H:%M:%SZ")}
+
+
+def model_hashes(sources: Mapping[str, Optional[str]]) -> dict:
+  """``{name: sha256}`` of the weights each model of a run was loaded from: a file
+  (a ``.gguf``) is hashed itself, a checkpoint directory by its ``model.safetensors``;
+  ``None`` where there is no such file (a random model, ``None`` source)."""
+  from specjax.models.registry import file_sha256
+  out = {}
+  for name, path in sorted(sources.items()):
+    f = os.path.join(path, "model.safetensors") if path and os.path.isdir(path) else path
+    out[name] = file_sha256(f) if f and os.path.isfile(f) else None
+  return out
+
+
+def stamped(record: dict, record_stamp: dict,
+            sources: Optional[Mapping[str, Optional[str]]] = None) -> dict:
+  """``record`` with ``"provenance"`` (:func:`finish` of ``record_stamp``) and, when
+  the run's model ``sources`` are given, ``"model_sha256"`` (:func:`model_hashes`)."""
+  out = {**record, "provenance": finish(record_stamp)}
+  if sources is not None:
+    out["model_sha256"] = model_hashes(sources)
+  return out

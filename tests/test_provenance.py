@@ -36,3 +36,36 @@ def test_command_line_of_a_module_run(tmp_path):
                      capture_output=True, text=True, timeout=120)
   assert r.returncode == 0, r.stderr[-2000:]
   assert r.stdout.strip() == "python -m stamped.run --x=1"
+
+
+def test_model_hashes_and_stamped_record(tmp_path):
+  """A record gets ``provenance`` (with the end load) and ``model_sha256``: a checkpoint
+  directory hashed by its model.safetensors, a file by itself, None for a random model."""
+  from specjax.models.defaults import default_model_dir
+  from specjax.models.registry import file_sha256
+  gguf = tmp_path / "m.gguf"
+  gguf.write_bytes(b"weights")
+  target = default_model_dir("target")
+  got = provenance.model_hashes({"target": target, "file": str(gguf), "random": None,
+                                 "missing": str(tmp_path / "nosuch")})
+  assert got == {"target": file_sha256(os.path.join(target, "model.safetensors")),
+                 "file": file_sha256(str(gguf)), "random": None, "missing": None}
+  rec = provenance.stamped({"rows": [1]}, provenance.stamp(["x.py"]), {"file": str(gguf)})
+  json.dumps(rec)
+  assert rec["rows"] == [1] and rec["model_sha256"] == {"file": file_sha256(str(gguf))}
+  assert rec["provenance"]["command"] == "python x.py" and "load_average_end" in rec["provenance"]
+  assert "model_sha256" not in provenance.stamped({}, provenance.stamp(["x.py"]))
+
+
+def test_speculative_benchmark_record_is_stamped():
+  """benchmarks/speculative.py's JSON record: rows plus the weights' sha256 of the HF
+  directories it loaded (None for a random draft) and the run's provenance."""
+  from benchmarks import speculative
+  from specjax.models.defaults import default_model_dir
+  t_dir = default_model_dir("target")
+  sources = speculative.model_sources(t_dir, None, None)
+  rec = speculative.output_record([{"batch": 1}], t_dir, "random 1-layer", sources,
+                                  provenance.stamp(["bench.py"]))
+  assert rec["rows"] == [{"batch": 1}] and rec["draft"] == "random 1-layer"
+  assert rec["model_sha256"]["draft"] is None and len(rec["model_sha256"]["target"]) == 64
+  assert {"command", "git_commit", "started", "finished"} <= set(rec["provenance"])

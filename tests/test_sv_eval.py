@@ -137,6 +137,9 @@ def test_sweep_on_tiny_models_per_set(tmp_path):
              prompt_len=40, profile_repeats=1, companion_timing=False, workdir=str(tmp_path))
   rep = sv_eval.run(cfg, log=lambda *_: None)
   assert rep["eval_prompts"] == {"sharegpt": 4, "humaneval": 4}
+  # the report is a committed record: provenance and the triple's params hashes
+  assert rep["provenance"]["command"] and "finished" in rep["provenance"]
+  assert set(rep["model_ids"]) == {"target", "draft", "companion"}
   # two batches per set: every timed call runs the program its warm-up compiled
   assert all(r["timed_lowerings"] == 0 for r in rep["rows"])
   assert {r["set"] for r in rep["information"]} == {"sharegpt", "humaneval", "all"}

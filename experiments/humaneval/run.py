@@ -35,15 +35,6 @@ def batch_configs(num_problems: int, batch_size: int, temperatures, samples: int
   return out
 
 
-def file_sha256(path: str) -> str:
-  import hashlib
-  h = hashlib.sha256()
-  with open(path, "rb") as f:
-    for block in iter(lambda: f.read(1 << 20), b""):
-      h.update(block)
-  return h.hexdigest()
-
-
 def load_run(methods, *, model: str, limit: int | None, style: str):
   """``(problems, model set, prompt ids, method fingerprints)`` of a HumanEval run: the
   first ``limit`` problems (all when None), model set ``model`` with only the drafters
@@ -64,6 +55,7 @@ def load_run(methods, *, model: str, limit: int | None, style: str):
 
 def method_fingerprints(ms, methods, assets) -> dict:
   """``{spec: Method.fingerprint}`` over the weights of the shipped drafters used."""
+  from specjax.models.registry import file_sha256
   source = {"draft": "draft", "eagle3": "eagle"}  # asset kind -> ModelSet.sources entry
   shas = {a: file_sha256(os.path.join(ms.sources[source[a]], "model.safetensors"))
           for a in assets}

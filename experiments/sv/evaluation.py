@@ -445,7 +445,10 @@ def run(cfg: SweepConfig, log=print) -> dict:
   from specjax.policies import calibration as cal
   from specjax.policies import latency as lat_lib
 
+  from specjax import provenance
+
   validate(cfg)
+  stamp = provenance.stamp()
   t_start = time.time()
   c_cal = calibration_config(cfg, 0)
   models = calibrate_sv.load_models(c_cal)
@@ -487,7 +490,9 @@ def run(cfg: SweepConfig, log=print) -> dict:
             "rows": rows, "summary": summarize(rows)}
   report["markdown"] = markdown(report)
   report["wall_seconds"] = time.time() - t_start
-  return report
+  report["model_ids"] = ident  # params hashes of the triple (also for random models)
+  sources = dict(models["set"].sources) if "set" in models else None
+  return provenance.stamped(report, stamp, sources)
 
 
 def write_figures(report: dict, fig_dir: str, suffix: str) -> list:
