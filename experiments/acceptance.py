@@ -12,7 +12,8 @@ not depend on the batch: per-row RNG streams), ``--max_new_tokens`` per prompt.
 tau = (accepted + target calls) / target calls summed over prompts, with a 95%
 percentile-bootstrap interval over prompts (each prompt's seeds stay together);
 acceptance at draft position i = accepted / offered at i (chains: the i-th
-draft; trees: depth i). Writes ``acceptance.jsonl`` (one record per cell,
+draft; trees: depth i); the per-prompt sums are kept for paired comparisons
+(:mod:`experiments.compare.acceptance`). Writes ``acceptance.jsonl`` (one record per cell,
 resumable) and ``acceptance.md`` to ``--output_dir``.
 """
 
@@ -73,25 +74,6 @@ def _check_flags():
   return temps
 
 
-def cell_stats(per_prompt: list) -> dict:
-  """tau and per-position acceptance (with bootstrap CIs over prompts) from
-  per-prompt sums ``{"accepted", "calls", "accept_counts" [K], "offered_counts" [K]}``."""
-  import numpy as np
-
-  from experiments.common.bootstrap import bootstrap_ci
-  acc = np.array([p["accepted"] for p in per_prompt], np.float64)
-  calls = np.array([p["calls"] for p in per_prompt], np.float64)
-  a = np.array([p["accept_counts"] for p in per_prompt], np.float64)  # [n, K]
-  o = np.array([p["offered_counts"] for p in per_prompt], np.float64)
-  pairs = np.stack([acc + calls, calls], 1)
-  ratio = lambda x: x[:, 0].sum() / max(x[:, 1].sum(), 1.0)
-  out = {"tau": float(ratio(pairs)), "tau_ci": bootstrap_ci(pairs, ratio),
-         "num_prompts": len(per_prompt), "target_calls": int(calls.sum()),
-         "accept_rate_per_position": (a.sum(0) / np.maximum(o.sum(0), 1)).tolist(),
-         "offered_per_position": o.sum(0).astype(int).tolist()}
-  return out
-
-
 def _cells(temps) -> list:
   """One sweep row per drafter x prompt set x temperature; the key holds every setting."""
   eagle_label = FLAGS.label or (FLAGS.eagle if FLAGS.eagle in ("eagle1", "eagle3") else "eagle")
@@ -122,16 +104,10 @@ def markdown(records: list) -> str:
 
 
 def run() -> list:
-  import jax
-  import numpy as np
-
   from experiments.common import sweep
   from experiments.common.model_sets import load_model_set
   from experiments.common.prompts import load_chat_prompts
-  from specjax import verifiers
-  from specjax.decoding.drafter_factory import make_drafter
-  from specjax.decoding.speculative import speculative_generate
-  from specjax.distributions import SamplingConfig
+  from experiments.compare.acceptance import CellSettings, run_cell
 
   temps = _check_flags()
   need_draft = "chain" in FLAGS.drafters
@@ -151,33 +127,14 @@ def run() -> list:
 
   rows = _cells(temps)
 
+  settings = CellSettings(k=FLAGS.k, depth=FLAGS.eagle_depth, top_k=FLAGS.eagle_top_k,
+                          total_tokens=FLAGS.eagle_total_tokens, seeds=FLAGS.seeds,
+                          batch_size=FLAGS.batch_size, max_new_tokens=FLAGS.max_new_tokens)
+
   def evaluate(row):
     st = models()
-    ms = st["ms"]
-    samp = SamplingConfig(row["temperature"])
-    drafter, dparams = make_drafter(row["kind"], samp, st["sources"], num_draft=FLAGS.k,
-                                    depth=FLAGS.eagle_depth, top_k=FLAGS.eagle_top_k,
-                                    total_tokens=FLAGS.eagle_total_tokens)
     prompts = [list(p.ids) for p in st["prompts"][row["prompt_set"]]]
-    seeds = FLAGS.seeds if row["temperature"] > 0 else 1
-    per = [{"accepted": 0, "calls": 0, "accept_counts": 0, "offered_counts": 0}
-           for _ in prompts]
-    bs = FLAGS.batch_size
-    for seed in range(seeds):
-      for i in range(0, len(prompts), bs):
-        out = speculative_generate(ms.target, ms.target_params, drafter, dparams,
-                                   verifiers.get("lossless"), prompts[i:i + bs],
-                                   max_new_tokens=FLAGS.max_new_tokens, sampling=samp,
-                                   key=jax.random.key(seed), row_offset=i)
-        stt = jax.device_get(out.stats)
-        for j in range(len(prompts[i:i + bs])):
-          p = per[i + j]
-          p["accepted"] += int(stt.accepted[j])
-          p["calls"] += int(stt.target_calls[j])
-          p["accept_counts"] = p["accept_counts"] + np.asarray(stt.accept_counts[j])
-          p["offered_counts"] = p["offered_counts"] + np.asarray(stt.offered_counts[j])
-    res = cell_stats(per)
-    res["seeds"] = seeds
+    res = run_cell(st["ms"], st["sources"], row["kind"], row["temperature"], prompts, settings)
     logging.info("%s: tau %.3f %s", row["key"], res["tau"], res["tau_ci"])
     return res
 

@@ -28,27 +28,12 @@ method's main comparison beside the paper's claim (:mod:`experiments.results.pap
 
 from __future__ import annotations
 
-from statistics import NormalDist
-
 import numpy as np
 
-from experiments.common.bootstrap import bootstrap_ci
+from experiments.common.bootstrap import Z_ALPHA, Z_POWER, bootstrap_ci, mde80  # noqa: F401
 
 TARGET = "target"
 BASELINE_PREFIX = "baseline:"
-Z_ALPHA = NormalDist().inv_cdf(0.975)  # two-sided alpha 0.05
-Z_POWER = NormalDist().inv_cdf(0.80)  # 80% power
-
-
-def mde80(sd: float, n: int) -> float:
-  """Minimum detectable effect at 80% power, two-sided alpha 0.05, of the mean of ``n``
-  paired differences whose SD is ``sd``: ``(z_0.975 + z_0.8) * sd / sqrt(n)``
-  (~2.80 sd / sqrt(n); normal approximation). A true difference this large is found
-  (interval excludes 0) in ~80% of repetitions of the design; smaller ones mostly not."""
-  if n < 1:
-    raise ValueError(f"n={n!r} must be >= 1")
-  return float((Z_ALPHA + Z_POWER) * sd / np.sqrt(n))
-
 
 def verdict(ci: tuple[float, float], paper_effect: float, margin: float = 0.0) -> str:
   """agree / differ / inconclusive: a 95% interval ``ci`` of our difference read

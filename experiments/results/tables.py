@@ -155,17 +155,16 @@ def humaneval_table(name: str) -> str:
 def tau_gain(name: str, method: str, control: str, seed: int = 0) -> dict:
   """tau(method) / tau(control) - 1 over the problems both ran, with a 95% paired
   percentile-bootstrap interval (one resample of problems for both)."""
-  from experiments.common.bootstrap import bootstrap_ci
+  from experiments.common.bootstrap import paired_ratio_gain
   cs = hs.cells(humaneval_run(name).records)
   t = humaneval_run(name).rows[0]["temperature"]
   a, b = cs[(method, t)], cs[(control, t)]
-  x = np.array([[a[k]["accepted"] + a[k]["calls"], a[k]["calls"],
-                 b[k]["accepted"] + b[k]["calls"], b[k]["calls"]] for k in sorted(a) if k in b],
-               np.float64)
-  stat = lambda s: (s[:, 0].sum() / s[:, 1].sum()) / (s[:, 2].sum() / s[:, 3].sum()) - 1
-  lo, hi = bootstrap_ci(x, statistic=stat, seed=seed)
-  return {"diff": float(stat(x)), "ci95": (lo, hi), "problems": len(x),
-          "tau": (float(x[:, 0].sum() / x[:, 1].sum()), float(x[:, 2].sum() / x[:, 3].sum()))}
+  common = [k for k in sorted(a) if k in b]
+  x = [[a[k]["accepted"] + a[k]["calls"], a[k]["calls"]] for k in common]
+  y = [[b[k]["accepted"] + b[k]["calls"], b[k]["calls"]] for k in common]
+  g = paired_ratio_gain(x, y, seed=seed)
+  return {"diff": g["diff"], "ci95": tuple(g["ci95"]), "problems": g["prompts"],
+          "tau": (float(np.sum(x, 0)[0] / np.sum(x, 0)[1]), float(np.sum(y, 0)[0] / np.sum(y, 0)[1]))}
 
 
 def _power_row(p: dict, record: str) -> list[str]:
@@ -517,13 +516,11 @@ BLOCK_VS_TOKEN = f"{RESULTS}/block_vs_token_smollm2/sweep_k_smollm2.jsonl"
 def _paired_tau_gain(a: dict, b: dict, seed: int = 0) -> dict:
   """tau(a) / tau(b) - 1 of two spec rows that ran the same prompts and keys, with a
   95% percentile-bootstrap interval that resamples prompts for both at once."""
-  from experiments.common.bootstrap import bootstrap_ci
-  x = np.array([[aa + ac, ac, ba + bc, bc] for aa, ac, ba, bc in zip(
-      a["accepted_per_prompt"], a["target_calls_per_prompt"], b["accepted_per_prompt"],
-      b["target_calls_per_prompt"])], np.float64)
-  stat = lambda s: (s[:, 0].sum() / s[:, 1].sum()) / (s[:, 2].sum() / s[:, 3].sum()) - 1
-  lo, hi = bootstrap_ci(x, statistic=stat, seed=seed)
-  return {"diff": float(stat(x)), "ci95": (lo, hi), "prompts": len(x)}
+  from experiments.common.bootstrap import paired_ratio_gain
+  pairs = lambda r: [[acc + calls, calls] for acc, calls in zip(r["accepted_per_prompt"],
+                                                                 r["target_calls_per_prompt"])]
+  g = paired_ratio_gain(pairs(a), pairs(b), seed=seed)
+  return dict(g, ci95=tuple(g["ci95"]))
 
 
 def block_vs_token_table() -> str:

@@ -1,0 +1,44 @@
+"""Acceptance cells (experiments/compare/acceptance.py) and the paired ratio gain
+(experiments/common/bootstrap.py) that compares two drafters on the same prompts."""
+
+import numpy as np
+import pytest
+
+from experiments.common.bootstrap import paired_ratio_gain
+from experiments.compare import acceptance
+
+
+def test_cell_on_a_tiny_target_counts_every_target_call():
+  from experiments.common.model_sets import TinySpec, load_model_set
+  ms = load_model_set("tiny", eagle="", tiny=TinySpec(vocab_size=64))
+  prompts = [[1, 2, 3], [4, 5, 6, 7, 8]]
+  s = acceptance.CellSettings(k=3, seeds=2, batch_size=2, max_new_tokens=8)
+  res = acceptance.run_cell(ms, ms.draft_sources(), "chain", 1.0, prompts, s)
+  pairs = np.asarray(res["per_prompt"])
+  assert pairs.shape == (2, 2) and res["seeds"] == 2
+  # a run emits max_new_tokens per prompt: the prefill's token, then accepted drafts
+  # plus one token per target call (the last call may overshoot: at least, never less)
+  assert (pairs[:, 0] >= 2 * (8 - 1)).all() and (pairs[:, 1] >= 2).all()
+  assert res["tau"] == pytest.approx(pairs[:, 0].sum() / pairs[:, 1].sum())
+  lo, hi = res["tau_ci"]
+  assert 1.0 <= lo <= res["tau"] <= hi <= 4.0  # K = 3: at most 4 tokens per call
+  assert len(res["accept_rate_per_position"]) == 3
+
+
+def test_paired_ratio_gain():
+  rng = np.random.default_rng(0)
+  calls = rng.integers(20, 40, size=(30, 1))
+  y = np.concatenate([calls * rng.uniform(1.5, 2.5, size=(30, 1)), calls], 1)
+  same = paired_ratio_gain(y, y)
+  assert same["diff"] == 0 and same["ci95"] == [0, 0] and same["mde80"] == 0
+  x = y * [[1.1, 1.0]]  # 10% more tokens per call on every prompt
+  g = paired_ratio_gain(x, y)
+  assert g["diff"] == pytest.approx(0.1) and g["ci95"][0] == pytest.approx(0.1)
+  assert g["excludes_zero"] and g["prompts"] == 30
+  noisy = x * np.concatenate([rng.uniform(0.7, 1.3, size=(30, 1)), np.ones((30, 1))], 1)
+  n = paired_ratio_gain(noisy, y)
+  assert n["ci95"][0] < n["diff"] < n["ci95"][1] and n["sd"] > 0.1 and n["mde80"] > 0.05
+  with pytest.raises(ValueError, match=r"\[n, 2\] rows of the same prompts"):
+    paired_ratio_gain(x[:5], y)
+  with pytest.raises(ValueError, match="different prompt lists"):
+    acceptance.paired_tau_gain({"per_prompt": x[:5].tolist()}, {"per_prompt": y.tolist()})
