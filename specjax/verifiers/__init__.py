@@ -27,6 +27,8 @@ from specjax.verifiers.block import Block  # registers "block" (kind "path")
 from specjax.verifiers.tree_rule import (NodeTreeRule, TreeDecision, TreeRule, as_tree_rule,
                                          verify_tree_rule_batch)
 from specjax.verifiers.traversal import Traversal  # registers "traversal" (kind "tree")
+from specjax.verifiers.fuzzy import Fuzzy  # registers "fuzzy" (a node rule)
+from specjax.verifiers.fly import Fly  # registers "fly" (kind "path")
 
 __all__ = ["ChainResult", "NodeRule", "NodeState", "TreeResult", "check_range", "residual",
            "safe_ratio", "verify_chain", "verify_tree", "available", "get", "register",
@@ -36,4 +38,4 @@ __all__ = ["ChainResult", "NodeRule", "NodeState", "TreeResult", "check_range", 
            "threshold_hooks", "MatchedBaseline", "matched_baseline", "PathRule",
            "PathDecision", "NodePathRule", "as_path_rule", "verify_path_batch", "Block",
            "TreeRule", "TreeDecision", "NodeTreeRule", "as_tree_rule", "verify_tree_rule_batch",
-           "Traversal"]
+           "Traversal", "Fuzzy", "Fly"]
