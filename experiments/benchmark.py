@@ -7,6 +7,8 @@ small embedded models), on a CPU in minutes.
     python -m experiments.benchmark --model=default       # the small stdlib models
     python -m experiments.benchmark --verifiers="lossless,mars:theta=0.85" \
         --drafters=eagle_tree --eagle_total_tokens=32 --temperatures=0 --num_prompts=8
+    python -m experiments.benchmark --policies="none,adaedl" --drafters=eagle_chain
+        # each chain row also with AdaEDL early draft stopping (docs/spec.md §5)
 
 Defaults on SmolLM2: target-only, prompt lookup (``lookup_chain``: drafts copied
 from the prompt and the text so far, no model), the EAGLE-3 chain
@@ -66,6 +68,12 @@ def define_flags() -> None:
                     "children drawn without replacement: RSD; lossless at T > 0, e.g. with "
                     "--verifiers=lossless,traversal)")
   flags.DEFINE_integer("k", 4, "draft length K for chains")
+  flags.DEFINE_string("policies", "none", "verify-length policies, comma-separated, each "
+                      "name[:hparam=value[:...]]: 'none' (verify all K drafts) and/or 'adaedl' "
+                      "(AdaEDL entropy-based early draft stopping, docs/spec.md §5; hparams "
+                      "entropy_factor, lam, alpha, eps, beta1, beta2, min_draft, adaptive; e.g. "
+                      "adaedl:lam=0.6); a policy adds rows for the model-based chain drafters "
+                      "(chain, eagle_chain)")
   flags.DEFINE_string("tree_paths", "[[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0], [0, 0, 1], "
                       "[0, 0, 0, 0]]", "static tree of the draft LM as a JSON list of rank paths")
   flags.DEFINE_integer("eagle_depth", 5, "EAGLE-2 dynamic tree: draft depth")
@@ -134,6 +142,11 @@ def _validate_flags() -> None:
       check_int(f"--{name}", getattr(FLAGS, name), low=low)
     except ValueError as e:
       raise app.UsageError(str(e)) from None
+  from experiments.common.rows import parse_policies
+  try:
+    parse_policies(FLAGS.policies, FLAGS.k)
+  except ValueError as e:
+    raise app.UsageError(f"--policies={FLAGS.policies!r}: {e}") from None
   if FLAGS.mesh_model > 1 and not FLAGS.mesh_data:
     raise app.UsageError(f"--mesh_model={FLAGS.mesh_model} needs a mesh: give --mesh_data "
                          f"(rows; 1 for tensor parallelism only)")
@@ -173,6 +186,7 @@ def _config():
   if jax.process_index() > 0:  # every process computes every row; only process 0 owns the dir
     c.workdir = os.path.join(FLAGS.output_dir, f"process_{jax.process_index()}")
   c.rules = FLAGS.verifiers
+  c.policies = FLAGS.policies
   c.drafters = tuple(FLAGS.drafters)
   c.num_draft = FLAGS.k
   c.tree_paths = FLAGS.tree_paths
@@ -234,7 +248,7 @@ def run() -> dict:
     rows_lib.validate_config(c)
     rows_lib.parse_rules(c.rules)
   except ValueError as e:  # TypeError-like ArgumentTypeError is a ValueError too
-    raise app.UsageError(f"--verifiers / flags: {e}") from None
+    raise app.UsageError(f"--verifiers / --policies / flags: {e}") from None
   evaluation.enable_compile_cache(c)
   wanted = set(FLAGS.drafters) | {"-"}
   rows = [r for r in rows_lib.default_rows(c) if r["drafter"] in wanted]

@@ -22,6 +22,9 @@ One table row per (method, drafter, temperature):
   when ``config.eagle_dir`` names a head (``eagle3`` / ``eagle1``: the one
   shipped for ``config.models``, or a directory; both EAGLE drafters unless
   ``config.drafters`` lists one);
+* policies: every verify-length policy of ``config.policies`` (default ``"none"``;
+  e.g. ``--config.policies="none, adaedl"``, AdaEDL early draft stopping) on the
+  chain drafters it serves, a row per (rule, policy): ``lossless+adaedl``;
 * columns: tau (tokens per target call), speedup over ``generate()``,
   relaxed-acceptance rate, and the quality metrics of
   :mod:`experiments.compare.quality` (target log-likelihood per token, parse

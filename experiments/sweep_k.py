@@ -9,7 +9,9 @@ peaks at an intermediate K while tau keeps rising).
 
 Rows: target-only, and for every K in ``config.ks`` each rule of
 ``config.rules`` with every chain drafter of ``config.drafters`` (``chain``: the
-draft LM, ``eagle_chain``: the EAGLE head; K = chain length).  Evaluation as in
+draft LM, ``eagle_chain``: the EAGLE head; K = chain length) and every
+verify-length policy of ``config.policies`` (default ``"none"``; e.g.
+``--config.policies="none, adaedl"``).  Evaluation as in
 ``experiments/compare_verifiers.py``; the figure plots tau, speedup and
 quality against K.
 """
@@ -32,16 +34,20 @@ def rows(c) -> list[dict]:
     raise ValueError(f"drafters={tuple(c.drafters)}: the K sweep takes chain drafters, "
                      f"choose from {CHAINS}")
   rows_lib.validate_config(c)
+  policies = rows_lib.policies_of(c, min(int(k) for k in c.ks))
   out = []
   for t in c.temperatures:
     out.append(rows_lib.make_row(c, kind="target", drafter="-", temperature=t, num_draft=0,
                            extra={"series": f"target T={t:g}"}))
     for d in c.drafters:
       for name, hp in rows_lib.parse_rules(c.rules):
-        for k in c.ks:
-          out.append(rows_lib.make_row(
-              c, kind="spec", drafter=d, temperature=t, num_draft=int(k), rule=name,
-              hparams=hp, extra={"series": f"{rows_lib.method_label(name, hp)} [{d}] T={t:g}"}))
+        for pol, php in policies:
+          label = rows_lib.method_label(name, hp, policy=pol, policy_hparams=php)
+          for k in c.ks:
+            out.append(rows_lib.make_row(
+                c, kind="spec", drafter=d, temperature=t, num_draft=int(k), rule=name,
+                hparams=hp, policy=pol, policy_hparams=php,
+                extra={"series": f"{label} [{d}] T={t:g}"}))
   return out
 
 

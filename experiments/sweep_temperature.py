@@ -5,7 +5,9 @@ r"""Temperature sweep: tau, speedup and quality of several rules against T.
       --config.sweep_temperatures="(0.0, 0.3, 0.5, 0.7, 1.0, 1.3)" --config.drafters="('chain', 'tree')"
 
 Rows: target-only and every rule of ``config.rules`` for every drafter in
-``config.drafters`` at every temperature.  Evaluation as in
+``config.drafters`` at every temperature, with every verify-length policy of
+``config.policies`` a drafter serves (default ``"none"``; e.g.
+``--config.policies="none, adaedl"``).  Evaluation as in
 ``experiments/compare_verifiers.py``; the figure plots each metric against T
 (target-only is a dashed line: its quality changes with T too).
 """
@@ -19,15 +21,22 @@ from experiments.common import rows as rows_lib
 def rows(c) -> list[dict]:
   rows_lib.validate_config(c)
   out = []
+  from specjax.policies.factory import unsupported
   rules = rows_lib.parse_rules(c.rules)
+  policies = rows_lib.policies_of(c)
   for t in c.sweep_temperatures:
     out.append(rows_lib.make_row(c, kind="target", drafter="-", temperature=t, num_draft=0,
                            extra={"series": "target"}))
     for d in c.drafters:
       k = rows_lib.drafter_depth(c, d)
       for name, hp in rules:
-        out.append(rows_lib.make_row(c, kind="spec", drafter=d, temperature=t, num_draft=k, rule=name,
-                               hparams=hp, extra={"series": f"{rows_lib.method_label(name, hp)} [{d}]"}))
+        for pol, php in policies:
+          if unsupported(pol, d):
+            continue
+          label = rows_lib.method_label(name, hp, policy=pol, policy_hparams=php)
+          out.append(rows_lib.make_row(c, kind="spec", drafter=d, temperature=t, num_draft=k,
+                                       rule=name, hparams=hp, policy=pol, policy_hparams=php,
+                                       extra={"series": f"{label} [{d}]"}))
   return out
 
 

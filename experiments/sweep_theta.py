@@ -7,7 +7,9 @@ theta figure: quality peaks near theta = 0.9, speedup falls as theta rises).
   python -m experiments.sweep_theta --config=experiments/configs/theta.py:smollm2  # SmolLM2, EAGLE-3
 
 Rows: target-only and lossless (references), MARS at every theta; for every
-drafter in ``config.drafters`` and temperature in ``config.temperatures``.
+drafter in ``config.drafters``, temperature in ``config.temperatures`` and
+verify-length policy of ``config.policies`` the drafter serves (default
+``"none"``; e.g. ``--config.policies="none, adaedl"``).
 Evaluation, resumable JSONL, table and metrics as in
 ``experiments/compare_verifiers.py``; the figure plots each metric against theta
 (lossless dotted, target-only dashed).
@@ -24,20 +26,27 @@ def rows(c) -> list[dict]:
   for th in c.thetas:  # each value checked by the rule itself (names theta and the range)
     verifiers.get("mars", theta=th, **dict(c.mars_hparams))
   rows_lib.validate_config(c)
+  from specjax.policies.factory import unsupported
   out = []
   for t in c.temperatures:
     out.append(rows_lib.make_row(c, kind="target", drafter="-", temperature=t, num_draft=0,
                            extra={"series": f"target T={t:g}"}))
     for d in c.drafters:
       k = rows_lib.drafter_depth(c, d)
-      out.append(rows_lib.make_row(c, kind="spec", drafter=d, temperature=t, num_draft=k,
-                             rule="lossless", extra={"series": f"lossless [{d}] T={t:g}"}))
-      for th in c.thetas:
-        hp = dict(theta=float(th))
-        hp.update(dict(c.mars_hparams))
-        out.append(rows_lib.make_row(c, kind="spec", drafter=d, temperature=t, num_draft=k,
-                               rule="mars", hparams=hp,
-                               extra={"series": f"mars [{d}] T={t:g}", "x": float(th)}))
+      for pol, php in rows_lib.policies_of(c):
+        if unsupported(pol, d):
+          continue
+        tag = rows_lib.method_label("", {}, policy=pol, policy_hparams=php)  # "" or "+adaedl"
+        spec = dict(kind="spec", drafter=d, temperature=t, num_draft=k, policy=pol,
+                    policy_hparams=php)
+        out.append(rows_lib.make_row(c, rule="lossless",
+                                     extra={"series": f"lossless{tag} [{d}] T={t:g}"}, **spec))
+        for th in c.thetas:
+          hp = dict(theta=float(th))
+          hp.update(dict(c.mars_hparams))
+          out.append(rows_lib.make_row(c, rule="mars", hparams=hp, **spec,
+                                       extra={"series": f"mars{tag} [{d}] T={t:g}",
+                                              "x": float(th)}))
   return out
 
 

@@ -2,6 +2,8 @@
 temperature, K), keyed so that a changed setting never reuses a stale result.
 
 * :func:`parse_rules` -- ``"lossless, mars:theta=0.9"`` -> ``[(rule, hparams)]``;
+* :func:`parse_policies` -- ``"none, adaedl:lam=0.6"`` -> ``[(policy, hparams)]``
+  (verify-length policies, :mod:`specjax.policies.factory`; chain drafters only);
 * :func:`validate_config` -- every setting a run reads, checked before any model loads;
 * :func:`make_row` / :func:`default_rows` -- one row / the comparison's rows;
 * :func:`tree_paths`, :func:`drafter_depth` -- the static tree and draft depth of a drafter.
@@ -29,26 +31,54 @@ def parse_rules(spec: str) -> list[tuple[str, dict]]:
   """
   from specjax import verifiers
   out: dict[str, dict] = {}
-  for item in [s.strip() for s in re.split(r"[,;]\s*(?![^()]*\))", spec) if s.strip()]:
-    name, *kvs = item.split(":")
-    name = name.strip().lower()
+  for name, hp in _spec_items(spec, "verifier"):
     if name == "all":
       for n in verifiers.available():
         out.setdefault(n, {})
       continue
+    rule = verifiers.get(name, **hp)  # validates and converts ("0.9" -> 0.9) early
+    out[name] = {k: getattr(rule, k) for k in hp}  # the converted values, never strings
+  return list(out.items())
+
+
+def _spec_items(spec: str, what: str):
+  """``"a, b:k=v:k2=v2"`` -> ``[(name, {k: json value or string})]`` (commas inside
+  parentheses do not split)."""
+  for item in [s.strip() for s in re.split(r"[,;]\s*(?![^()]*\))", spec) if s.strip()]:
+    name, *kvs = item.split(":")
     hp = {}
     for kv in kvs:
       k, eq, v = kv.partition("=")
       if not eq or not k.strip():
-        raise ValueError(f"verifier spec {item!r}: {kv!r} is not hparam=value "
-                         f"(e.g. mars:theta=0.9)")
+        raise ValueError(f"{what} spec {item!r}: {kv!r} is not hparam=value "
+                         f"(e.g. mars:theta=0.9, adaedl:lam=0.6)")
       try:
         hp[k.strip()] = json.loads(v)
       except json.JSONDecodeError:
         hp[k.strip()] = v.strip()
-    rule = verifiers.get(name, **hp)  # validates and converts ("0.9" -> 0.9) early
-    out[name] = {k: getattr(rule, k) for k in hp}  # the converted values, never strings
-  return list(out.items())
+    yield name.strip().lower(), hp
+
+
+def parse_policies(spec: str, num_draft: int) -> list[tuple[str, dict]]:
+  """``"none, adaedl:lam=0.6:min_draft=0"`` -> ``[(name, hparams), ...]`` in order
+  (a name may repeat with other hyperparameters: a sweep), each checked by
+  :func:`specjax.policies.factory.make_policy` for chains of ``num_draft`` drafts;
+  values come back converted (``"0.6"`` -> 0.6), never strings."""
+  from specjax.policies.factory import make_policy, policy_name
+  out: list[tuple[str, dict]] = []
+  for name, hp in _spec_items(spec or "none", "policy"):
+    policy, params = make_policy(name, num_draft, **hp)
+    conv = {k: (getattr(policy, k) if k in ("min_draft", "adaptive") else float(getattr(params, k)))
+            for k in hp}
+    if (policy_name(name), conv) not in out:
+      out.append((policy_name(name), conv))
+  return out
+
+
+def policies_of(c, num_draft: int | None = None) -> list[tuple[str, dict]]:
+  """The config's policies (``c.policies``, default ``"none"``) for chains of
+  ``num_draft`` (default ``c.num_draft``) drafts."""
+  return parse_policies(c.get("policies", "none"), int(num_draft or c.num_draft))
 
 
 def path_rule_names(rules: list[tuple[str, dict]]) -> list[str]:
@@ -97,6 +127,7 @@ def validate_config(c) -> None:
     raise ValueError(f"tree_paths={c.tree_paths!r} is not a JSON list of rank paths such as "
                      f"[[0], [1], [0, 0]]: {e}") from None
   check_path_rules_on_trees(parse_rules(c.rules), drafters)
+  policies_of(c)
   if "tree" in drafters:
     from specjax.decoding.tree import static_tree
     static_tree(paths)
@@ -122,10 +153,13 @@ def validate_config(c) -> None:
   check_sources(c)  # models, draft, eagle_dir, data.prompt_sets, mesh
 
 
-def method_label(rule: str, hparams: dict, baseline: bool = False) -> str:
+def method_label(rule: str, hparams: dict, baseline: bool = False, policy: str = "none",
+                 policy_hparams: dict | None = None) -> str:
+  """``mars(theta=0.9)``, ``baseline:typical(eps=0.09)``, ``lossless+adaedl(lam=0.6)``."""
   hp = ",".join(f"{k}={v}" for k, v in sorted(hparams.items()))
   s = f"{rule}({hp})" if hp else rule
-  return f"baseline:{s}" if baseline else s
+  s = f"baseline:{s}" if baseline else s
+  return s if policy == "none" else s + "+" + method_label(policy, dict(policy_hparams or {}))
 
 
 def settings_hash(c) -> str:
@@ -141,13 +175,19 @@ def settings_hash(c) -> str:
 
 def make_row(c, *, kind: str, drafter: str, temperature: float, num_draft: int,
              rule: str = "lossless", hparams: dict | None = None, baseline: bool = False,
-             extra: dict | None = None) -> dict:
-  """One sweep configuration (a table row)."""
+             extra: dict | None = None, policy: str = "none",
+             policy_hparams: dict | None = None) -> dict:
+  """One sweep configuration (a table row).  A verify-length ``policy`` other than
+  ``"none"`` adds ``policy`` / ``policy_hparams`` and ``+policy(...)`` to the method
+  (rows without one keep their keys)."""
   hparams = dict(hparams or {})
-  label = "target" if kind == "target" else method_label(rule, hparams, baseline)
+  label = ("target" if kind == "target"
+           else method_label(rule, hparams, baseline, policy, policy_hparams))
   row = {"kind": kind, "method": label, "rule": rule, "hparams": hparams,
          "baseline": bool(baseline), "drafter": drafter if kind != "target" else "-",
          "temperature": float(temperature), "num_draft": int(num_draft) if kind != "target" else 0}
+  if kind != "target" and policy != "none":
+    row.update(policy=policy, policy_hparams=dict(policy_hparams or {}))
   row.update(extra or {})
   axes = sweep.canonical_json({k: row[k] for k in sorted(row)})
   row["key"] = f"{label}|{row['drafter']}|T={row['temperature']:g}|K={row['num_draft']}|" \
@@ -156,11 +196,15 @@ def make_row(c, *, kind: str, drafter: str, temperature: float, num_draft: int,
 
 
 def default_rows(c) -> list[dict]:
-  """The comparison's rows: target, every rule x drafter x T, matched baselines."""
+  """The comparison's rows: target, every rule x drafter x T x policy (``c.policies``;
+  a policy only on the drafters it serves, :func:`specjax.policies.factory.unsupported`),
+  matched baselines (no policy)."""
   validate_config(c)
   from specjax.decoding.drafter_factory import is_tree
+  from specjax.policies.factory import unsupported
   rows = []
   rules = parse_rules(c.rules)
+  policies = policies_of(c)
   path_rules = path_rule_names(rules)
   drafters = list(c.drafters)
   eagle = ("eagle_chain", "eagle_tree")
@@ -174,8 +218,11 @@ def default_rows(c) -> list[dict]:
       for name, hp in rules:
         if is_tree(d) and name in path_rules:
           continue  # an EAGLE tree added for a head (validate_config refuses explicit ones)
-        rows.append(make_row(c, kind="spec", drafter=d, temperature=t, num_draft=k, rule=name,
-                             hparams=hp, extra=extra))
+        for pol, php in policies:
+          if not unsupported(pol, d):
+            rows.append(make_row(c, kind="spec", drafter=d, temperature=t, num_draft=k,
+                                 rule=name, hparams=hp, extra=extra, policy=pol,
+                                 policy_hparams=php))
       if t > 0 and c.matched_baselines:
         for name, hp in rules:
           if name in ("spec_cascade", "typical"):

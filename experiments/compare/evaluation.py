@@ -5,6 +5,7 @@ repeats, compile excluded) and measure quality (:mod:`experiments.compare.qualit
 * :class:`Context` / :func:`load_context` -- models, drafters, prompts and mesh of a
   run (:mod:`experiments.common.run_context`, shared with ``experiments/benchmark.py``);
 * :func:`build` -- a spec row's drafter, verifier and target sampling;
+  :func:`build_policy` -- its verify-length policy (``row["policy"]``, e.g. AdaEDL);
 * :func:`evaluate_row` -- one row's result (tau, speedup, quality, first-token KL, with
   bootstrap intervals over prompts from :mod:`experiments.common.row_stats`), or
   ``{"skipped": reason}`` for a rule the row's drafter cannot serve;
@@ -58,6 +59,14 @@ def build(ctx: Context, row: dict):
       total_tokens=int(row.get("total_tokens", 16)) if suffix else int(ctx.c.eagle_total_tokens),
       paths=tree_paths(ctx.c) if static else None)
   return drafter, params, verifier, target_samp
+
+
+def build_policy(row: dict) -> tuple:
+  """``(policy, policy_params)`` of a spec row (``(None, None)`` without one), from
+  :func:`specjax.policies.factory.make_policy` for the row's K."""
+  from specjax.policies.factory import make_policy
+  return make_policy(row.get("policy", "none"), int(row["num_draft"]),
+                     **row.get("policy_hparams", {}))
 
 
 def _timed(fn):
@@ -166,9 +175,10 @@ def evaluate_row(ctx: Context, row: dict) -> dict:
                     key=key, row_offset=bi * bs, mesh=ctx.mesh, prompt_bucket=bucket)
 
   spec = row["kind"] == "spec"
-  run_spec = None
+  run_spec = policy = None
   if spec:
     drafter, dparams, verifier, tsamp = build(ctx, row)
+    policy, pparams = build_policy(row)
     reason = node_dist_missing(drafter, verifier)
     if reason:  # an undefined rule / drafter pair: a stated reason in the table, no crash
       return {"skipped": reason}
@@ -176,7 +186,8 @@ def evaluate_row(ctx: Context, row: dict) -> dict:
     def spec_call(batch, key, bi):
       return speculative_generate(ctx.target, ctx.target_params, drafter, dparams, verifier,
                                   batch, max_new_tokens=max_new, sampling=tsamp, key=key,
-                                  row_offset=bi * bs, mesh=ctx.mesh, prompt_bucket=bucket)
+                                  row_offset=bi * bs, mesh=ctx.mesh, prompt_bucket=bucket,
+                                  policy=policy, policy_params=pparams)
     run_spec = spec_call
   samp_json = sweep.canonical_json(dataclasses.asdict(gsamp))
   compile_target = _warm_up(ctx, ("target", samp_json), run_target, batches, keys[0], bucket)
@@ -200,8 +211,11 @@ def evaluate_row(ctx: Context, row: dict) -> dict:
                 "speedup": float(np.median(rep.ratios)), "speedup_per_repeat": rep.ratios})
   res.update(_quality(ctx, row, flat, rep.outs_target[:len(batches)], n))
   # The first-token law is the node rules' induced law; path rules (block) have their
-  # own exact analysis (specjax.analysis.path_law), not wired into this table yet.
-  if row["temperature"] > 0 and c.kl.enabled and spec and not _is_path_rule(verifier):
+  # own exact analysis (specjax.analysis.path_law), not wired into this table yet; a
+  # verify-length policy changes the law of a lossy rule (fewer drafts offered), which
+  # the first-token analysis does not model, so policy rows get none.
+  if (row["temperature"] > 0 and c.kl.enabled and spec and not _is_path_rule(verifier)
+      and policy is None):
     res.update(_first_token_kl(ctx, row, drafter, dparams, verifier, tsamp))
   return res
 

@@ -41,6 +41,10 @@ def get_config(variant: str = ""):
   c.drafters = ("chain", "tree")
   c.temperatures = (0.0, 1.0)
   c.matched_baselines = True  # baseline:<rule> rows for spec_cascade / typical at T > 0
+  # Verify-length policies, comma-separated (specjax.policies.factory): "none" (verify
+  # every draft) and/or e.g. "adaedl" / "adaedl:lam=0.6:min_draft=0" (AdaEDL, chain
+  # drafters only; docs/spec.md §5); each adds rows for the chain drafters it serves.
+  c.policies = "none"
   c.num_draft = 4  # K (chain)
   c.tree_paths = DEFAULT_TREE  # JSON list of rank paths (LMTreeDrafter)
   # An EAGLE head (adds eagle_chain / eagle_tree rows): "eagle3" / "eagle1" (shipped for
