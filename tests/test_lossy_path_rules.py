@@ -274,6 +274,36 @@ def test_fly_greedy_is_the_authors_rule_and_fuzzy_zero_is_greedy():
   np.testing.assert_array_equal(np.asarray(out[6][1])[:, 0], p[:, 0])  # emits the argmax
 
 
+# --- the first emitted token on real-size contexts (analysis/induced.py) ------------------------
+
+
+def test_fuzzy_first_token_closed_form_equals_enumeration():
+  """Fuzzy's correction after a rejection does not depend on the rejected token (a
+  close node rejects nothing; a far one keeps p or takes the residual), so the O(V)
+  closed form of the first emitted token's law (what the main job's first-token KL uses)
+  equals the V^2 enumeration, for both fallbacks on 6 contexts (V = 24) of which some are
+  close and some far; the law is q on the close contexts and p on the far ones."""
+  from specjax.analysis.induced import induced_parts, rejection_invariant
+  rng = np.random.default_rng(6)
+  z = (2.0 * rng.standard_normal((6, 24))).astype(np.float32)
+  p = np.exp(z) / np.exp(z).sum(-1, keepdims=True)
+  noise = np.array([0.1, 0.3, 0.5, 1.0, 2.0, 3.0])[:, None] * rng.standard_normal((6, 24))
+  q = np.exp(np.log(p) + noise)
+  q = (q / q.sum(-1, keepdims=True)).astype(np.float32)
+  z, p, q = jnp.asarray(z), jnp.asarray(p), jnp.asarray(q)
+  close = np.asarray(divergence("js", p, q)) < 0.05
+  assert 0 < close.sum() < 6
+  for fallback in ("target", "sd"):
+    rule = Fuzzy(threshold=0.05, fallback=fallback)
+    assert rejection_invariant(rule)
+    full = induced_parts(rule, z, p, q, draft="sampled", chunk_size=None)
+    fast = induced_parts(rule, z, p, q, draft="sampled", sampled_form="closed")
+    for a, b in zip(full, fast):
+      np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-6)
+    want = np.where(close[:, None], np.asarray(q), np.asarray(p))
+    np.testing.assert_allclose(np.asarray(fast.dist), want, atol=2e-6)
+
+
 # --- the loop's law -----------------------------------------------------------------------------
 
 

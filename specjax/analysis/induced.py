@@ -21,7 +21,7 @@ only, exactly as the chain / tree drivers use them:
   correction after a rejection does not depend on the rejected token
   (:func:`rejection_invariant`: lossless, greedy, lenience, CoS, the truncation
   rules -- every rejected token lies outside A, so the correction is ``p_A`` --
-  and MARS over any of them)::
+  Fuzzy speculative decoding, and MARS over any of them)::
 
     P(y) = q(y) a(y) + (sum_x q(x) (1 - a(x))) correction(on_reject(s0, q, x*))(y)
 
@@ -120,14 +120,15 @@ def rejection_invariant(rule: NodeRule) -> bool:
   function): Lossless, Lenience, CoS and CoSContrastive (``on_reject`` is the
   residual ``norm(max(0, p_cur - q))``, which does not read x), Greedy (the state
   is kept), SpecCascade and Typical (a rejected x lies outside A, so zeroing it
-  leaves the correction ``p_A``), and MARS over any of them.  The tests check
+  leaves the correction ``p_A``), Fuzzy (a close node rejects nothing; a far one
+  keeps p or takes the residual), and MARS over any of them.  The tests check
   each against the V^2 enumeration.
   """
   from specjax import verifiers as vf
   if type(rule) is vf.Mars:
     return rejection_invariant(rule.base_rule)
   return type(rule) in (vf.Lossless, vf.Greedy, vf.Lenience, vf.CoS, vf.CoSContrastive,
-                        vf.SpecCascade, vf.Typical)
+                        vf.SpecCascade, vf.Typical, vf.Fuzzy)
 
 
 def _validate(rule, draft, top_k, chunk_size, max_support, sampled_form="enumerate"):
