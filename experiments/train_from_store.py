@@ -9,6 +9,9 @@ batch; export it.
   # a mixture of stores, each part cut to half the target-token budget:
   python -m experiments.train_from_store --config=...:eagle3 --config.store=DIR_A,DIR_B \
       --config.data.max_target_tokens=96000 --config.workdir=DIR
+  # continue training an exported head (same config and draft vocabulary) on new data:
+  python -m experiments.train_from_store --config=...:eagle3 --config.store=DIR \
+      --config.head.init_from=specjax/models/assets/smollm2-135m-instruct/eagle3
   # export the latest checkpoint of a run (e.g. a copied snapshot) without training:
   python -m experiments.train_from_store --config=...:eagle3 --config.workdir=DIR \
       --config.train.export_only=True
@@ -89,8 +92,28 @@ def batchers(c, stores, feature_layers, workdir):
   return split("train"), split("heldout") if c.data.eval_permille else None
 
 
+def initial_head(path: str, lm, hcfg):
+  """``(params, draft_ids)`` of the exported head at ``path`` to continue training
+  from (``c.head.init_from``): it must be a head for this target with this run's
+  configuration; its draft vocabulary (sorted target ids, None for a full one) is
+  kept, so the continued head drafts over the same ids."""
+  import numpy as np
+
+  from specjax.models import eagle_io
+  head, params, d2t = eagle_io.load_eagle(path, lm.config, dtype="float32",
+                                          expect_target_sha256=lm.sha256)
+  got, want = eagle_io.config_to_json(head.config), eagle_io.config_to_json(hcfg)
+  diff = sorted(k for k in set(got) | set(want) if got.get(k) != want.get(k))
+  if diff:
+    raise ValueError(f"head.init_from={path!r}: its config differs from this run's in "
+                     f"{diff} ({[got.get(k) for k in diff]} vs {[want.get(k) for k in diff]})")
+  ids = None if d2t is None else np.asarray(d2t, np.int64) + np.arange(len(d2t))
+  return params, ids
+
+
 def eagle_setup(c, lm, stores, workdir):
-  """``(loss, frozen, init_params, train, heldout, record, export)`` for a head."""
+  """``(loss, frozen, init_params, train, heldout, record, export)`` for a head
+  (initialised at random, or from ``c.head.init_from``: an exported head)."""
   import numpy as np
 
   from specjax.models import eagle, eagle_io
@@ -104,7 +127,8 @@ def eagle_setup(c, lm, stores, workdir):
   head = eagle.EagleHead(hcfg)
   train, heldout = batchers(c, stores, hcfg.target_layers, workdir)
   record = {"kind": c.kind, "head_config": eagle_io.config_to_json(hcfg),
-            "head_params": hcfg.num_params()}
+            "head_params": hcfg.num_params(), "init_from": c.head.init_from or None}
+  start = initial_head(c.head.init_from, lm, hcfg) if c.head.init_from else None
   draft_ids = d2t = t2d = None
   if c.kind == "eagle3":
     vocab_file = os.path.join(workdir, "draft_vocab.npy")
@@ -114,6 +138,10 @@ def eagle_setup(c, lm, stores, workdir):
     if hcfg.reduced_vocab:
       if os.path.isfile(vocab_file):
         draft_ids = np.load(vocab_file, allow_pickle=False)
+      elif start is not None:
+        draft_ids = start[1]
+        os.makedirs(workdir, exist_ok=True)
+        np.save(vocab_file, draft_ids, allow_pickle=False)
       else:
         eos = lm.config.eos_token_id
         always = () if eos is None else (eos if isinstance(eos, tuple) else (eos,))
@@ -139,7 +167,8 @@ def eagle_setup(c, lm, stores, workdir):
     eagle_io.load_eagle(export_dir, lm.config, expect_target_sha256=lm.sha256)  # round trip
     return export_dir
 
-  return loss, frozen, head.init_params, train, heldout, record, export
+  init = head.init_params if start is None else (lambda key: start[0])
+  return loss, frozen, init, train, heldout, record, export
 
 
 def draft_setup(c, lm, stores, workdir):

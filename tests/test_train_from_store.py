@@ -359,6 +359,23 @@ def test_train_from_store_binary_eagle3_and_draft(tmp_path):
           "specjax_target_sha256"] == sha
       assert os.path.isfile(os.path.join(out["export_dir"], "tokenizer.json"))
     assert binary.run(c)["resumed_from"] == 2
+  # Continue training the exported EAGLE-3 head: the run starts from its weights and
+  # keeps its draft vocabulary; a head of another configuration is refused.
+  e3 = from_store.get_config("eagle3")
+  e3.target, e3.store, e3.workdir = tdir, store, str(tmp_path / "continued")
+  e3.data.window, e3.data.batch_size, e3.data.eval_permille = T, 2, 300
+  e3.head.draft_vocab_size, e3.head.coverage_sizes = 16, (4, 8)
+  e3.train.num_steps, e3.train.ttt_steps, e3.train.eval_batches = 2, 2, 1
+  e3.train.progress, e3.head.init_from = False, str(tmp_path / "eagle3" / "head")
+  _, exported, d2t = eagle_io.load_eagle(e3.head.init_from, TC)
+  built = binary.build(e3)
+  jax.tree.map(np.testing.assert_array_equal, built.trainer.init_state().params, exported)
+  np.testing.assert_array_equal(np.load(tmp_path / "continued" / "draft_vocab.npy"),
+                                np.asarray(d2t) + np.arange(16))
+  built.trainer.close()
+  e3.workdir, e3.head.draft_vocab_size = str(tmp_path / "refused"), 8
+  with pytest.raises(ValueError, match=r"head.init_from=.*differs from this run's in"):
+    binary.build(e3)
   # A mixture of two stores at a token budget: half the budget from each, resumable.
   c.store, c.workdir, c.data.max_target_tokens = f"{store},{store}", str(tmp_path / "mix"), 40
   out = binary.run(c)

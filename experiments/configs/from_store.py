@@ -49,6 +49,9 @@ def get_config(kind="eagle3"):
   c.head.draft_vocab_size = 8192 if kind == "eagle3" else 0
   c.head.coverage_sizes = (4096, 8192, 16384)
   c.head.target_layers = ()  # () = (L,) for EAGLE-1, (2, L//2, L-3) for EAGLE-3
+  # an exported head directory to continue training from (its config and draft vocabulary
+  # must be this run's); "" = random initialisation
+  c.head.init_from = ""
 
   c.draft = ml_collections.ConfigDict()
   # One layer: the draft ships without its embedding (the target's, frozen), 7.1 MB per
