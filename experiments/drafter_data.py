@@ -63,6 +63,8 @@ def define_flags() -> None:
   flags.DEFINE_string("runs_dir", "", "training runs (default <cache>/runs/drafter_data)")
   flags.DEFINE_string("reference", "eagle3", "also measure this head in phase tau "
                       "('eagle3' = the shipped head, a head directory, '' = none)")
+  flags.DEFINE_list("extra_heads", [], "more heads for phase tau, as name=directory (e.g. "
+                    "continued=<a head continued from the shipped one on on-policy text>)")
   flags.DEFINE_integer("k", 4, "chain draft length K")
   flags.DEFINE_integer("eagle_depth", 5, "dynamic tree depth")
   flags.DEFINE_integer("eagle_top_k", 8, "dynamic tree: children per expanded node")
@@ -96,6 +98,11 @@ def _check_flags() -> list:
       check_int(f"--{name}", getattr(FLAGS, name), low=1)
     except ValueError as e:
       raise app.UsageError(str(e)) from None
+  bad = [h for h in FLAGS.extra_heads if h.count("=") != 1 or not all(h.split("="))
+         or h.split("=")[0] in ARMS + ("reference",)]
+  if bad:
+    raise app.UsageError(f"--extra_heads={FLAGS.extra_heads}: give name=directory with a name "
+                         f"other than {ARMS + ('reference',)}")
   if not 0 < FLAGS.eval_permille < 1000:
     raise app.UsageError(f"--eval_permille={FLAGS.eval_permille}: an integer in (0, 1000)")
   return temps
@@ -169,6 +176,7 @@ def _heads(runs_dir: str) -> dict:
   heads = {arm: os.path.join(runs_dir, arm, "head") for arm in FLAGS.arms}
   if FLAGS.reference:
     heads["reference"] = FLAGS.reference
+  heads.update(h.split("=") for h in FLAGS.extra_heads)
   return heads
 
 
