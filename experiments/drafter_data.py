@@ -34,6 +34,7 @@ the docs' table from the records.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from absl import app, flags, logging
@@ -117,19 +118,38 @@ def store_dirs(lm) -> dict:
           "onpolicy": FLAGS.onpolicy_store or os.path.join(root, f"onpolicy-{tag}")}
 
 
-def arm_config(arm: str, stores: dict, runs_dir: str):
+@dataclasses.dataclass(frozen=True)
+class ArmSettings:
+  """What every arm shares (the flags of the same names)."""
+
+  model: str = "smollm2-135m-instruct"
+  budget: int = 96_000
+  steps: int = 400
+  window: int = 128
+  batch_size: int = 8
+  ttt_steps: int = 3
+  learning_rate: float = 6e-4
+  warmup_steps: int = 50
+  eval_permille: int = 50
+
+  @classmethod
+  def from_flags(cls) -> "ArmSettings":
+    return cls(**{f.name: getattr(FLAGS, f.name) for f in dataclasses.fields(cls)})
+
+
+def arm_config(arm: str, stores: dict, runs_dir: str, s: ArmSettings):
   """The from-store EAGLE-3 config of one arm: everything but the data is shared."""
   from experiments.configs import from_store
   c = from_store.get_config("eagle3")
   c.name = f"drafter_data_{arm}"
-  c.target = FLAGS.model
+  c.target = s.model
   c.workdir = os.path.join(runs_dir, arm)
   c.store = ",".join([stores["sharegpt"], stores["onpolicy"]] if arm == "mix" else [stores[arm]])
-  c.data.window, c.data.batch_size = FLAGS.window, FLAGS.batch_size
-  c.data.eval_permille, c.data.max_target_tokens = FLAGS.eval_permille, FLAGS.budget
-  c.train.num_steps, c.train.ttt_steps = FLAGS.steps, FLAGS.ttt_steps
-  c.train.eval_every, c.train.checkpoint_every = FLAGS.steps, 50
-  c.optim.learning_rate, c.optim.warmup_steps = FLAGS.learning_rate, FLAGS.warmup_steps
+  c.data.window, c.data.batch_size = s.window, s.batch_size
+  c.data.eval_permille, c.data.max_target_tokens = s.eval_permille, s.budget
+  c.train.num_steps, c.train.ttt_steps = s.steps, s.ttt_steps
+  c.train.eval_every, c.train.checkpoint_every = s.steps, 50
+  c.optim.learning_rate, c.optim.warmup_steps = s.learning_rate, s.warmup_steps
   return c
 
 
@@ -231,7 +251,8 @@ def run() -> dict:
   stores = store_dirs(lm)
   runs_dir = FLAGS.runs_dir or os.path.join(registry.cache_root(), "runs", "drafter_data")
   os.makedirs(FLAGS.output_dir, exist_ok=True)
-  configs = {arm: arm_config(arm, stores, runs_dir) for arm in FLAGS.arms}
+  settings = ArmSettings.from_flags()
+  configs = {arm: arm_config(arm, stores, runs_dir, settings) for arm in FLAGS.arms}
   out = {}
   if "train" in FLAGS.phases:
     rows = [{"arm": a, "settings": configs[a].to_dict()} for a in FLAGS.arms]
