@@ -7,7 +7,7 @@ What each test catches is in its docstring.  Random rows use V = 5, K = 4 (ragge
 each group of cases goes through ONE compiled program.  Broken variants: FLy that
 forgives every eligible failure without its window (the authors' "no window" ablation)
 and Fuzzy run with the other fallback must fail the Monte Carlo checks at the same N.
-Default-suite time on 2 CPU cores: ~45 s, most of it XLA compilation (slow step: ~65 s more).
+Default-suite time on 2 CPU cores: ~55 s, most of it XLA compilation (slow step: ~65 s more).
 """
 
 from __future__ import annotations
@@ -272,6 +272,22 @@ def test_fly_greedy_is_the_authors_rule_and_fuzzy_zero_is_greedy():
   np.testing.assert_array_equal(np.asarray(out[4][0]), np.asarray(out[5][0]))
   np.testing.assert_array_equal(np.asarray(out[6][0])[:, 0], 1.0)  # accepts nothing
   np.testing.assert_array_equal(np.asarray(out[6][1])[:, 0], p[:, 0])  # emits the argmax
+
+
+def test_fuzzy_on_trees_by_exact_enumeration():
+  """Fuzzy is a node rule, so trees come for free (analysis.tree_law, the loop's
+  verify_tree): on a 4-node static tree with sampled (without replacement) and top-k
+  children, threshold 0 is lossless for both fallbacks and threshold 1 (> ln 2) accepts
+  a full-depth path on every context."""
+  from specjax.analysis import tree_law as tl
+  tables = _rand_tables(3, 4, 3, 2)
+  paths = ((0,), (1,), (0, 0), (1, 0))
+  for children in ("sampled", "topk"):
+    for rule in (Fuzzy(threshold=0.0), Fuzzy(threshold=0.0, fallback="sd")):
+      law = tl.static_tree_law(rule, tables, paths, children=children)
+      assert float(law.lossless_gap.max()) < ATOL, (children, rule)
+    law = tl.static_tree_law(Fuzzy(threshold=1.0), tables, paths, children=children)
+    np.testing.assert_allclose(np.asarray(law.accept_length[:, 2]), 1.0, atol=ATOL)
 
 
 # --- the first emitted token on real-size contexts (analysis/induced.py) ------------------------
