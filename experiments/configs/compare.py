@@ -15,9 +15,10 @@ import ml_collections
 
 # Every registered rule; lossy ones at the hyperparameters of the papers' sweeps
 # (MARS theta 0.9; CoS / lenience in the middle of {0.2..0.8}; p_base and eps
-# such that the matched min-p / eta baselines are exact).
+# such that the matched min-p / eta baselines are exact; Fuzzy speculative decoding at
+# the authors' usage example, JS threshold 0.4, docs/lossy_path_rules.md).
 DEFAULT_RULES = ("lossless, greedy, mars:theta=0.9, spec_cascade:p_base=0.3, typical:eps=0.09, "
-                 "cos:lam=0.4, cos_contrastive:mu=0.5, lenience:l=0.5")
+                 "cos:lam=0.4, cos_contrastive:mu=0.5, lenience:l=0.5, fuzzy:threshold=0.4")
 
 # A static top-k tree of depth 4 (9 nodes): 3 root children, the best one expanded.
 DEFAULT_TREE = "[[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0], [0, 0, 1], [0, 0, 0, 0]]"
@@ -97,8 +98,8 @@ def smollm2(c):
   = median of 3 paired repeats; at T > 0 the repeats are 3 seeds.  Shared by the
   sweeps' smollm2 variants; the figure goes to docs/figures.
 
-  Size: 4 prompts x 32 new tokens x 3 repeats per row; the comparison is 56 rows
-  (8 rules x 3 drafters x 2 T, 6 matched baselines, 2 target-only), 36 min on
+  Size: 4 prompts x 32 new tokens x 3 repeats per row; the comparison is 62 rows
+  (9 rules x 3 drafters x 2 T, 6 matched baselines, 2 target-only), ~40 min on
   the 2-core machine alone (~40 s per row).  The first-token KL / TV are exact per
   context (:mod:`experiments.propositions.first_step_law`) over 4 prompts x 16 contexts.  Scale
   ``data.num_prompts`` / ``data.max_new_tokens`` up on a bigger machine."""
