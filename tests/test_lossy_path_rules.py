@@ -415,13 +415,21 @@ def test_in_the_loop_greedy_limits_and_a_lossy_run():
 
 def test_registry_traced_thresholds_and_ragged_rows():
   """"fly" is a path rule and "fuzzy" a node rule in the one registry, built from CLI
-  strings; a sweep of either threshold reuses the compiled program (verify_path_batch
+  strings (the main job's and the sweeps' --verifiers / c.rules parser; fly refused with
+  a tree drafter before any model loads); a sweep of either threshold reuses the compiled program (verify_path_batch
   and chain_law); FLy with length L < K never reads positions >= L (garbage there
   changes nothing)."""
   assert "fly" in verifiers.available("path") and "fly" not in verifiers.available()
   assert "fuzzy" in verifiers.available()
   assert verifiers.get("fly", entropy_threshold="0.5", window="4") == Fly(0.5, 4)
   assert verifiers.get("fuzzy", threshold="0.1", fallback="sd") == Fuzzy(0.1, fallback="sd")
+  from experiments.common import rows
+  parsed = rows.parse_rules("lossless, fly:window=2, fuzzy:threshold=0.1:fallback=sd")
+  assert parsed == [("lossless", {}), ("fly", {"window": 2}),
+                    ("fuzzy", {"threshold": 0.1, "fallback": "sd"})]
+  rows.check_path_rules_on_trees(parsed, ["chain"])
+  with pytest.raises(ValueError, match=r"rules=\['fly'\] are path rules for chain drafters"):
+    rows.check_path_rules_on_trees(parsed, ["chain", "tree"])
   z, p, q, x, length = _rand_rows(2, 6, 4, 3)
   u = jax.random.uniform(jax.random.PRNGKey(3), x.shape)
   fn = jax.jit(verify_path_batch)
