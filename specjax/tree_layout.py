@@ -1,6 +1,6 @@
 """The layout of a static draft tree from its rank paths -- the one definition shared
 by the drafters (:mod:`specjax.decoding.tree` re-exports it) and the exact analysis
-(:mod:`specjax.analysis.tree_draft_law`, which may not import ``decoding``).  Plain
+(:mod:`specjax.analysis.tree_law`, which may not import ``decoding``).  Plain
 numpy: it imports nothing from specjax.
 """
 

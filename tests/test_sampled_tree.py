@@ -21,7 +21,7 @@ import pytest
 
 from specjax import verifiers
 from specjax.analysis.path_law import ChainTables, chain_law
-from specjax.analysis.tree_draft_law import static_tree_law
+from specjax.analysis.tree_law import static_tree_law
 from specjax.decoding.autoregressive import generate
 from specjax.decoding.drafters import LMTreeDrafter
 from specjax.decoding.sampled_tree import constant_branching

@@ -196,8 +196,9 @@ CASES = [("wide", "iid"), ("wide", "top_k")] + [
 def test_traversal_is_lossless_on_random_trees(shape, drafting):
   """Exact, by enumeration of every token assignment, on 32 random contexts: traversal
   and token-level tree verification reproduce the target's joint law of D+1 tokens
-  (children i.i.d., without replacement -- siblings that exhaust the draft's support
-  are not drafted -- or top-k with one-hot q); the emitted block's law sums to 1.
+  (children i.i.d., without replacement -- once the draft's support is used up a
+  sibling is the lowest-index unused token with one-hot q, as the loop's sampler
+  draws it -- or top-k with one-hot q); the emitted block's law sums to 1.
   The top-down broken variant fails the same check on the multi-level trees; reading
   the drafter's full distribution as q fails it on top-k trees."""
   trav, token, top_down, node_dist = _tree_laws(shape, drafting)
@@ -410,8 +411,11 @@ def test_registry_protocol_and_bad_arguments():
     TRAVERSAL.end_node_emit(z, p, q[:3], x, par)
   with pytest.raises(ValueError, match=r"uniforms must be \[N\+1\]"):
     TRAVERSAL.verify_tree_path(z, p, q, x, par, jnp.zeros(2))
-  with pytest.raises(ValueError, match="strict-before-relaxed"):
-    NodeTreeRule(verifiers.get("mars"))
+  # MARS's strict-before-relaxed fallback is covered (tests/test_exact_accepted.py checks
+  # its tree law against analysis/induced.py); a non-node rule is refused.
+  assert NodeTreeRule(verifiers.get("mars")).node.has_relaxed_fallback
+  with pytest.raises(ValueError, match="must be a NodeRule"):
+    NodeTreeRule(BLOCK)
   with pytest.raises(ValueError, match="must be a TreeRule"):
     verify_tree_rule_batch(BLOCK, z[None], p[None], q[None], x[None], par[None], x[None])
   with pytest.raises(ValueError, match="no tree form"):

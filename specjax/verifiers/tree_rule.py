@@ -211,8 +211,12 @@ class NodeTreeRule(TreeRule):
   prod_{children c of j} (1 - a_c)``, emitting ``correction`` of j's state
   after all its children were rejected.
 
-  Rules with a strict-before-relaxed fallback (MARS) are refused: their tree
-  law is not this one.
+  Rules with a strict-before-relaxed fallback (MARS, docs/spec.md §3): ``a_c``
+  is ``strict_accept_prob`` and, as in ``verify_tree``, the mass
+  ``P(pass j) prod_c (1 - a_c)`` of "every child of j strictly rejected" goes
+  to the child with the highest positive ``relaxed_fallback`` priority in j's
+  final state (the first on ties) when there is one -- that child passes --
+  and to ``correction`` otherwise.
 
   Attributes:
     node: the node rule (a nested pytree: its float hyperparameters are traced).
@@ -225,13 +229,11 @@ class NodeTreeRule(TreeRule):
   def validate(self):
     if not isinstance(self.node, NodeRule):
       raise ValueError(f"node={self.node!r} must be a NodeRule (specjax.verifiers.base)")
-    if self.node.has_relaxed_fallback:
-      raise ValueError(f"node={self.node.name!r} has a strict-before-relaxed tree fallback "
-                       f"(docs/spec.md §3), whose tree law NodeTreeRule does not cover; "
-                       f"verify it with verifiers.verify_tree")
 
   def _walk(self, z, p, q, x, parents, valid, q_node):
-    """(law [N+1], emit [N+1, V]) by one pass over the nodes in index order."""
+    """(law [N+1], emit [N+1, V]): one pass over the children in index order gives
+    each child's pass probability given its parent passed (``cond``) and each node's
+    final state; a second pass multiplies ``cond`` down the tree."""
     n1, _ = check_tree_shapes(z, p, q, x, parents)
     z, p, q, x, parents = (jnp.asarray(a) for a in (z, p, q, x, parents))
     rule = self.node
@@ -239,33 +241,55 @@ class NodeTreeRule(TreeRule):
       raise _missing_node_dist(rule)
     valid = _all_valid(valid, n1)
     idx = jnp.arange(n1)
-    n_kids = jnp.zeros((n1,), jnp.int32).at[parents].add((valid & (idx > 0)).astype(jnp.int32))
+    kid = valid & (idx > 0)
+    n_kids = jnp.zeros((n1,), jnp.int32).at[parents].add(kid.astype(jnp.int32))
     states = jax.vmap(rule.init)(z, p)
     if rule.needs_node_dist:
       with_q = jax.vmap(rule.init_node)(z, p, q_node)
       states = jax.tree.map(
           lambda a, b: jnp.where((n_kids > 0).reshape((-1,) + (1,) * (a.ndim - 1)), a, b),
           with_q, states)
+    stage = rule.strict_accept_prob if rule.has_relaxed_fallback else rule.accept_prob
 
     def body(j, carry):
-      states, reach, rej = carry
+      states, cond, rej = carry
       par = parents[j]
       st = jax.tree.map(lambda leaf: leaf[par], states)
-      a = rule.accept_prob(st, q[j], x[j])
-      on = valid[j]
-      reach = reach.at[j].set(jnp.where(on, reach[par] * rej[par] * a, 0.0))
+      a = stage(st, q[j], x[j])
+      on = kid[j]
+      cond = cond.at[j].set(jnp.where(on, rej[par] * a, 0.0))
       rej = rej.at[par].set(jnp.where(on, rej[par] * (1.0 - a), rej[par]))
       new = rule.on_reject(st, q[j], x[j])
       states = jax.tree.map(lambda leaf, nl: leaf.at[par].set(jnp.where(on, nl, leaf[par])),
                             states, new)
-      return states, reach, rej
+      return states, cond, rej
 
-    one = jnp.ones((n1,), p.dtype)
-    reach0 = jnp.zeros((n1,), p.dtype).at[0].set(1.0)
-    states, reach, rej = jax.lax.fori_loop(1, n1, body, (states, reach0, one))
+    zeros = jnp.zeros((n1,), p.dtype)
+    states, cond, rej = jax.lax.fori_loop(1, n1, body, (states, zeros, jnp.ones((n1,), p.dtype)))
+    if rule.has_relaxed_fallback:
+      cond, rej = self._fallback(states, x, parents, kid, cond, rej)
+    reach = jax.lax.fori_loop(1, n1, lambda j, r: r.at[j].set(r[parents[j]] * cond[j]),
+                              zeros.at[0].set(1.0))
     law = jnp.where(valid, reach * rej, 0.0)
     emit = jax.vmap(rule.correction)(states)
     return law, emit
+
+  def _fallback(self, states, x, parents, kid, cond, rej):
+    """Strict before relaxed: node s's "all strictly rejected" mass ``rej[s]`` moves
+    to its child of highest positive priority (first on ties), as
+    :func:`~specjax.verifiers.base.relaxed_fallback_choice` picks it."""
+    n1 = x.shape[0]
+    idx = jnp.arange(n1)
+    prio = jax.vmap(lambda j: self.node.relaxed_fallback(
+        jax.tree.map(lambda leaf: leaf[parents[j]], states), x[j]))(idx)
+    prio = jnp.where(kid, prio, -jnp.inf)
+    sib = kid[:, None] & kid[None, :] & (parents[:, None] == parents[None, :])  # [c, c']
+    beats = jnp.where(idx[None, :] < idx[:, None], prio[:, None] > prio[None, :],
+                      prio[:, None] >= prio[None, :])
+    best = kid & (prio > 0) & jnp.all(~sib | beats, axis=1)  # [N+1] the chosen children
+    cond = cond + jnp.where(best, rej[parents], 0.0)
+    taken = jnp.zeros((n1,), bool).at[parents].max(best)
+    return cond, jnp.where(taken, 0.0, rej)
 
   def end_node_law(self, z, p, q, x, parents, valid=None, q_node=None):
     return self._walk(z, p, q, x, parents, valid, q_node)[0]
@@ -293,8 +317,8 @@ def as_tree_rule(rule) -> TreeRule:
     return rule
   if isinstance(rule, NodeRule):
     return NodeTreeRule(rule)
-  raise ValueError(f"rule={rule!r} is neither a TreeRule nor a NodeRule (a chain-only path "
-                   f"rule such as 'block' has no tree form)")
+  raise ValueError(f"rule={rule!r} is neither a tree rule (TreeRule) nor a node rule "
+                   f"(NodeRule); a chain-only path rule such as 'block' has no tree form")
 
 
 def verify_tree_rule_batch(rule: TreeRule, z, p, q, x, parents, u, valid=None,
