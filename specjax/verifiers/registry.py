@@ -163,3 +163,21 @@ def get(name: str, **hparams):
 def default_rule(name: str):
   """The registered rule ``name`` with default hyperparameters, built once (MARS ``base="..."``)."""
   return get(name)
+
+
+def kind_of(rule) -> str:
+  """The kind of a rule object: ``"tree"`` (a :class:`~specjax.verifiers.tree_rule.TreeRule`),
+  ``"path"`` (any other :class:`~specjax.verifiers.path.PathRule`) or ``"node"`` (a
+  :class:`~specjax.verifiers.base.NodeRule`) -- :data:`RULE_KINDS`, read from the class so
+  that unregistered rules (matched baselines, test variants) have one too."""
+  from specjax.verifiers.base import NodeRule  # the rule modules import this one
+  from specjax.verifiers.path import PathRule
+  from specjax.verifiers.tree_rule import TreeRule
+  if isinstance(rule, TreeRule):
+    return "tree"
+  if isinstance(rule, PathRule):
+    return "path"
+  if isinstance(rule, NodeRule):
+    return "node"
+  raise ValueError(f"rule={rule!r} is not a verification rule (a NodeRule, PathRule or "
+                   f"TreeRule of specjax.verifiers); kinds: {RULE_KINDS}")
