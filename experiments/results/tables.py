@@ -568,6 +568,108 @@ def claims_speed() -> str:
                  "no interval)"], rows)
 
 
+# ---------------------------------------------------------------- drafter training data
+
+DRAFTER_DATA = f"{RESULTS}/drafter_data"
+DATA_ARMS = ("sharegpt", "onpolicy", "mix")
+
+
+def _jsonl(rel: str) -> list[dict]:
+  with open(_path(rel)) as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def drafter_data_training_table() -> str:
+  """The three arms of the training-data comparison (experiments/drafter_data.py):
+  what each trained on and how long, from ``training.jsonl``."""
+  rows = []
+  for r in _jsonl(f"{DRAFTER_DATA}/training.jsonl"):
+    res, data = r["result"], r["result"]["data"]
+    parts = data.get("mixture", [data])
+    rows.append([r["config"]["arm"], " + ".join(os.path.basename(p["store"]) for p in parts),
+                 f"{data['target_tokens']:,}", str(data["num_windows"]), str(res["steps"]),
+                 f"{res['target_positions_seen']:,}", f"{res['seconds_per_step']:.1f}"])
+  return _table(["arm", "store(s)", "target tokens", "windows", "steps",
+                 "target positions seen", "s/step (loaded machine)"], rows)
+
+
+def drafter_data_heldout_table() -> str:
+  """Held-out top-1 agreement per draft position of each arm on the held-out windows
+  of both stores, with 95% bootstrap intervals over held-out batches."""
+  recs = _jsonl(f"{DRAFTER_DATA}/heldout.jsonl")
+  positions = sorted(int(k[len("eval_acc"):]) for k in recs[0]["result"]
+                     if k.startswith("eval_acc") and not k.endswith("_ci"))
+  rows = []
+  for r in sorted(recs, key=lambda r: (r["config"]["heldout"],
+                                       DATA_ARMS.index(r["config"]["arm"]))):
+    res = r["result"]
+    cells = [f"{res[f'eval_acc{i}']:.3f} {_ci(res[f'eval_acc{i}_ci'], '.3f')}"
+             for i in positions]
+    rows.append([r["config"]["heldout"], r["config"]["arm"], *cells,
+                 f"{res['target_positions']:,}"])
+  return _table(["held-out text", "trained on", *[f"agreement at position {i} [95% CI]"
+                                                   for i in positions], "positions"], rows)
+
+
+def _gain_cell(g: dict) -> str:
+  verdict = "better" if g["ci95"][0] > 0 else "worse" if g["ci95"][1] < 0 else "inconclusive"
+  return f"{g['diff']:+.3f} {_ci(g['ci95'])}, MDE {g['mde80']:.3f}: {verdict}"
+
+
+def drafter_data_continued_table() -> str:
+  """Heads measured beside the arms (``--extra_heads``, e.g. the shipped head
+  continued on on-policy text) against the shipped head, paired over prompts."""
+  from experiments.compare.acceptance import paired_tau_gain
+  recs = _jsonl(f"{DRAFTER_DATA}/acceptance.jsonl")
+  cell = {(r["config"]["head"], r["config"]["kind"], r["config"]["prompt_set"],
+           r["config"]["temperature"]): r["result"] for r in recs}
+  extra = sorted({k[0] for k in cell} - set(DATA_ARMS) - {"reference"})
+  rows = []
+  for head in extra:
+    for kind, pset, t in sorted({k[1:] for k in cell if k[0] == head},
+                                key=lambda k: (k[0], k[2], k[1])):
+      ref = cell.get(("reference", kind, pset, t))
+      if ref is None:
+        continue
+      new = cell[(head, kind, pset, t)]
+      rows.append([head, kind.replace("eagle_", ""), pset, f"{t:g}",
+                   f"{ref['tau']:.2f} {_ci(ref['tau_ci'], '.2f')}",
+                   f"{new['tau']:.2f} {_ci(new['tau_ci'], '.2f')}",
+                   _gain_cell(paired_tau_gain(new, ref))])
+  return _table(["head", "drafter", "prompts", "T", "tau, shipped head [95% CI]",
+                 "tau, this head [95% CI]", "this / shipped - 1 [95% CI, paired], MDE "
+                 "(80% power): verdict"], rows)
+
+
+def drafter_data_tau_table() -> str:
+  """tau of each arm's head (lossless, EAGLE-3 chain and dynamic tree), and the
+  paired gain of the on-policy and mixed arms over the ShareGPT-text arm."""
+  from experiments.compare.acceptance import paired_tau_gain
+  recs = _jsonl(f"{DRAFTER_DATA}/acceptance.jsonl")
+  cell = {(r["config"]["head"], r["config"]["kind"], r["config"]["prompt_set"],
+           r["config"]["temperature"]): r["result"] for r in recs}
+  rows = []
+  for kind, pset, t in sorted({k[1:] for k in cell}, key=lambda k: (k[0], k[2], k[1])):
+    base = cell.get(("sharegpt", kind, pset, t))
+    if base is None:
+      continue
+    row = [kind.replace("eagle_", ""), pset, f"{t:g}",
+           f"{base['tau']:.2f} {_ci(base['tau_ci'], '.2f')}"]
+    for arm in ("onpolicy", "mix"):
+      other = cell.get((arm, kind, pset, t))
+      if other is None:
+        row += ["-", "-"]
+        continue
+      row += [f"{other['tau']:.2f}", _gain_cell(paired_tau_gain(other, base))]
+    ref = cell.get(("reference", kind, pset, t))
+    row.append(f"{ref['tau']:.2f}" if ref else "-")
+    rows.append(row)
+  return _table(["drafter", "prompts", "T", "tau, ShareGPT text [95% CI]", "tau, on-policy",
+                 "on-policy / ShareGPT - 1 [95% CI, paired], MDE (80% power): verdict",
+                 "tau, mix", "mix / ShareGPT - 1 [95% CI, paired], MDE: verdict",
+                 "tau, shipped head"], rows)
+
+
 # ---------------------------------------------------------------- drafters, raw text outputs
 
 
@@ -618,4 +720,8 @@ TABLES = {
     "layer_stack": layer_stack_table,
     "block_vs_token_smollm2": block_vs_token_table,
     "main_job_smollm2": main_job_table,
+    "drafter_data_training": drafter_data_training_table,
+    "drafter_data_heldout": drafter_data_heldout_table,
+    "drafter_data_tau": drafter_data_tau_table,
+    "drafter_data_continued": drafter_data_continued_table,
 }
