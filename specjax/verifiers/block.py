@@ -32,7 +32,8 @@ import jax.numpy as jnp
 from specjax.distributions import safe_normalize
 from specjax.verifiers.base import safe_ratio
 from specjax.verifiers.path import (PathDecision, PathRule, _check_length, check_path_shapes,
-                                    largest_success_law, largest_success_sample)
+                                    largest_success_law, largest_success_sample,
+                                    residual_emit_dists)
 from specjax.verifiers.registry import register
 
 
@@ -112,13 +113,8 @@ class Block(PathRule):
 
   def emit_dists(self, z, p, q, x, length=None, q_node=None):
     del q_node
-    terms = self._terms(z, p, q, x, length)
-    k = x.shape[0]
-    n = k if length is None else length
-    resid = safe_normalize(terms.r, p[:k])  # [K, V] r_t / s_t (P_{t+1} where s_t = 0)
-    resid = jnp.concatenate([resid, jnp.zeros_like(resid[:1])])  # [K+1, V]
-    t = jnp.arange(k + 1)[:, None]
-    return jnp.where(t < n, resid, jnp.where(t == n, p, 0.0))
+    # r_t / s_t (P_{t+1} where s_t = 0); P_{K+1} after a full acceptance
+    return residual_emit_dists(self._terms(z, p, q, x, length).r, p, length)
 
   def verify_path(self, z, p, q, x, u, length=None, q_node=None):
     del q_node

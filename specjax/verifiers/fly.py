@@ -36,7 +36,7 @@ from specjax.checks import check_int
 from specjax.distributions import safe_normalize
 from specjax.verifiers.base import check_range, safe_ratio
 from specjax.verifiers.path import (PathDecision, PathRule, _check_length, check_path_shapes,
-                                    position_mask)
+                                    position_mask, residual_emit_dists)
 from specjax.verifiers.registry import register
 
 
@@ -149,11 +149,7 @@ class Fly(PathRule):
     del q_node
     self.terms(z, p, q, x, length)  # shape and length checks
     k = x.shape[0]
-    n = k if length is None else length
-    resid = safe_normalize(jnp.maximum(p[:k] - q, 0.0), p[:k])  # [K, V]
-    resid = jnp.concatenate([resid, jnp.zeros_like(resid[:1])])
-    t = jnp.arange(k + 1)[:, None]
-    return jnp.where(t < n, resid, jnp.where(t == n, p, 0.0))
+    return residual_emit_dists(jnp.maximum(p[:k] - q, 0.0), p, length)
 
   def verify_path(self, z, p, q, x, u, length=None, q_node=None):
     del q_node

@@ -125,6 +125,20 @@ def largest_success_sample(h: jax.Array, u: jax.Array) -> jax.Array:
 # --- the protocol ---------------------------------------------------------------------------
 
 
+def residual_emit_dists(resid: jax.Array, p: jax.Array, length=None) -> jax.Array:
+  """``[K+1, V]`` emitted-token distributions of a chain rule whose stop after
+  ``t < length`` accepted drafts emits ``resid[t]`` normalised (``p[t]`` where it
+  has no mass) and whose full acceptance emits the bonus ``p[length]``; rows past
+  ``length`` are 0.  ``resid`` ``[K, V]`` unnormalised, ``p`` ``[K+1, V]``."""
+  from specjax.distributions import safe_normalize
+  k = resid.shape[0]
+  n = k if length is None else length
+  out = safe_normalize(resid, p[:k])  # [K, V]
+  out = jnp.concatenate([out, jnp.zeros_like(out[:1])])  # [K+1, V]
+  t = jnp.arange(k + 1)[:, None]
+  return jnp.where(t < n, out, jnp.where(t == n, p, 0.0))
+
+
 def check_path_shapes(z, p, q, x, u=None) -> tuple[int, int]:
   """``(K, V)`` from one row's arrays; ``ValueError`` naming the first bad shape."""
   if x.ndim != 1:
