@@ -205,6 +205,7 @@ def test_tree_law_matches_a_brute_force_over_token_assignments(drafting):
     assert float(jnp.max(law.lossless_gap)) < ATOL
 
 
+@pytest.mark.slow  # ~40 s of compiles; tree_law stays checked by default against the brute force
 def test_one_level_trees_match_the_induced_distribution():
   """A depth-1 tree's first emitted token (block[0] + block[1] summed over the bonus)
   equals analysis/induced.py's exact induced distribution, on 16 random contexts
