@@ -155,7 +155,8 @@ class _WindowBatcher:
     self._perms: dict = {}
 
   def gather(self, rows) -> dict:
-    raise NotImplementedError
+    """The batch made of window-table ``rows`` (abstract: a subclass defines it)."""
+    raise NotImplementedError(f"{type(self).__name__} must define gather")
 
   def _perm(self, seed: int, epoch: int) -> np.ndarray:
     if (seed, epoch) not in self._perms:
