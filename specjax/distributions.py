@@ -106,6 +106,26 @@ def entropy_nats(probs: jax.Array) -> jax.Array:
                   axis=-1)
 
 
+def kl_nats(p: jax.Array, q: jax.Array) -> jax.Array:
+  """KL(p || q) = sum p log(p / q) in nats over the last axis. ``[..., V] -> [...]``.
+
+  ``+inf`` where ``p > 0`` and ``q = 0``; terms with ``p = 0`` are 0.  Tiny
+  negative values from float error are clipped to 0.
+  """
+  p = jnp.asarray(p)
+  q = jnp.asarray(q)
+  pos = p > 0
+  terms = jnp.where(pos, p * (jnp.log(jnp.where(pos, p, 1.0)) - jnp.log(jnp.where(q > 0, q, 1.0))),
+                    0.0)
+  bad = jnp.any(pos & (q <= 0), axis=-1)
+  return jnp.where(bad, jnp.inf, jnp.maximum(jnp.sum(terms, axis=-1), 0.0))
+
+
+def total_variation(p: jax.Array, q: jax.Array) -> jax.Array:
+  """``0.5 sum |p - q|`` over the last axis (``1 - sum min(p, q)`` for distributions)."""
+  return 0.5 * jnp.sum(jnp.abs(jnp.asarray(p) - jnp.asarray(q)), axis=-1)
+
+
 def safe_normalize(w: jax.Array, fallback: jax.Array) -> jax.Array:
   """``w / sum(w)`` over the last axis, ``fallback`` where that sum is 0.
 

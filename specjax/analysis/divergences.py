@@ -17,7 +17,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from specjax.distributions import allowed_set_eta, allowed_set_min_p, entropy_nats, truncate
+from specjax.distributions import (allowed_set_eta, allowed_set_min_p, entropy_nats, kl_nats,
+                                   total_variation, truncate)
 
 __all__ = ["kl", "kl_both", "tv", "entropy", "entropy_nats", "acceptance_rate",
            "block_efficiency", "allowed_set_min_p", "allowed_set_eta", "truncate",
@@ -25,21 +26,7 @@ __all__ = ["kl", "kl_both", "tv", "entropy", "entropy_nats", "acceptance_rate",
            "matched_baseline_probs", "joint"]
 
 
-def kl(p: jax.Array, q: jax.Array) -> jax.Array:
-  """KL(p || q) = sum p log(p / q) in nats over the last axis. [..., V] -> [...].
-
-  ``+inf`` where ``p > 0`` and ``q = 0``; terms with ``p = 0`` are 0.  Tiny
-  negative values from float error are clipped to 0.
-  """
-  p = jnp.asarray(p)
-  q = jnp.asarray(q)
-  pos = p > 0
-  safe_p = jnp.where(pos, p, 1.0)
-  safe_q = jnp.where(q > 0, q, 1.0)
-  terms = jnp.where(pos, p * (jnp.log(safe_p) - jnp.log(safe_q)), 0.0)
-  out = jnp.sum(terms, axis=-1)
-  bad = jnp.any(pos & (q <= 0), axis=-1)
-  return jnp.where(bad, jnp.inf, jnp.maximum(out, 0.0))
+kl = kl_nats  # KL(p || q) in nats (one definition: specjax.distributions)
 
 
 def kl_both(p: jax.Array, q: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -47,11 +34,7 @@ def kl_both(p: jax.Array, q: jax.Array) -> tuple[jax.Array, jax.Array]:
   return kl(p, q), kl(q, p)
 
 
-def tv(p: jax.Array, q: jax.Array) -> jax.Array:
-  """Total variation ``0.5 sum |p - q|`` = ``1 - sum min(p, q)`` for distributions. [...]"""
-  return 0.5 * jnp.sum(jnp.abs(jnp.asarray(p) - jnp.asarray(q)), axis=-1)
-
-
+tv = total_variation  # 0.5 sum |p - q| (one definition: specjax.distributions)
 entropy = entropy_nats  # Shannon entropy in nats (one definition: specjax.distributions)
 
 

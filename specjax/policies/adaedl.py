@@ -64,6 +64,7 @@ import jax
 import jax.numpy as jnp
 
 from specjax.checks import check_int, check_range
+from specjax.distributions import entropy_nats
 from specjax.hyperparams import Hyperparams
 from specjax.policies.base import VerifyPolicy, default_buckets, validate_buckets
 
@@ -112,7 +113,7 @@ class AdaEDLState:
 
 def draft_entropy(q: jax.Array) -> jax.Array:
   """Entropy in nats, ``[..., V] -> [...]`` (``0 log 0 = 0``)."""
-  return jnp.sum(jax.scipy.special.entr(q.astype(jnp.float32)), axis=-1)
+  return entropy_nats(q.astype(jnp.float32))
 
 
 def acceptance_bound(entropy: jax.Array, entropy_factor) -> jax.Array:

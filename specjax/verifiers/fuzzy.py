@@ -33,21 +33,12 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from specjax.distributions import residual
+from specjax.distributions import kl_nats, residual, total_variation
 from specjax.verifiers.base import NodeRule, check_range, safe_ratio
 from specjax.verifiers.registry import register
 
 DIVERGENCES = ("js", "kl", "tv")
 FALLBACKS = ("target", "sd")
-
-
-def _kl(a: jax.Array, b: jax.Array) -> jax.Array:
-  """``KL(a || b)`` in nats over the last axis; ``+inf`` where a > 0 = b. ``[..., V] -> [...]``."""
-  pos = a > 0
-  terms = jnp.where(pos, a * (jnp.log(jnp.where(pos, a, 1.0)) -
-                              jnp.log(jnp.where(b > 0, b, 1.0))), 0.0)
-  bad = jnp.any(pos & (b <= 0), axis=-1)
-  return jnp.where(bad, jnp.inf, jnp.maximum(jnp.sum(terms, axis=-1), 0.0))
 
 
 def divergence(kind: str, p: jax.Array, q: jax.Array) -> jax.Array:
@@ -58,11 +49,11 @@ def divergence(kind: str, p: jax.Array, q: jax.Array) -> jax.Array:
   """
   if kind == "js":
     m = 0.5 * (p + q)
-    return 0.5 * _kl(p, m) + 0.5 * _kl(q, m)
+    return 0.5 * kl_nats(p, m) + 0.5 * kl_nats(q, m)
   if kind == "kl":
-    return _kl(q, p)
+    return kl_nats(q, p)
   if kind == "tv":
-    return 0.5 * jnp.sum(jnp.abs(p - q), axis=-1)
+    return total_variation(p, q)
   raise ValueError(f"divergence={kind!r}; allowed: {DIVERGENCES}")
 
 
