@@ -29,18 +29,17 @@ import numpy as np
 
 from experiments.humaneval import summary as hs
 from experiments.results import paper_claims as pc
+from experiments.results import rule_tables
+from experiments.results.markdown import RESULTS, ROOT, width_mde80  # noqa: F401 (re-exported)
+from experiments.results.markdown import ci as _ci
+from experiments.results.markdown import path as _path
+from experiments.results.markdown import table as _table
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-RESULTS = "benchmarks/results"
 HUMANEVAL_DIRS = {"t0": f"{RESULTS}/humaneval_t0", "t07": f"{RESULTS}/humaneval_t07",
                   "t1": f"{RESULTS}/humaneval_t1"}
 
 
 # ---------------------------------------------------------------- loading records
-
-
-def _path(rel: str) -> str:
-  return os.path.join(ROOT, rel)
 
 
 @functools.lru_cache(maxsize=None)
@@ -119,26 +118,11 @@ def two_proportions(k1: int, n1: int, k2: int, n2: int) -> dict:
           "mde80": (hs.Z_ALPHA + hs.Z_POWER) * se}
 
 
-def width_mde80(ci95) -> float:
-  """MDE at 80% power from a 95% interval's width, reading the interval as +-z SE:
-  (z_0.975 + z_0.8) * (high - low) / (2 z_0.975)."""
-  return (hs.Z_ALPHA + hs.Z_POWER) * (ci95[1] - ci95[0]) / (2 * hs.Z_ALPHA)
-
-
 def plugin_bias_bits(n: int, cells: int, outcomes: int = 2) -> float:
   """Expected plug-in information of ``cells`` bins about an independent ``outcomes``-
   valued variable from n records (Miller-Madow): (outcomes - 1)(cells - 1) / (2 n ln 2)
   bits. An estimated gain of this size is what binning noise alone gives."""
   return (outcomes - 1) * (cells - 1) / (2 * n * math.log(2))
-
-
-def _ci(lo_hi, fmt: str = "+.3f") -> str:
-  return f"[{format(lo_hi[0], fmt)}, {format(lo_hi[1], fmt)}]"
-
-
-def _table(head: list[str], rows: list[list[str]]) -> str:
-  lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-  return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
 
 
 # ---------------------------------------------------------------- HumanEval
@@ -510,41 +494,6 @@ def main_job_table() -> str:
                 rows) + note
 
 
-BLOCK_VS_TOKEN = f"{RESULTS}/block_vs_token_smollm2/sweep_k_smollm2.jsonl"
-
-
-def _paired_tau_gain(a: dict, b: dict, seed: int = 0) -> dict:
-  """tau(a) / tau(b) - 1 of two spec rows that ran the same prompts and keys, with a
-  95% percentile-bootstrap interval that resamples prompts for both at once."""
-  from experiments.common.bootstrap import paired_ratio_gain
-  pairs = lambda r: [[acc + calls, calls] for acc, calls in zip(r["accepted_per_prompt"],
-                                                                 r["target_calls_per_prompt"])]
-  g = paired_ratio_gain(pairs(a), pairs(b), seed=seed)
-  return dict(g, ci95=tuple(g["ci95"]))
-
-
-def block_vs_token_table() -> str:
-  """Block verification vs token-level (lossless) on the same EAGLE-3 chain drafts,
-  per K and T: tau of each, the paired gain with its interval, MDE and verdict
-  against the paper's +7-10%."""
-  recs = [json.loads(line) for line in open(_path(BLOCK_VS_TOKEN))]
-  spec = {(r["config"]["rule"], r["config"]["num_draft"], r["config"]["temperature"]):
-          r["result"] for r in recs if r["config"]["kind"] == "spec"}
-  rows = []
-  for (rule, k, t), blk in sorted(spec.items(), key=lambda kv: (kv[0][2], kv[0][1])):
-    if rule != "block" or ("lossless", k, t) not in spec:
-      continue
-    tok = spec["lossless", k, t]
-    g = _paired_tau_gain(blk, tok)
-    rows.append([f"{t:g}", str(k), f"{tok['tau']:.2f}", f"{blk['tau']:.2f}",
-                 f"{g['diff']:+.3f} {_ci(g['ci95'])}", str(g["prompts"]),
-                 f"{width_mde80(g['ci95']):.3f}",
-                 hs.verdict(g["ci95"], pc.block_gain_mean())])
-  return _table(["T", "K", "tau token-level", "tau block", "block / token-level - 1 "
-                 "[95% CI, paired over prompts]", "prompts", "MDE (80% power)",
-                 "verdict (paper +7% to +10%)"], rows)
-
-
 def claims_speed() -> str:
   """Section 5 of docs/results.md: the speed records that are committed."""
   small = _spec_rows(f"{RESULTS}/small_models_drafters.json")
@@ -718,10 +667,11 @@ TABLES = {
     "small_models_drafters": small_models_table,
     "drafters_smollm2": drafters_table,
     "layer_stack": layer_stack_table,
-    "block_vs_token_smollm2": block_vs_token_table,
     "main_job_smollm2": main_job_table,
     "drafter_data_training": drafter_data_training_table,
     "drafter_data_heldout": drafter_data_heldout_table,
     "drafter_data_tau": drafter_data_tau_table,
     "drafter_data_continued": drafter_data_continued_table,
 }
+# The verification-rule comparisons (block, traversal, tree children, MARS + block).
+TABLES.update(rule_tables.TABLES)

@@ -1,0 +1,33 @@
+"""What every results table shares: where the records are and how a table is written
+(no model, no JAX)."""
+
+from __future__ import annotations
+
+import os
+
+from experiments.humaneval import summary as hs
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RESULTS = "benchmarks/results"
+
+
+def path(rel: str) -> str:
+  """A record's path relative to the repository root -> absolute."""
+  return os.path.join(ROOT, rel)
+
+
+def width_mde80(ci95) -> float:
+  """MDE at 80% power from a 95% interval's width, reading the interval as +-z SE:
+  (z_0.975 + z_0.8) * (high - low) / (2 z_0.975)."""
+  return (hs.Z_ALPHA + hs.Z_POWER) * (ci95[1] - ci95[0]) / (2 * hs.Z_ALPHA)
+
+
+def ci(lo_hi, fmt: str = "+.3f") -> str:
+  """``[lo, hi]`` formatted."""
+  return f"[{format(lo_hi[0], fmt)}, {format(lo_hi[1], fmt)}]"
+
+
+def table(head: list[str], rows: list[list[str]]) -> str:
+  """A markdown table."""
+  lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+  return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
