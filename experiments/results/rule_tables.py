@@ -146,7 +146,27 @@ def tree_children_table() -> str:
                 "MDE (80% power)", "without replacement is"], rows)
 
 
+def mars_block_table() -> str:
+  """MARS with token-level verification vs MARS with block verification on the same
+  EAGLE-3 chain drafts (rows of the block-vs-token record), per K and T: tau of each,
+  the paired gain and its MDE, and the lossless rows' tau beside them."""
+  spec = spec_rows(BLOCK_VS_TOKEN)
+  rows = []
+  for (rule, d, k, t), mb in sorted(spec.items(), key=lambda kv: (kv[0][3], kv[0][2])):
+    if rule != "mars_block" or ("mars", d, k, t) not in spec:
+      continue
+    g = paired_tau_gain(mb, spec["mars", d, k, t])
+    lossless = [f"{spec[r, d, k, t]['tau']:.2f}" if (r, d, k, t) in spec else "-"
+                for r in ("lossless", "block")]
+    rows.append([f"{t:g}", str(k)] + lossless + gain_cells(mb, spec["mars", d, k, t])
+                + [direction(g["ci95"])])
+  return table(["T", "K", "tau lossless token-level", "tau block", "tau MARS",
+                "tau MARS + block", "MARS + block / MARS - 1 [95% CI, paired over prompts]",
+                "prompts x runs", "MDE (80% power)", "MARS + block is"], rows)
+
+
 TABLES = {
+    "mars_block_smollm2": mars_block_table,
     "block_vs_token_smollm2": block_vs_token_table,
     "traversal_vs_token_smollm2": traversal_vs_token_table,
     "tree_children_smollm2": tree_children_table,

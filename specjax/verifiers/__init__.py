@@ -29,6 +29,7 @@ from specjax.verifiers.tree_rule import (NodeTreeRule, TreeDecision, TreeRule, a
 from specjax.verifiers.traversal import Traversal  # registers "traversal" (kind "tree")
 from specjax.verifiers.fuzzy import Fuzzy  # registers "fuzzy" (a node rule)
 from specjax.verifiers.fly import Fly  # registers "fly" (kind "path")
+from specjax.verifiers.mars_block import MarsBlock  # registers "mars_block" (kind "path")
 
 __all__ = ["ChainResult", "NodeRule", "NodeState", "TreeResult", "check_range", "residual",
            "safe_ratio", "verify_chain", "verify_tree", "available", "get", "register",
@@ -38,4 +39,4 @@ __all__ = ["ChainResult", "NodeRule", "NodeState", "TreeResult", "check_range", 
            "threshold_hooks", "MatchedBaseline", "matched_baseline", "PathRule",
            "PathDecision", "NodePathRule", "as_path_rule", "verify_path_batch", "Block",
            "TreeRule", "TreeDecision", "NodeTreeRule", "as_tree_rule", "verify_tree_rule_batch",
-           "Traversal", "Fuzzy", "Fly"]
+           "Traversal", "Fuzzy", "Fly", "MarsBlock"]

@@ -36,7 +36,9 @@ Derivation: the lossless law is ``min(p, q) + D r`` with
 ``t in T``, the mass ``q(t) - min(p(t), q(t)) = (q(t) - p(t))^+`` that lossless
 would have rejected (and redistributed by ``r``, whose residual does not
 depend on the rejected ``x``) onto ``t`` itself.  Inactive nodes give ``p``.
-Sums to 1; ``P >= p`` on T, and ``P = p`` when ``q <= p`` on T.
+Sums to 1; ``P >= p`` on T, and ``P = p`` when ``q <= p`` on T.  :func:`relaxed_law`
+computes it; MARS over block verification (:mod:`specjax.verifiers.mars_block`) runs
+block verification against it.
 
 ``sampled_mode="strict_ablation"`` keeps the earlier, *wrong* reading
 **(ablation only, never the default)**: while relaxation is active, accept iff
@@ -81,7 +83,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from specjax.distributions import argmax, entropy_nats
+from specjax.distributions import argmax, entropy_nats, safe_normalize
 from specjax.verifiers.base import NodeRule, check_range
 from specjax.verifiers.registry import (available, default_rule, register,
                                         register_threshold_hook, threshold_hook, threshold_hooks)
@@ -115,6 +117,58 @@ def activation(z1: jax.Array, z2: jax.Array, threshold, *, margin: str = "ratio"
     stat = z1 - z2
     return stat, stat < threshold
   raise ValueError(f"margin={margin!r} is not allowed; allowed values: {MARGINS}")
+
+
+def node_activation(z: jax.Array, p: jax.Array, *, theta, delta, margin: str = "ratio",
+                    guard: bool = True, adaptive: str | None = None
+                    ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+  """MARS's view of one node: ``(top1, top2, stat, active)`` from raw logits ``z [V]``.
+
+  ``top1`` / ``top2`` (int32) index the two largest logits (first index wins ties;
+  ``top2 = top1`` when V = 1); ``stat`` and ``active`` are :func:`activation` at the
+  threshold ``theta`` (ratio) or ``delta`` (difference), passed through the
+  ``adaptive`` hook when one is named (it reads ``p``).  V = 1 never relaxes.  The
+  node rule (:meth:`Mars.init`) and MARS over block verification
+  (:mod:`specjax.verifiers.mars_block`) both call this.
+  """
+  v = z.shape[-1]
+  if v >= 2:
+    # Two argmaxes instead of lax.top_k(z, 2): same result (first index wins
+    # ties) and ~20x faster on CPU inside the vmapped verify step.
+    top1 = argmax(z).astype(jnp.int32)
+    top2 = argmax(z.at[top1].set(-jnp.inf)).astype(jnp.int32)
+    z1, z2 = z[top1], z[top2]
+  else:
+    z1 = z2 = z[0]
+    top1 = top2 = jnp.int32(0)
+  thr = theta if margin == "ratio" else delta
+  if adaptive is not None:
+    thr = threshold_hook(adaptive)(thr, margin, z, p)
+  stat, active = activation(z1, z2, thr, margin=margin, guard=guard)
+  if v < 2:
+    active = jnp.zeros((), bool)
+  return top1, top2, stat, active
+
+
+def relaxed_law(p: jax.Array, q: jax.Array, top1: jax.Array, top2: jax.Array,
+                active: jax.Array) -> jax.Array:
+  """``[..., V]`` the law of the token MARS emits at one node (relax mode, lossless base)
+  when the draft is sampled, ``x ~ q``: the closed form of the module docstring,
+
+      P(y) = p(y) + 1[y in T] (q(y) - p(y))^+ - (sum_{t in T} (q(t) - p(t))^+) r(y),
+
+  ``T = {top1, top2}``, ``r = norm((p - q)^+)``, where ``active``; ``p`` elsewhere.
+  With a one-hot ``p`` and ``q = onehot(x)`` (greedy decoding) it is the greedy form's
+  deterministic outcome (``x`` if ``x = top1``, or ``x = top2`` while active, else
+  ``top1``).  ``top1``, ``top2``, ``active``: ``[...]``.  Block verification run
+  against this law is MARS over block verification (:mod:`specjax.verifiers.mars_block`).
+  """
+  ids = jnp.arange(p.shape[-1])
+  in_t = (ids == top1[..., None]) | (ids == top2[..., None])
+  moved = jnp.where(in_t, jnp.maximum(q - p, 0.0), 0.0)  # [..., V]
+  resid = safe_normalize(jnp.maximum(p - q, 0.0), p)
+  law = jnp.maximum(p + moved - jnp.sum(moved, -1, keepdims=True) * resid, 0.0)
+  return jnp.where(active[..., None], law, p)
 
 
 @register_threshold_hook("entropy")
@@ -251,23 +305,9 @@ class Mars(NodeRule):
 
   # --- the four node functions ------------------------------------------------------
   def init(self, z, p):
-    v = z.shape[-1]
-    if v >= 2:
-      # Two argmaxes instead of lax.top_k(z, 2): same result (first index wins
-      # ties) and ~20x faster on CPU inside the vmapped verify step.
-      top1 = argmax(z).astype(jnp.int32)
-      rest = z.at[top1].set(-jnp.inf)
-      top2 = argmax(rest).astype(jnp.int32)
-      z1, z2 = z[top1], z[top2]
-    else:
-      z1 = z2 = z[0]
-      top1 = top2 = jnp.int32(0)
-    thr = self.theta if self.margin == "ratio" else self.delta
-    if self.adaptive is not None:
-      thr = threshold_hook(self.adaptive)(thr, self.margin, z, p)
-    stat, active = activation(z1, z2, thr, margin=self.margin, guard=self.guard)
-    if v < 2:
-      active = jnp.zeros((), bool)
+    top1, top2, stat, active = node_activation(
+        z, p, theta=self.theta, delta=self.delta, margin=self.margin, guard=self.guard,
+        adaptive=self.adaptive)
     greedy = jnp.sum(p > 0) == 1
     return MarsState(base=self.base_rule.init(z, p), top1=top1, top2=top2,
                      margin=stat.astype(jnp.float32), active=active, greedy=greedy)
