@@ -1,4 +1,7 @@
-"""Small random models shared by the loop tests (no training, no files)."""
+"""Small random models shared by the loop tests (no training, no files), and the Monte
+Carlo of path-rule samplers against their exact laws."""
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -63,3 +66,32 @@ def teacher_forced_probs(model: Model, params, prompt, generated, sampling):
   pos = jnp.broadcast_to(jnp.arange(t), (b, t))
   logits = model.apply(params, seq, pos, cache).logits
   return probs_from_logits(logits[:, len(prompt) - 1:len(prompt) - 1 + n], sampling)
+
+
+def path_decision_frequencies(pairs, z, p, q, x, length, key, num_samples: int):
+  """Monte Carlo of path-rule samplers against exact laws (V small, rows [B]).
+
+  For each ``(sampler, law_rule)`` of ``pairs`` and each row: the frequencies of the
+  sampler's ``num_accepted`` over ``num_samples`` uniform vectors, the law rule's
+  ``accept_length_law``, and ``max |emit_dist - emit_dists[num_accepted]|`` over the
+  draws.  ``z, p [B, K+1, V]``, ``q [B, K, V]``, ``x [B, K]``, ``length [B]``.
+  Returns three arrays ``[pairs, B, K+1]``, ``[pairs, B, K+1]``, ``[pairs, B]``;
+  ``pairs`` and ``num_samples`` are static (one compile per set of rules).
+  """
+  return _path_decision_frequencies(tuple(pairs), num_samples, z, p, q, x, length, key)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _path_decision_frequencies(pairs, num_samples, z, p, q, x, length, key):
+  b, k = x.shape
+  u = jax.random.uniform(key, (b, num_samples, k))
+  out = []
+  for sampler, law_rule in pairs:
+    def row(zz, pp, qq, xx, n, uu, s=sampler, r=law_rule):
+      dec = jax.vmap(lambda ui: s.verify_path(zz, pp, qq, xx, ui, n))(uu)
+      freq = jnp.bincount(dec.num_accepted, length=k + 1) / num_samples
+      emits = r.emit_dists(zz, pp, qq, xx, n)
+      return (freq, r.accept_length_law(zz, pp, qq, xx, n),
+              jnp.max(jnp.abs(dec.emit_dist - emits[dec.num_accepted])))
+    out.append(jax.vmap(row)(z, p, q, x, length, u))
+  return tuple(jnp.stack(a) for a in zip(*out))

@@ -13,7 +13,6 @@ Default-suite time on 2 CPU cores: ~55 s, most of it XLA compilation (slow step:
 from __future__ import annotations
 
 import dataclasses
-import functools
 import itertools
 import math
 
@@ -29,6 +28,7 @@ from specjax.distributions import safe_normalize
 from specjax.verifiers.fly import Fly, fly_accepted, fly_reach, top_k_entropy
 from specjax.verifiers.fuzzy import Fuzzy, divergence
 from specjax.verifiers.path import NodePathRule, PathDecision, verify_path_batch
+from tests.helpers import path_decision_frequencies
 
 ATOL = 2e-6  # float32 enumeration error
 V_MC, K_MC, N_MC = 5, 4, 40_000
@@ -126,24 +126,6 @@ def test_fly_law_is_the_enumeration_of_pass_patterns():
                                  err_msg=f"window={window} a={a} eligible={elig}")
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _mc(rules_and_laws, z, p, q, x, length, key):
-  """Per (sampler, law) pair and row: frequencies of the sampler's num_accepted over N_MC
-  uniform vectors, the law's accept_length_law, and max |emit_dist - emit_dists[tau]|."""
-  b, k = x.shape
-  u = jax.random.uniform(key, (b, N_MC, k))
-  out = []
-  for sampler, law_rule in rules_and_laws:
-    def row(zz, pp, qq, xx, n, uu, s=sampler, r=law_rule):
-      dec = jax.vmap(lambda ui: s.verify_path(zz, pp, qq, xx, ui, n))(uu)
-      freq = jnp.bincount(dec.num_accepted, length=k + 1) / N_MC
-      emits = r.emit_dists(zz, pp, qq, xx, n)
-      return (freq, r.accept_length_law(zz, pp, qq, xx, n),
-              jnp.max(jnp.abs(dec.emit_dist - emits[dec.num_accepted])))
-    out.append(jax.vmap(row)(z, p, q, x, length, u))
-  return tuple(jnp.stack(a) for a in zip(*out))
-
-
 def _tv(a, b):
   return 0.5 * np.abs(np.asarray(a) - np.asarray(b)).sum(-1)
 
@@ -161,7 +143,8 @@ def test_loop_decisions_draw_from_the_exact_laws():
   fz_s = NodePathRule(Fuzzy(threshold=0.05, fallback="sd"))
   broken = _NoWindowFly(entropy_threshold=0.6, window=2)
   pairs = ((FLY, FLY), (fz_t, fz_t), (fz_s, fz_s), (broken, FLY), (fz_s, fz_t))
-  freq, law, mism = _mc(pairs, z, p, q, x, length, jax.random.PRNGKey(0))
+  freq, law, mism = path_decision_frequencies(pairs, z, p, q, x, length,
+                                              jax.random.PRNGKey(0), N_MC)
   tv = _tv(freq, law)  # [pairs, rows]
   assert tv[:3].max() < TV_TOL, tv[:3]
   assert float(mism[:3].max()) < 1e-6

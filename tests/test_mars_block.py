@@ -13,7 +13,6 @@ check at the same N.  Default-suite time on 2 CPU cores: ~12 s, most of it compi
 
 from __future__ import annotations
 
-import functools
 import math
 
 import jax
@@ -27,6 +26,7 @@ from specjax.analysis.induced import induced_distribution
 from specjax.verifiers.mars import Mars, node_activation, relaxed_law
 from specjax.verifiers.mars_block import MarsBlock
 from specjax.verifiers.path import verify_path_batch
+from tests.helpers import path_decision_frequencies
 
 THETA = 0.6
 V_MC, K_MC, N_MC = 5, 4, 40_000
@@ -185,22 +185,6 @@ def test_greedy_and_one_draft_are_token_level_mars():
 # --- the sampler ------------------------------------------------------------------------------
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _mc(pairs, z, p, q, x, length, key):
-  b, k = x.shape
-  u = jax.random.uniform(key, (b, N_MC, k))
-  out = []
-  for sampler, law_rule in pairs:
-    def row(zz, pp, qq, xx, n, uu, s=sampler, r=law_rule):
-      dec = jax.vmap(lambda ui: s.verify_path(zz, pp, qq, xx, ui, n))(uu)
-      freq = jnp.bincount(dec.num_accepted, length=k + 1) / N_MC
-      emits = r.emit_dists(zz, pp, qq, xx, n)
-      return (freq, r.accept_length_law(zz, pp, qq, xx, n),
-              jnp.max(jnp.abs(dec.emit_dist - emits[dec.num_accepted])))
-    out.append(jax.vmap(row)(z, p, q, x, length, u))
-  return tuple(jnp.stack(a) for a in zip(*out))
-
-
 def test_verify_path_draws_from_the_exact_law():
   """Monte Carlo, N = 40,000 uniform vectors per row, 12 random rows (V = 5, K = 4, ragged
   lengths): MARS + block's verify_path draws tau from its accept_length_law (TV < TV_TOL =
@@ -216,7 +200,8 @@ def test_verify_path_draws_from_the_exact_law():
   length = np.where(np.arange(b) < b // 2, K_MC, rng.integers(1, K_MC + 1, size=b)).astype(np.int32)
   args = tuple(jnp.asarray(a) for a in (z, p, q, x, length))
   mb = MarsBlock(theta=THETA)
-  freq, law, mism = _mc(((mb, mb), (verifiers.Block(), mb)), *args, jax.random.PRNGKey(0))
+  freq, law, mism = path_decision_frequencies(((mb, mb), (verifiers.Block(), mb)), *args,
+                                              jax.random.PRNGKey(0), N_MC)
   tv = 0.5 * np.abs(np.asarray(freq) - np.asarray(law)).sum(-1)  # [pairs, rows]
   assert tv[0].max() < TV_TOL, tv[0]
   assert float(mism[0].max()) < 1e-6
