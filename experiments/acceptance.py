@@ -5,6 +5,7 @@ bootstrap intervals over prompts, per prompt set and temperature (no timing).
     python -m experiments.acceptance                                  # shipped drafters
     python -m experiments.acceptance --drafters=eagle_chain \
         --eagle=$HOME/.cache/specjax/runs/eagle1-smollm2/head --label=eagle1
+    python -m experiments.acceptance --drafters=lookup_chain,suffix_tree,eagle_chain
 
 For each drafter x prompt set x temperature: lossless verification, ``--seeds``
 runs at T > 0 (one at T = 0), batches of ``--batch_size`` rows (acceptance does
@@ -19,11 +20,14 @@ resumable) and ``acceptance.md`` to ``--output_dir``.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from absl import app, flags, logging
 
 FLAGS = flags.FLAGS
+# --drafters: drafter_factory kinds; the last two need no model (prompt lookup, suffix tree).
+DRAFTERS = ("chain", "eagle_chain", "eagle_tree", "lookup_chain", "suffix_tree")
 
 
 def define_flags() -> None:
@@ -34,11 +38,15 @@ def define_flags() -> None:
   flags.DEFINE_string("eagle", "eagle3", "EAGLE head: 'eagle3' / 'eagle1' (shipped) or a directory")
   flags.DEFINE_string("label", "", "name prefix of the EAGLE rows (default: the head's kind)")
   flags.DEFINE_list("drafters", ["chain", "eagle_chain", "eagle_tree"],
-                    "chain (draft LM), eagle_chain, eagle_tree (EAGLE-2 dynamic tree)")
-  flags.DEFINE_integer("k", 5, "chain draft length K")
+                    "chain (draft LM), eagle_chain, eagle_tree (EAGLE-2 dynamic tree), "
+                    "lookup_chain (prompt lookup, K copied drafts), suffix_tree "
+                    "(SuffixDecoding-style frequency tree); the last two need no model")
+  flags.DEFINE_integer("k", 5, "chain draft length K (chain, eagle_chain, lookup_chain)")
   flags.DEFINE_integer("eagle_depth", 5, "dynamic tree depth")
   flags.DEFINE_integer("eagle_top_k", 8, "dynamic tree: children per expanded node")
   flags.DEFINE_integer("eagle_total_tokens", 24, "dynamic tree: nodes verified per step")
+  flags.DEFINE_integer("suffix_depth", 4, "suffix_tree: tree depth")
+  flags.DEFINE_integer("suffix_total_tokens", 16, "suffix_tree: nodes verified per step")
   flags.DEFINE_list("temperatures", ["0", "1"], "sampling temperatures (drafter and target)")
   flags.DEFINE_integer("seeds", 3, "runs per prompt at T > 0")
   flags.DEFINE_list("prompt_sets", ["sharegpt", "humaneval"], "held-out ShareGPT / HumanEval")
@@ -52,10 +60,9 @@ def define_flags() -> None:
 def _check_flags():
   from experiments.common.prompts import PROMPT_SETS
   from specjax.checks import check_int
-  bad = [d for d in FLAGS.drafters if d not in ("chain", "eagle_chain", "eagle_tree")]
+  bad = [d for d in FLAGS.drafters if d not in DRAFTERS]
   if bad or not FLAGS.drafters:
-    raise app.UsageError(f"--drafters={FLAGS.drafters}: choose from chain, eagle_chain, "
-                         "eagle_tree")
+    raise app.UsageError(f"--drafters={FLAGS.drafters}: choose from {', '.join(DRAFTERS)}")
   bad = [s for s in FLAGS.prompt_sets if s not in PROMPT_SETS]
   if bad or not FLAGS.prompt_sets:
     raise app.UsageError(f"--prompt_sets={FLAGS.prompt_sets}: choose from {PROMPT_SETS}")
@@ -65,8 +72,9 @@ def _check_flags():
     raise app.UsageError(f"--temperatures={FLAGS.temperatures}: numbers >= 0") from None
   if not temps or min(temps) < 0:
     raise app.UsageError(f"--temperatures={FLAGS.temperatures}: numbers >= 0")
-  for name in ("k", "eagle_depth", "eagle_top_k", "eagle_total_tokens", "seeds", "num_prompts",
-               "max_new_tokens", "batch_size", "max_prompt_tokens"):
+  for name in ("k", "eagle_depth", "eagle_top_k", "eagle_total_tokens", "suffix_depth",
+               "suffix_total_tokens", "seeds", "num_prompts", "max_new_tokens", "batch_size",
+               "max_prompt_tokens"):
     try:
       check_int(f"--{name}", getattr(FLAGS, name), low=1)
     except ValueError as e:
@@ -74,18 +82,37 @@ def _check_flags():
   return temps
 
 
+def _row_name(kind: str, eagle_label: str) -> str:
+  """The table's name of a drafter kind."""
+  if kind == "chain":
+    return "draft_lm_chain"
+  if kind in ("lookup_chain", "suffix_tree"):
+    return {"lookup_chain": "prompt_lookup_chain", "suffix_tree": "suffix_tree"}[kind]
+  return f"{eagle_label}_{kind.split('_')[1]}"
+
+
+def _tree_settings(kind: str) -> tuple[int, int, int]:
+  """(depth, top_k, total_tokens) of a tree kind: the suffix tree's own flags, else the
+  EAGLE-2 dynamic tree's."""
+  if kind == "suffix_tree":
+    return FLAGS.suffix_depth, FLAGS.eagle_top_k, FLAGS.suffix_total_tokens
+  return FLAGS.eagle_depth, FLAGS.eagle_top_k, FLAGS.eagle_total_tokens
+
+
 def _cells(temps) -> list:
-  """One sweep row per drafter x prompt set x temperature; the key holds every setting."""
+  """One sweep row per drafter x prompt set x temperature; the key holds every setting
+  (the suffix tree's rows its own tree settings; model-free rows name no model file)."""
   eagle_label = FLAGS.label or (FLAGS.eagle if FLAGS.eagle in ("eagle1", "eagle3") else "eagle")
   rows = []
   for d in FLAGS.drafters:
+    depth, top_k, total = _tree_settings(d)
+    models = "-|-" if d in ("lookup_chain", "suffix_tree") else f"{FLAGS.draft}|{FLAGS.eagle}"
     for s in FLAGS.prompt_sets:
       for t in temps:
-        name = "draft_lm_chain" if d == "chain" else f"{eagle_label}_{d.split('_')[1]}"
+        name = _row_name(d, eagle_label)
         rows.append({"drafter": name, "kind": d, "prompt_set": s, "temperature": t,
-                     "key": f"{name}|{s}|T={t:g}|{FLAGS.model}|{FLAGS.draft}|{FLAGS.eagle}|"
-                            f"K={FLAGS.k}|tree={FLAGS.eagle_depth},{FLAGS.eagle_top_k},"
-                            f"{FLAGS.eagle_total_tokens}|n={FLAGS.num_prompts}|"
+                     "key": f"{name}|{s}|T={t:g}|{FLAGS.model}|{models}|"
+                            f"K={FLAGS.k}|tree={depth},{top_k},{total}|n={FLAGS.num_prompts}|"
                             f"new={FLAGS.max_new_tokens}|seeds={FLAGS.seeds}"})
   return rows
 
@@ -134,7 +161,9 @@ def run() -> list:
   def evaluate(row):
     st = models()
     prompts = [list(p.ids) for p in st["prompts"][row["prompt_set"]]]
-    res = run_cell(st["ms"], st["sources"], row["kind"], row["temperature"], prompts, settings)
+    depth, top_k, total = _tree_settings(row["kind"])
+    cell = dataclasses.replace(settings, depth=depth, top_k=top_k, total_tokens=total)
+    res = run_cell(st["ms"], st["sources"], row["kind"], row["temperature"], prompts, cell)
     logging.info("%s: tau %.3f %s", row["key"], res["tau"], res["tau_ci"])
     return res
 

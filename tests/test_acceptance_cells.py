@@ -25,6 +25,20 @@ def test_cell_on_a_tiny_target_counts_every_target_call():
   assert len(res["accept_rate_per_position"]) == 3
 
 
+def test_cell_with_a_model_free_tree_drafter():
+  """The suffix tree (no draft model: experiments.acceptance --drafters=suffix_tree) runs
+  as a cell on the tiny target at T = 0: one run per prompt, per-depth acceptance rates
+  for its depth, tau within [1, depth + 1]."""
+  from experiments.common.model_sets import TinySpec, load_model_set
+  ms = load_model_set("tiny", draft="", eagle="", tiny=TinySpec(vocab_size=64))
+  prompts = [[1, 2, 3, 1, 2, 3, 1, 2], [4, 5, 6, 7, 8]]
+  s = acceptance.CellSettings(k=3, depth=3, top_k=2, total_tokens=6, seeds=2, batch_size=2,
+                              max_new_tokens=8)
+  res = acceptance.run_cell(ms, ms.draft_sources(), "suffix_tree", 0.0, prompts, s)
+  assert res["seeds"] == 1 and len(res["accept_rate_per_position"]) == 3
+  assert 1.0 <= res["tau"] <= 4.0
+
+
 def test_paired_ratio_gain():
   rng = np.random.default_rng(0)
   calls = rng.integers(20, 40, size=(30, 1))
