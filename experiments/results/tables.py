@@ -619,6 +619,44 @@ def drafter_data_tau_table() -> str:
                  "tau, shipped head"], rows)
 
 
+# ---------------------------------------------------------------- zero-cost drafters
+
+ZERO_COST = f"{RESULTS}/zero_cost_drafters_smollm2/acceptance.jsonl"
+ZERO_COST_REFERENCE = "eagle3_chain"  # the shipped EAGLE-3 head's chain, same prompts and keys
+
+
+def zero_cost_drafters_table() -> str:
+  """Prompt lookup and the suffix tree (no draft model) beside the shipped EAGLE-3
+  chain, per prompt set and temperature (experiments.acceptance, lossless): tau,
+  acceptance at the first three draft positions, and the paired gain over the EAGLE-3
+  chain on the same prompts and keys (interval and MDE; "higher" / "lower" / "not
+  resolved": no paper effect to read it against)."""
+  from experiments.compare.acceptance import paired_tau_gain
+  recs = _jsonl(ZERO_COST)
+  cell = {(r["config"]["drafter"], r["config"]["prompt_set"], r["config"]["temperature"]):
+          r["result"] for r in recs}
+  order = ("prompt_lookup_chain", "suffix_tree", ZERO_COST_REFERENCE)
+  rows = []
+  for (d, pset, t) in sorted(cell, key=lambda k: (k[1], k[2], order.index(k[0])
+                                                  if k[0] in order else len(order))):
+    res = cell[d, pset, t]
+    acc = " / ".join(f"{a:.2f}" for a in res["accept_rate_per_position"][:3])
+    ref = cell.get((ZERO_COST_REFERENCE, pset, t))
+    if d == ZERO_COST_REFERENCE or ref is None:
+      gain = "-"
+    else:
+      g = paired_tau_gain(res, ref)
+      gain = (f"{g['diff']:+.3f} {_ci(g['ci95'])}, MDE {g['mde80']:.3f}: "
+              f"{rule_tables.direction(g['ci95'])}")
+    runs = f"{res['num_prompts']} x {res.get('seeds', 1)}"
+    rows.append([d, pset, f"{t:g}", f"{res['tau']:.2f} {_ci(res['tau_ci'], '.2f')}", acc,
+                 runs, gain])
+  return _table(["drafter", "prompts", "T", "tau [95% CI over prompts]",
+                 "acceptance at draft positions 1 / 2 / 3", "prompts x runs",
+                 f"vs {ZERO_COST_REFERENCE}: tau ratio - 1 [95% CI, paired], MDE (80% power)"],
+                rows)
+
+
 # ---------------------------------------------------------------- drafters, raw text outputs
 
 
@@ -672,6 +710,7 @@ TABLES = {
     "drafter_data_heldout": drafter_data_heldout_table,
     "drafter_data_tau": drafter_data_tau_table,
     "drafter_data_continued": drafter_data_continued_table,
+    "zero_cost_drafters_smollm2": zero_cost_drafters_table,
 }
 # The verification-rule comparisons (block, traversal, tree children, MARS + block).
 TABLES.update(rule_tables.TABLES)
