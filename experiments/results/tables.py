@@ -629,8 +629,7 @@ def zero_cost_drafters_table() -> str:
   """Prompt lookup and the suffix tree (no draft model) beside the shipped EAGLE-3
   chain, per prompt set and temperature (experiments.acceptance, lossless): tau,
   acceptance at the first three draft positions, and the paired gain over the EAGLE-3
-  chain on the same prompts and keys (interval and MDE; "higher" / "lower" / "not
-  resolved": no paper effect to read it against)."""
+  chain on the same prompts and keys (interval, MDE and :func:`_gain_cell`'s reading)."""
   from experiments.compare.acceptance import paired_tau_gain
   recs = _jsonl(ZERO_COST)
   cell = {(r["config"]["drafter"], r["config"]["prompt_set"], r["config"]["temperature"]):
@@ -642,18 +641,14 @@ def zero_cost_drafters_table() -> str:
     res = cell[d, pset, t]
     acc = " / ".join(f"{a:.2f}" for a in res["accept_rate_per_position"][:3])
     ref = cell.get((ZERO_COST_REFERENCE, pset, t))
-    if d == ZERO_COST_REFERENCE or ref is None:
-      gain = "-"
-    else:
-      g = paired_tau_gain(res, ref)
-      gain = (f"{g['diff']:+.3f} {_ci(g['ci95'])}, MDE {g['mde80']:.3f}: "
-              f"{rule_tables.direction(g['ci95'])}")
+    gain = ("-" if d == ZERO_COST_REFERENCE or ref is None
+            else _gain_cell(paired_tau_gain(res, ref)))
     runs = f"{res['num_prompts']} x {res.get('seeds', 1)}"
     rows.append([d, pset, f"{t:g}", f"{res['tau']:.2f} {_ci(res['tau_ci'], '.2f')}", acc,
                  runs, gain])
   return _table(["drafter", "prompts", "T", "tau [95% CI over prompts]",
                  "acceptance at draft positions 1 / 2 / 3", "prompts x runs",
-                 f"vs {ZERO_COST_REFERENCE}: tau ratio - 1 [95% CI, paired], MDE (80% power)"],
+                 f"vs {ZERO_COST_REFERENCE}: tau ratio - 1 [95% CI, paired], MDE (80% power): verdict"],
                 rows)
 
 

@@ -90,7 +90,6 @@ class MarsBlock(PathRule):
     return Block().emit_dists(z, self._checked_targets(z, p, q, x, length), q, x, length)
 
   def verify_path(self, z, p, q, x, u, length=None, q_node=None):
-    check_path_shapes(z, p, q, x, u)
     return Block().verify_path(z, self._checked_targets(z, p, q, x, length), q, x, u, length)
 
   @property
