@@ -148,6 +148,11 @@ def test_compare_verifiers_end_to_end(tmp_path):
     assert math.isfinite(res["loglik"]) and 0 <= res["parse_frac"] <= 1
     if m != "target":
       assert res["tau"] >= 1 and res["speedup"] > 0 and res["relaxed_rate"] == 0.0
+      # Per-batch timings: [repeat][batch] (tokens, s); the spec side's tokens are the row's.
+      bt = res["batch_timing"]
+      assert len(bt["spec"]) == len(bt["target"]) == 1
+      assert sum(n for n, _ in bt["spec"][0]) == res["generated_tokens"]
+      assert ("speedup_pooled" in res) == (len(bt["spec"][0]) >= 2)
   # exact first-token law: lossless is its own baseline (checked on the loop's contexts)
   assert by[("lossless", 1.0)]["first_contexts"] == 8
   assert by[("lossless", 1.0)]["first_kl"] < 1e-6

@@ -99,7 +99,9 @@ def _warm_up(ctx: Context, name, fn, batches: list, key, bucket) -> float:
 @dataclasses.dataclass
 class _Repeats:
   """Per-repeat seconds and tokens/s of both sides, their outputs ([repeat * batches]
-  [rows] token lists) and the speculative / target-only speed ratios."""
+  [rows] token lists), the speculative / target-only speed ratios, and per batch
+  ([repeat][batch]) the tokens and seconds of both sides (the pairs a speedup
+  interval over prompts resamples)."""
 
   t_target: list = dataclasses.field(default_factory=list)
   rate_target: list = dataclasses.field(default_factory=list)
@@ -108,6 +110,33 @@ class _Repeats:
   ratios: list = dataclasses.field(default_factory=list)
   outs_target: list = dataclasses.field(default_factory=list)
   outs_spec: list = dataclasses.field(default_factory=list)
+  batch_target: list = dataclasses.field(default_factory=list)  # [repeat][batch] (tokens, s)
+  batch_spec: list = dataclasses.field(default_factory=list)
+
+
+def speedup_interval(batch_spec: list, batch_target: list) -> dict:
+  """Speedup over target-only with a 95% interval over prompt batches: tokens/s of
+  the speculative runs over tokens/s of their paired target-only runs, each a ratio
+  of sums (tokens, seconds) over the batches pooled across repeats, resampling the
+  batches (each one prompt at batch size 1) once for both sides
+  (:func:`experiments.common.bootstrap.paired_ratio_gain`).
+
+  ``batch_spec`` / ``batch_target``: ``[repeat][batch]`` (tokens, seconds) pairs.
+  Returns ``{"speedup", "ci95", "batches", "mde80"}``: the interval holds timing noise
+  and the spread of the speedup across the prompts; ``mde80`` is the smallest change
+  of the speedup (relative) such a design detects with 80% power."""
+  import numpy as np
+  from experiments.common.bootstrap import paired_ratio_gain
+  spec = np.asarray(batch_spec, np.float64).sum(axis=0)  # [batch, 2], pooled over repeats
+  tgt = np.asarray(batch_target, np.float64).sum(axis=0)
+  if spec.ndim != 2 or spec.shape != tgt.shape or spec.shape[1] != 2:
+    raise ValueError(f"batch_spec / batch_target must be [repeat][batch] (tokens, seconds) "
+                     f"pairs of the same shape; got {spec.shape} and {tgt.shape}")
+  if len(spec) < 2:
+    raise ValueError(f"a speedup interval needs >= 2 batches, got {len(spec)}")
+  g = paired_ratio_gain(spec, tgt)
+  return {"speedup": 1.0 + g["diff"], "ci95": [1.0 + g["ci95"][0], 1.0 + g["ci95"][1]],
+          "batches": g["prompts"], "mde80": g["mde80"]}
 
 
 def _paired_repeats(ctx: Context, keys: list, batches: list, bs: int, run_target, run_spec,
@@ -128,16 +157,20 @@ def _paired_repeats(ctx: Context, keys: list, batches: list, bs: int, run_target
   for ri, key in enumerate(keys):
     tt = ts = 0.0
     nt = ns = 0
+    out.batch_target.append([])
+    out.batch_spec.append([])
     for bi, b in enumerate(batches):
       lists, dt = time_target(b, key, ri, bi)
       tt += dt
       nt += sum(map(len, lists))
+      out.batch_target[-1].append((sum(map(len, lists)), dt))
       out.outs_target.append(lists)
       if run_spec is not None:
         r, dt = _timed(lambda: run_spec(b, key, bi))
         ts += dt
         lists = r.to_lists()
         ns += sum(map(len, lists))
+        out.batch_spec[-1].append((sum(map(len, lists)), dt))
         out.outs_spec.append(lists)
         sums.add(r.stats, bi * bs, len(b))
     out.t_target.append(tt)
@@ -208,7 +241,10 @@ def evaluate_row(ctx: Context, row: dict) -> dict:
   if spec:
     res.update(sums.result())
     res.update({"spec_time_s": float(np.median(rep.t_spec)), "compile_spec_s": compile_spec,
-                "speedup": float(np.median(rep.ratios)), "speedup_per_repeat": rep.ratios})
+                "speedup": float(np.median(rep.ratios)), "speedup_per_repeat": rep.ratios,
+                "batch_timing": {"spec": rep.batch_spec, "target": rep.batch_target}})
+    if len(batches) >= 2:
+      res["speedup_pooled"] = speedup_interval(rep.batch_spec, rep.batch_target)
   res.update(_quality(ctx, row, flat, rep.outs_target[:len(batches)], n))
   # The first-token law is the node rules' induced law; path rules (block) have their
   # own exact analysis (specjax.analysis.path_law), not wired into this table yet; a

@@ -465,13 +465,31 @@ def layer_stack_table() -> str:
 
 
 MAIN_JOB = f"{RESULTS}/benchmark_smollm2/benchmark.jsonl"
+SPEED_RECORD = f"{RESULTS}/speed_smollm2/benchmark.jsonl"
 
 
-def main_job_table() -> str:
-  """README command 1's rows (``experiments/benchmark.py``, defaults): tau with its
-  interval over prompts, tokens/s, speedup over target-only (one repeat: no
-  interval), agreement with target greedy at T = 0, and each row's wall time."""
-  recs = [json.loads(line) for line in open(_path(MAIN_JOB))]
+def _speedup_cell(res: dict) -> str:
+  """A row's speedup: with its 95% interval over prompts and a verdict against 1 where
+  the record has per-prompt timings (``speedup_pooled``,
+  :func:`experiments.compare.evaluation.speedup_interval`), else the median over
+  repeats alone."""
+  sp = res.get("speedup_pooled")
+  if sp is None:
+    return f"{res['speedup']:.2f}"
+  lo, hi = sp["ci95"]
+  verdict = "faster" if lo > 1 else "slower" if hi < 1 else "inconclusive"
+  return f"{sp['speedup']:.2f} {_ci(sp['ci95'], '.2f')}, MDE {sp['mde80']:.2f}: {verdict}"
+
+
+def benchmark_table(rel: str) -> str:
+  """``experiments/benchmark.py``'s rows from the record ``rel``: tau with its interval
+  over prompts, tokens/s, speedup over target-only (with its interval over prompts
+  when the record has per-prompt timings; one repeat of the old records: none),
+  agreement with target greedy at T = 0, and each row's wall time."""
+  recs = _jsonl(rel)
+  timed = all("speedup_pooled" in r["result"] for r in recs if r["config"]["kind"] == "spec")
+  repeats = sorted({len(r["result"].get("speedup_per_repeat", [])) for r in recs
+                    if r["config"]["kind"] == "spec"})
   rows = []
   for r in recs:
     cfg, res = r["config"], r["result"]
@@ -480,18 +498,24 @@ def main_job_table() -> str:
            else f"{res['tau']:.2f}" if spec else "-")
     agree = f"{res['agree_exact']:.2f}" if cfg["temperature"] == 0 else "-"
     rows.append([cfg["drafter"], cfg["method"], f"{cfg['temperature']:g}", tau,
-                 f"{res['tokens_per_s']:.1f}", f"{res['speedup']:.2f}" if spec else "1",
+                 f"{res['tokens_per_s']:.1f}", _speedup_cell(res) if spec else "1",
                  agree, f"{res['wall_s']:.0f}"])
   prov = recs[0]["provenance"]
   end = recs[-1]["provenance"]
-  note = (f"\n\nRecord `{MAIN_JOB}`: `{prov['command']}` at commit "
+  note = (f"\n\nRecord `{rel}`: `{prov['command']}` at commit "
           f"`{(prov['git_commit'] or '?')[:10]}`, {prov['cpus']} CPUs, load "
           f"{prov['load_average'][0]:.2f} at the start and "
           f"{end['load_average_end'][0]:.2f} at the end (1-minute averages); rows' wall "
           f"times sum to {sum(x['result']['wall_s'] for x in recs):.0f} s.")
-  return _table(["drafter", "rule", "T", "tau [95% CI over prompts]", "tokens/s",
-                 "speedup (one repeat)", "agrees with target greedy", "row wall s"],
-                rows) + note
+  head = ("speedup [95% CI over prompts], MDE (80% power): verdict vs 1" if timed else
+          f"speedup ({'one repeat' if repeats == [1] else 'median of repeats'})")
+  return _table(["drafter", "rule", "T", "tau [95% CI over prompts]", "tokens/s", head,
+                 "agrees with target greedy", "row wall s"], rows) + note
+
+
+def main_job_table() -> str:
+  """README command 1's rows (``experiments/benchmark.py``, defaults)."""
+  return benchmark_table(MAIN_JOB)
 
 
 def claims_speed() -> str:

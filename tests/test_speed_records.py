@@ -1,0 +1,94 @@
+"""Speedup intervals over prompts (experiments.compare.evaluation.speedup_interval) and
+the benchmark table that reads them (experiments.results.tables.benchmark_table); no
+model, no JAX."""
+
+import json
+
+import numpy as np
+import pytest
+
+from experiments.compare.evaluation import speedup_interval
+from experiments.results import tables
+
+
+def _pairs(tokens, seconds):
+  return [[(int(n), float(s)) for n, s in zip(tokens, seconds)]]
+
+
+def test_speedup_is_the_ratio_of_pooled_rates():
+  """Two repeats of three prompts with unequal tokens and times: the point estimate is
+  (sum spec tokens / sum spec s) / (sum target tokens / sum target s) over every
+  (repeat, prompt), not the mean of per-prompt ratios (which differs here)."""
+  spec = [[(200, 0.5), (20, 2.0), (100, 1.0)], [(200, 0.7), (30, 2.0), (100, 1.2)]]
+  tgt = [[(200, 2.0), (20, 1.0), (100, 1.0)], [(200, 2.2), (30, 1.0), (100, 1.0)]]
+  out = speedup_interval(spec, tgt)
+  expect = (650 / 7.4) / (650 / 8.2)
+  per_prompt_mean = np.mean([(400 / 1.2) / (400 / 4.2), (50 / 4.0) / (50 / 2.0),
+                             (200 / 2.2) / (200 / 2.0)])
+  assert out["speedup"] == pytest.approx(expect, rel=1e-12)
+  assert abs(per_prompt_mean - expect) > 0.05  # the check can tell the two apart
+  lo, hi = out["ci95"]
+  assert lo <= out["speedup"] <= hi
+  assert out["batches"] == 3 and out["mde80"] > 0
+
+
+def test_identical_per_prompt_speedups_give_a_point_interval():
+  """Every prompt exactly twice as fast: speedup 2 with the interval [2, 2] and MDE 0."""
+  out = speedup_interval(_pairs([64] * 5, [0.5, 1.0, 0.7, 0.9, 0.6]),
+                         _pairs([64] * 5, [1.0, 2.0, 1.4, 1.8, 1.2]))
+  assert out["speedup"] == pytest.approx(2.0)
+  assert out["ci95"] == pytest.approx([2.0, 2.0])
+  assert out["mde80"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_spread_across_prompts_widens_the_interval():
+  """Half the prompts 1.6x, half 0.8x: the interval holds 1 (no verdict), while the
+  same pooled speedup with no spread would not."""
+  spec = _pairs([64] * 8, [1 / 1.6] * 4 + [1 / 0.8] * 4)
+  tgt = _pairs([64] * 8, [1.0] * 8)
+  lo, hi = speedup_interval(spec, tgt)["ci95"]
+  assert lo < 1 < hi
+
+
+@pytest.mark.parametrize("spec,tgt,match", [
+    ([[(1, 1.0)]], [[(1, 1.0)]], ">= 2 batches"),
+    ([[(1, 1.0), (1, 1.0)]], [[(1, 1.0), (1, 1.0), (1, 1.0)]], "same shape"),
+])
+def test_bad_timings_are_refused(spec, tgt, match):
+  with pytest.raises(ValueError, match=match):
+    speedup_interval(spec, tgt)
+
+
+def _record(kind, drafter, method, t, result):
+  return {"config": {"kind": kind, "drafter": drafter, "method": method, "temperature": t},
+          "result": result,
+          "provenance": {"command": "python -m experiments.benchmark", "git_commit": "abc",
+                         "cpus": 2, "load_average": [0.1, 0, 0],
+                         "load_average_end": [0.2, 0, 0]}}
+
+
+def test_benchmark_table_reads_intervals_and_verdicts(tmp_path):
+  base = {"tokens_per_s": 50.0, "wall_s": 10.0, "agree_exact": 1.0}
+  spec = dict(base, tau=2.0, tau_ci=[1.5, 2.5], speedup=1.3, speedup_per_repeat=[1.3])
+  recs = [_record("target", "-", "target", 0, base),
+          _record("spec", "lookup_chain", "lossless", 0,
+                  dict(spec, speedup_pooled={"speedup": 1.31, "ci95": [1.12, 1.55],
+                                             "batches": 16, "mde80": 0.2})),
+          _record("spec", "eagle_tree", "lossless", 0,
+                  dict(spec, speedup_pooled={"speedup": 0.7, "ci95": [0.6, 0.8],
+                                             "batches": 16, "mde80": 0.1})),
+          _record("spec", "eagle_chain", "lossless", 0,
+                  dict(spec, speedup_pooled={"speedup": 1.02, "ci95": [0.9, 1.1],
+                                             "batches": 16, "mde80": 0.1}))]
+  path = tmp_path / "benchmark.jsonl"
+  path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+  out = tables.benchmark_table(str(path))
+  assert "speedup [95% CI over prompts]" in out
+  assert "1.31 [1.12, 1.55], MDE 0.20: faster" in out
+  assert "0.70 [0.60, 0.80], MDE 0.10: slower" in out
+  assert "1.02 [0.90, 1.10], MDE 0.10: inconclusive" in out
+  # An old record without per-prompt timings keeps its one-repeat column.
+  del recs[1]["result"]["speedup_pooled"]
+  path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+  out = tables.benchmark_table(str(path))
+  assert "speedup (one repeat)" in out and "| 1.30 |" in out
