@@ -49,7 +49,9 @@ def define_flags() -> None:
   flags.DEFINE_integer("suffix_total_tokens", 16, "suffix_tree: nodes verified per step")
   flags.DEFINE_list("temperatures", ["0", "1"], "sampling temperatures (drafter and target)")
   flags.DEFINE_integer("seeds", 3, "runs per prompt at T > 0")
-  flags.DEFINE_list("prompt_sets", ["sharegpt", "humaneval"], "held-out ShareGPT / HumanEval")
+  flags.DEFINE_list("prompt_sets", ["sharegpt", "humaneval"], "held-out ShareGPT first turns "
+                    "(sharegpt), HumanEval problems (humaneval), ShareGPT chats up to a later user "
+                    "turn with the earlier answers in context (multiturn)")
   flags.DEFINE_integer("num_prompts", 16, "prompts per set")
   flags.DEFINE_integer("max_prompt_tokens", 256, "longest rendered chat prompt")
   flags.DEFINE_integer("max_new_tokens", 128, "tokens per prompt")

@@ -85,7 +85,8 @@ def define_flags() -> None:
   flags.DEFINE_integer("num_prompts", 0, "prompts (0: 4 chat prompts for a real model, 8 code "
                        "prompts for the default models)")
   flags.DEFINE_list("prompt_sets", ["sharegpt", "humaneval"], "real models: held-out ShareGPT "
-                    "first turns and/or HumanEval problems, split evenly")
+                    "first turns (sharegpt), HumanEval problems (humaneval) and/or ShareGPT chats "
+                    "up to a later user turn (multiturn), split evenly")
   flags.DEFINE_integer("max_prompt_tokens", 256, "real models: longest rendered chat prompt")
   flags.DEFINE_integer("prompt_bucket", -1, "pad every prompt to at least this many tokens: one "
                        "compiled program per row (-1: --max_prompt_tokens for a real model, 0 for "

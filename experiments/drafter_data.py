@@ -71,7 +71,8 @@ def define_flags() -> None:
   flags.DEFINE_integer("eagle_top_k", 8, "dynamic tree: children per expanded node")
   flags.DEFINE_integer("eagle_total_tokens", 24, "dynamic tree: nodes verified per step")
   flags.DEFINE_list("temperatures", ["0", "1"], "sampling temperatures")
-  flags.DEFINE_list("prompt_sets", ["sharegpt", "humaneval"], "held-out prompt sets")
+  flags.DEFINE_list("prompt_sets", ["sharegpt", "humaneval"], "held-out prompt sets "
+                    "(experiments.common.prompts.PROMPT_SETS)")
   flags.DEFINE_integer("num_prompts", 16, "prompts per set")
   flags.DEFINE_integer("max_new_tokens", 96, "tokens per prompt")
   flags.DEFINE_integer("seeds", 1, "runs per prompt at T > 0")

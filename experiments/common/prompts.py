@@ -148,10 +148,11 @@ class ChatPrompt:
   """A chat evaluation prompt for a real model.
 
   Attributes:
-    text: the user message.
+    text: the (last) user message.
     ids: token ids of the rendered conversation (chat template, generation prompt).
-    source: ``"sharegpt:<conversation id>"`` or ``"humaneval:<task id>"``.
-    domain: code / math / writing / qa (ShareGPT) or humaneval.
+    source: ``"sharegpt:<conversation id>"``, ``"humaneval:<task id>"`` or
+      ``"multiturn:<conversation id>"``.
+    domain: code / math / writing / qa (ShareGPT), humaneval or multiturn.
   """
 
   text: str
@@ -161,11 +162,13 @@ class ChatPrompt:
 
   @property
   def prompt_set(self) -> str:
-    """The set it was drawn from: ``"sharegpt"`` or ``"humaneval"``."""
+    """The set it was drawn from: one of :data:`PROMPT_SETS`."""
     return self.source.partition(":")[0]
 
 
-PROMPT_SETS = ("sharegpt", "humaneval")
+# The sets a run uses unless told otherwise, and every set there is.
+DEFAULT_PROMPT_SETS = ("sharegpt", "humaneval")
+PROMPT_SETS = DEFAULT_PROMPT_SETS + ("multiturn",)
 
 
 def set_shares(num_prompts: int, sets) -> list[int]:
@@ -176,7 +179,8 @@ def set_shares(num_prompts: int, sets) -> list[int]:
   return share
 
 
-def load_chat_prompts(encode_chat, num_prompts: int, *, sets=PROMPT_SETS, max_tokens: int = 256,
+def load_chat_prompts(encode_chat, num_prompts: int, *, sets=DEFAULT_PROMPT_SETS,
+                      max_tokens: int = 256,
                       seed: int = 0, exclude=()) -> list:
   """``num_prompts`` fixed chat prompts split evenly over ``sets`` (the first set
   gets the remainder), in a deterministic order that depends only on ``seed``:
@@ -184,7 +188,10 @@ def load_chat_prompts(encode_chat, num_prompts: int, *, sets=PROMPT_SETS, max_to
   * ``sharegpt``: held-out first user turns (:mod:`specjax.data.eval_prompts`),
     taken round-robin over the domains code, qa, writing, math;
   * ``humaneval``: HumanEval problems as chat (:func:`specjax.data.humaneval.chat_messages`),
-    ordered by ``sha256(f"eval:{seed}:{task_id}")``.
+    ordered by ``sha256(f"eval:{seed}:{task_id}")``;
+  * ``multiturn``: held-out ShareGPT conversations up to a later user turn, earlier
+    answers in context (:func:`specjax.data.eval_prompts.multiturn_prompts`): per
+    conversation the prefix with the most turns that fits ``max_tokens``.
 
   Prompts whose rendered conversation has more than ``max_tokens`` tokens are
   skipped, and so are prompts whose ``source`` is in ``exclude`` (e.g. the
@@ -204,7 +211,20 @@ def load_chat_prompts(encode_chat, num_prompts: int, *, sets=PROMPT_SETS, max_to
     if n == 0:
       continue
     got = []
-    if name == "sharegpt":
+    if name == "multiturn":
+      from specjax.data import eval_prompts
+      for prefixes in eval_prompts.heldout_multiturn_prompts(seed=seed):
+        source = f"multiturn:{prefixes[0].id}"
+        if source in exclude:
+          continue
+        for p in prefixes:  # most turns first: the longest that fits
+          ids = encode_chat(list(p.messages))
+          if len(ids) <= max_tokens:
+            got.append(ChatPrompt(p.text, tuple(ids), source, p.domain))
+            break
+        if len(got) == n:
+          break
+    elif name == "sharegpt":
       from specjax.data import eval_prompts
       by_domain = eval_prompts.heldout_eval_prompts(n_per_domain=max(10, n + len(exclude)),
                                                     seed=seed)

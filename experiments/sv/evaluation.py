@@ -46,7 +46,7 @@ import time
 
 import numpy as np
 
-from experiments.common.prompts import PROMPT_SETS
+from experiments.common.prompts import DEFAULT_PROMPT_SETS, PROMPT_SETS
 from specjax.policies.sv import TABLE_SIGNALS
 
 PAPER_IG = {"chat": (1.38, 0.91), "code": (1.78, 1.42)}  # H(X) -> H(X|S,A), docs/spec.md §7
@@ -86,7 +86,7 @@ class SweepConfig:
   model: str = "default"
   drafter: str = "draft"
   companion: str = "early_exit:8"
-  prompt_sets: tuple = PROMPT_SETS
+  prompt_sets: tuple = DEFAULT_PROMPT_SETS
   k: int = 7
   fixed_ks: tuple = ()
   table_signals: tuple = TABLE_SIGNALS

@@ -38,6 +38,15 @@ Rules, applied in this order (all regexes case-insensitive):
    ``sha256(f"eval:{seed}:{id}")`` and the first ``n_per_domain`` are taken --
    a deterministic pseudo-random sample that does not depend on file order.
 
+**Multi-turn prompts** (:func:`multiturn_prompts`): held-out conversations (first
+parts, rule 1) with at least two user turns, every message English-ish (rule 3); a
+prompt is the conversation up to and including user turn j >= 2, the earlier
+assistant answers (ChatGPT's, as recorded) in context, and the last user turn must
+pass rules 2 and 4. Each conversation offers its prefixes with the most turns first,
+so a caller with a token budget takes the longest that fits; conversations are
+ordered by the same ``sha256(f"eval:{seed}:{id}")`` and deduplicated on their
+last user turn. These are the prompts where an answer can copy from earlier turns.
+
 ShareGPT has little math. Measured on the shipped file with the default 5 %
 held-out split (854 held-out conversations, 466 first parts): eligible code
 78, qa 39, writing 14, math 4 (the math rule is kept strict -- keyword *and*
@@ -179,6 +188,44 @@ def select_eval_prompts(conversations: Iterable, n_per_domain: int = 10,
   return {d: [EvalPrompt(cid, d, ({"role": "user", "content": text},))
               for _, cid, text in p[:n_per_domain]]
           for d, p in pools.items()}
+
+
+def multiturn_prompts(conversations: Iterable, seed: int = 0) -> list[tuple[EvalPrompt, ...]]:
+  """Multi-turn prompt candidates from ``conversations`` (module docstring): one tuple
+  per eligible conversation, in ``sha256(f"eval:{seed}:{id}")`` order, holding its
+  :class:`EvalPrompt` s (domain ``"multiturn"``, ``messages`` the conversation up to a
+  user turn j >= 2) with the most turns first."""
+  pools = []
+  for conv in conversations:
+    if not conv.id.endswith("_0"):
+      continue
+    msgs = tuple(conv.messages)
+    if any(ascii_ratio(m["content"]) < MIN_ASCII_RATIO for m in msgs):
+      continue
+    user_at = [i for i, m in enumerate(msgs) if m["role"] == "user"]
+    ends = []
+    for turn, i in enumerate(user_at):
+      t = msgs[i]["content"].strip()
+      if turn >= 1 and MIN_CHARS <= len(t) <= MAX_CHARS and not URL_RE.search(t):
+        ends.append(i)
+    if ends:
+      pools.append((_order_key(conv.id, seed), conv.id, msgs, ends))
+  out, seen = [], set()
+  for _, cid, msgs, ends in sorted(pools):
+    last = msgs[ends[-1]]["content"].strip()
+    if last in seen:
+      continue
+    seen.add(last)
+    out.append(tuple(EvalPrompt(cid, "multiturn", msgs[:i + 1]) for i in reversed(ends)))
+  return out
+
+
+def heldout_multiturn_prompts(path: str | None = None,
+                              heldout_fraction: float = sharegpt.DEFAULT_HELDOUT_FRACTION,
+                              split_seed: int = 0, seed: int = 0) -> list[tuple[EvalPrompt, ...]]:
+  """:func:`multiturn_prompts` over the held-out split of the ShareGPT file."""
+  convs = sharegpt.iter_conversations(path, "heldout", heldout_fraction, split_seed)
+  return multiturn_prompts(convs, seed=seed)
 
 
 def heldout_eval_prompts(path: str | None = None, n_per_domain: int = 10,
