@@ -35,7 +35,8 @@ def define_flags() -> None:
                       "smollm2-135m-instruct")
   flags.DEFINE_string("drafter", "draft", "real model: 'draft' (shipped draft LM) or 'eagle3'")
   flags.DEFINE_string("companion", "early_exit:8", "real model: early_exit:N (the target's first "
-                      "N layers with its norm and head)")
+                      "N layers with its norm and head) or lm:SPEC (a separate LM: lm:draft, the "
+                      "shipped draft LM, with --drafter=eagle3; lm:DIR, a trained one)")
   flags.DEFINE_list("prompt_sets", ["sharegpt", "humaneval"], "real model: held-out prompt sets")
   flags.DEFINE_integer("k", 7, "SV's K (drafts per step) and the largest fixed K")
   flags.DEFINE_list("fixed_ks", [], "fixed-K baselines (default 1..k)")

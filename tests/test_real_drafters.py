@@ -79,6 +79,20 @@ def test_every_shipped_drafter_is_there(ms):
   assert ms.eagle is not None and ms.eagle[0].config.kind == "eagle3"
 
 
+def test_lm_companion_is_the_shipped_draft_lm(ms):
+  """companion="lm:draft": the shipped draft LM as a separate SV companion (beside the
+  EAGLE-3 drafter), the same weights as the draft LM the set loads."""
+  from experiments.common.model_sets import load_model_set
+  if ms.draft is None:
+    pytest.skip("no shipped draft LM")
+  got = load_model_set(NAME, draft="", eagle="eagle3", companion="lm:draft")
+  assert got.draft is None and got.eagle is not None
+  assert got.companion.config == ms.draft.config
+  assert jax.tree.all(jax.tree.map(lambda a, b: bool(jnp.array_equal(a, b)),
+                                   got.companion_params, ms.draft_params))
+  assert got.sources["companion"] == f"lm:{ms.sources['draft']}"
+
+
 def test_greedy_identity_every_drafter(ms):
   from experiments.common.prompts import load_chat_prompts
   prompts = [list(p.ids) for p in load_chat_prompts(ms.encode_chat, 4, max_tokens=256)]

@@ -74,6 +74,7 @@ def _cfg(**kw):
     (dict(model="smollm2-135m-instruct", drafter="eagle1"), "drafter='eagle1'"),
     (dict(model="smollm2-135m-instruct", companion="companion"), "early_exit:N"),
     (dict(model="smollm2-135m-instruct", companion="early_exit:0"), "early_exit:N"),
+    (dict(model="smollm2-135m-instruct", companion="lm:"), r"or lm:SPEC"),
     (dict(model="smollm2-135m-instruct", calib_prompts=1), "calibration prompt"),
 ])
 def test_validate_names_the_bad_setting(kw, message):

@@ -206,15 +206,27 @@ def _stand_in_set(seed: int) -> ModelSet:
                   d, dp, sources={"draft": defaults.default_model_dir("draft")})
 
 
+COMPANION_FORMS = ("early_exit:N (the target's first N layers with its norm and head)",
+                   "lm:SPEC (a language model over the target's vocabulary: SPEC 'draft' is "
+                   "the shipped draft LM, or a directory as for draft)")
+
+
+def parse_companion(companion: str) -> tuple[str, str]:
+  """A real target's companion spec as ``(kind, argument)``: ``("early_exit", "N")`` or
+  ``("lm", SPEC)``; ValueError naming the value and :data:`COMPANION_FORMS` otherwise."""
+  kind, _, arg = str(companion).partition(":")
+  if (kind == "early_exit" and arg.isdigit() and int(arg) >= 1) or (kind == "lm" and arg):
+    return kind, arg
+  raise ValueError(f"companion={companion!r}; give " + " or ".join(COMPANION_FORMS))
+
+
 def _early_exit_layers(companion: str, name: str) -> int:
-  """N of ``"early_exit:N"``; 0 for ``""`` or a shipped / random ``"companion"``."""
+  """N of ``"early_exit:N"``; 0 for ``""``, ``"lm:SPEC"`` or a shipped / random
+  ``"companion"``."""
   if not companion or (companion == "companion" and name in ("default", "tiny")):
     return 0
-  kind, _, n = str(companion).partition(":")
-  if kind != "early_exit" or not n.isdigit():
-    raise ValueError(f"companion={companion!r}; give early_exit:N (the target's first N "
-                     "layers) for a real target")
-  return int(n)
+  kind, arg = parse_companion(companion)
+  return int(arg) if kind == "early_exit" else 0
 
 
 def load_model_set(name: str = "smollm2-135m-instruct", *, draft: str = "draft",
@@ -229,8 +241,10 @@ def load_model_set(name: str = "smollm2-135m-instruct", *, draft: str = "draft",
       complete HF checkpoint), or "" for none.
     eagle: "eagle3" / "eagle1" (shipped heads), a head directory, or "" for none.
     companion: "" (none), "companion" (the default set's shipped companion; for
-      "tiny" a perturbed copy of the target) or "early_exit:N" (the target's first N
-      layers with its norm and head, :mod:`specjax.models.early_exit`).
+      "tiny" a perturbed copy of the target), "early_exit:N" (the target's first N
+      layers with its norm and head, :mod:`specjax.models.early_exit`) or, for a real
+      target, "lm:SPEC" (a separate LM over the target's vocabulary, loaded as ``draft``
+      is: "lm:draft" is the shipped draft LM, "lm:DIR" a trained one).
     dtype: "float32" | "bfloat16" (float32 is the fast choice on CPUs).
     seed: init seed of the random "tiny" / "stand_in" models.
     tiny: how "tiny" is built (shapes, scale, noise, key recipe).
@@ -239,13 +253,35 @@ def load_model_set(name: str = "smollm2-135m-instruct", *, draft: str = "draft",
   ValueError for a drafter trained for another target or a bad companion spec.
   """
   exit_layers = _early_exit_layers(companion, name)
+  lm_companion = str(companion).startswith("lm:") and name not in ("default", *RANDOM_SETS)
   ms = _load_target_and_drafters(name, draft, eagle, dtype, seed, tiny,
-                                 bool(companion) and not exit_layers)
+                                 bool(companion) and not exit_layers and not lm_companion)
+  if lm_companion:
+    spec = parse_companion(companion)[1]
+    ms.companion, ms.companion_params, path = _load_draft_lm(ms, spec, dtype)
+    ms.sources["companion"] = f"lm:{path}"
   if exit_layers:
     from specjax.models.early_exit import early_exit
     ms.companion, ms.companion_params = early_exit(ms.target, ms.target_params, exit_layers)
     ms.sources["companion"] = companion
   return ms
+
+
+def _load_draft_lm(ms: ModelSet, spec: str, dtype: str) -> tuple:
+  """``(model, params, path)`` of a draft-form LM for the real target of ``ms``: ``spec``
+  "draft" (the shipped draft LM) or a directory (a shipped-form draft completed from the
+  target's embedding, or a complete HF checkpoint of the target's vocabulary)."""
+  from specjax.models import hf
+  path = drafter_assets.resolve(ms.name, spec)
+  if drafter_assets.SHARED_KEY in drafter_assets.read_config(path):
+    model, params = drafter_assets.load_draft(path, ms.target, ms.target_params,
+                                              target_sha256=ms.sha256, dtype=dtype)
+  else:
+    model, params = hf.load_pretrained(path, dtype=dtype)
+    if model.config.vocab_size != ms.target.config.vocab_size:
+      raise ValueError(f"LM {path} has vocab_size={model.config.vocab_size}, the target "
+                       f"{ms.target.config.vocab_size}")
+  return model, params, path
 
 
 def _load_target_and_drafters(name, draft, eagle, dtype, seed, tiny, companion) -> ModelSet:
@@ -268,21 +304,12 @@ def _load_target_and_drafters(name, draft, eagle, dtype, seed, tiny, companion) 
       ms.eagle = tuple(load_eagle(eagle, ms.target.config, dtype=dtype)[:3])
       ms.sources["eagle"] = eagle
     return ms
-  from specjax.models import hf, registry
+  from specjax.models import registry
   lm = registry.load_model(name, dtype=dtype)
   ms = ModelSet(lm.name, lm.model, lm.params, lm.tokenizer, chat_template=lm.chat_template,
                 sha256=lm.sha256, sources={"target": lm.path})
   if draft:
-    path = drafter_assets.resolve(lm.name, draft)
-    if drafter_assets.SHARED_KEY in drafter_assets.read_config(path):
-      ms.draft, ms.draft_params = drafter_assets.load_draft(path, lm.model, lm.params,
-                                                            target_sha256=lm.sha256, dtype=dtype)
-    else:
-      ms.draft, ms.draft_params = hf.load_pretrained(path, dtype=dtype)
-      if ms.draft.config.vocab_size != lm.config.vocab_size:
-        raise ValueError(f"draft {path} has vocab_size={ms.draft.config.vocab_size}, the "
-                         f"target {lm.config.vocab_size}")
-    ms.sources["draft"] = path
+    ms.draft, ms.draft_params, ms.sources["draft"] = _load_draft_lm(ms, draft, dtype)
   if eagle:
     path = drafter_assets.resolve(lm.name, eagle)
     ms.eagle = tuple(drafter_assets.load_head(path, lm.model, target_sha256=lm.sha256,

@@ -18,6 +18,7 @@ def get_config():
   #   | a real model, e.g. "smollm2-135m-instruct" (then drafter / companion below apply)
   c.drafter = "draft"  # real target: "draft" (shipped draft LM) | "eagle3" (shipped head)
   c.companion = "early_exit:8"  # real target: the target's first N layers + its norm and head
+  #   | "lm:draft" (the shipped draft LM; with drafter "eagle3") | "lm:DIR" (a trained LM)
   c.seed = 0
 
   c.num_draft = 7  # K

@@ -48,7 +48,8 @@ def load_models(c):
   test: :data:`TINY`) or a real model (registry name / ``.gguf`` / HF dir) with
   ``c.drafter`` ("draft": its shipped draft LM, "eagle3": its shipped EAGLE-3 head)
   and ``c.companion`` ("early_exit:N": the target's first N layers with its norm and
-  head, :mod:`specjax.models.early_exit`).
+  head, :mod:`specjax.models.early_exit`; "lm:SPEC": a separate LM over the target's
+  vocabulary, e.g. "lm:draft", the shipped draft LM, beside the EAGLE-3 drafter).
   """
   real = c.models not in ("default", "tiny")
   if real and c.drafter not in ("draft", "eagle3"):

@@ -60,7 +60,8 @@ class SweepConfig:
   Attributes:
     model: "default", "tiny" or a real model (e.g. "smollm2-135m-instruct").
     drafter: real model: "draft" (its shipped draft LM) or "eagle3".
-    companion: real model: "early_exit:N" (its first N layers).
+    companion: real model: "early_exit:N" (its first N layers) or "lm:SPEC" (a separate
+      LM: "lm:draft" the shipped draft LM, "lm:DIR" a trained one).
     prompt_sets: real model: sets of ``experiments.common.prompts.PROMPT_SETS``.
     k: SV's K and the largest fixed K.
     fixed_ks: fixed-K baselines; () = 1..k.
@@ -163,9 +164,11 @@ def validate(cfg: SweepConfig) -> None:
   if cfg.real:
     if cfg.drafter not in ("draft", "eagle3"):
       bad(f"drafter={cfg.drafter!r}: choose 'draft' or 'eagle3'")
-    kind, _, n = cfg.companion.partition(":")
-    if kind != "early_exit" or not n.isdigit() or int(n) < 1:
-      bad(f"companion={cfg.companion!r}: give early_exit:N (the target's first N layers)")
+    from experiments.common.model_sets import parse_companion
+    try:
+      parse_companion(cfg.companion)
+    except ValueError as e:
+      bad(str(e))
     if cfg.calib_prompts < len(cfg.prompt_sets):
       bad(f"calib_prompts={cfg.calib_prompts} gives some prompt set no calibration prompt")
   if cfg.calibration_dir and not os.path.isfile(os.path.join(cfg.calibration_dir,
