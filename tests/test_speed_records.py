@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from experiments.compare.evaluation import speedup_interval
+from experiments.compare.evaluation import paired_speed_gain, speedup_interval
 from experiments.results import tables
 
 
@@ -59,6 +59,22 @@ def test_bad_timings_are_refused(spec, tgt, match):
     speedup_interval(spec, tgt)
 
 
+def test_paired_speed_gain_compares_two_rows_on_the_same_prompts():
+  """Row a is 1.25x row b on every prompt (tokens equal): gain +0.25 with a point
+  interval; against a row with other batches, or without timings, it refuses."""
+  secs = [0.8, 1.6, 1.2, 2.0]
+  a = {"batch_timing": {"spec": _pairs([100] * 4, secs)}}
+  b = {"batch_timing": {"spec": _pairs([100] * 4, [1.25 * t for t in secs])}}
+  g = paired_speed_gain(a, b)
+  assert g["diff"] == pytest.approx(0.25) and g["ci95"] == pytest.approx([0.25, 0.25])
+  assert g["excludes_zero"] and g["prompts"] == 4
+  assert paired_speed_gain(b, a)["diff"] == pytest.approx(1 / 1.25 - 1)
+  with pytest.raises(ValueError, match="different batches"):
+    paired_speed_gain(a, {"batch_timing": {"spec": _pairs([100] * 3, secs[:3])}})
+  with pytest.raises(ValueError, match="per-batch timings"):
+    paired_speed_gain(a, {"speedup": 1.0})
+
+
 def _record(kind, drafter, method, t, result):
   return {"config": {"kind": kind, "drafter": drafter, "method": method, "temperature": t},
           "result": result,
@@ -69,11 +85,16 @@ def _record(kind, drafter, method, t, result):
 
 def test_benchmark_table_reads_intervals_and_verdicts(tmp_path):
   base = {"tokens_per_s": 50.0, "wall_s": 10.0, "agree_exact": 1.0}
-  spec = dict(base, tau=2.0, tau_ci=[1.5, 2.5], speedup=1.3, speedup_per_repeat=[1.3])
+  spec = dict(base, tau=2.0, tau_ci=[1.5, 2.5], speedup=1.3, speedup_per_repeat=[1.3],
+              batch_timing={"spec": _pairs([64] * 3, [1.0, 2.0, 1.5])})
+  faster = dict(spec, batch_timing={"spec": _pairs([64] * 3, [0.5, 1.0, 0.75])})
   recs = [_record("target", "-", "target", 0, base),
           _record("spec", "lookup_chain", "lossless", 0,
                   dict(spec, speedup_pooled={"speedup": 1.31, "ci95": [1.12, 1.55],
                                              "batches": 16, "mde80": 0.2})),
+          _record("spec", "lookup_chain", "mars(theta=0.9)", 0,
+                  dict(faster, speedup_pooled={"speedup": 2.62, "ci95": [2.2, 3.1],
+                                               "batches": 16, "mde80": 0.4})),
           _record("spec", "eagle_tree", "lossless", 0,
                   dict(spec, speedup_pooled={"speedup": 0.7, "ci95": [0.6, 0.8],
                                              "batches": 16, "mde80": 0.1})),
@@ -87,6 +108,9 @@ def test_benchmark_table_reads_intervals_and_verdicts(tmp_path):
   assert "1.31 [1.12, 1.55], MDE 0.20: faster" in out
   assert "0.70 [0.60, 0.80], MDE 0.10: slower" in out
   assert "1.02 [0.90, 1.10], MDE 0.10: inconclusive" in out
+  # MARS twice as fast as lossless on every prompt: +1.000 with a point interval
+  assert "| +1.000 [+1.000, +1.000], MDE 0.000: better |" in out
+  assert out.count("tokens/s vs lossless") == 1
   # An old record without per-prompt timings keeps its one-repeat column.
   del recs[1]["result"]["speedup_pooled"]
   path.write_text("".join(json.dumps(r) + "\n" for r in recs))

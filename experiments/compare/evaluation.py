@@ -139,6 +139,25 @@ def speedup_interval(batch_spec: list, batch_target: list) -> dict:
           "batches": g["prompts"], "mde80": g["mde80"]}
 
 
+def paired_speed_gain(a: dict, b: dict) -> dict:
+  """Tokens/s of row ``a`` over row ``b`` minus 1, both speculative rows of one run on
+  the same prompts, keys and batches (e.g. MARS against lossless on one drafter): a
+  ratio of sums (tokens, seconds) over the prompt batches pooled across repeats,
+  paired bootstrap over the batches with SD and MDE
+  (:func:`experiments.common.bootstrap.paired_ratio_gain`). ``a`` / ``b``: the rows'
+  results, each with ``batch_timing``."""
+  import numpy as np
+  from experiments.common.bootstrap import paired_ratio_gain
+  try:
+    x, y = (np.asarray(r["batch_timing"]["spec"], np.float64).sum(axis=0) for r in (a, b))
+  except KeyError as e:
+    raise ValueError("both rows need per-batch timings (result['batch_timing']); records "
+                     "written before they were kept have none") from e
+  if x.shape != y.shape:
+    raise ValueError(f"the rows ran different batches: {x.shape} vs {y.shape}")
+  return paired_ratio_gain(x, y)
+
+
 def _paired_repeats(ctx: Context, keys: list, batches: list, bs: int, run_target, run_spec,
                     target_name, sums) -> _Repeats:
   """Timed, paired repeats: per batch target-only, then speculative (``run_spec`` None:

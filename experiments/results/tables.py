@@ -490,6 +490,9 @@ def benchmark_table(rel: str) -> str:
   timed = all("speedup_pooled" in r["result"] for r in recs if r["config"]["kind"] == "spec")
   repeats = sorted({len(r["result"].get("speedup_per_repeat", [])) for r in recs
                     if r["config"]["kind"] == "spec"})
+  from experiments.compare.evaluation import paired_speed_gain
+  lossless = {(r["config"]["drafter"], r["config"]["temperature"]): r["result"] for r in recs
+              if r["config"]["kind"] == "spec" and r["config"]["method"] == "lossless"}
   rows = []
   for r in recs:
     cfg, res = r["config"], r["result"]
@@ -497,9 +500,13 @@ def benchmark_table(rel: str) -> str:
     tau = (f"{res['tau']:.2f} {_ci(res['tau_ci'], '.2f')}" if spec and res.get("tau_ci")
            else f"{res['tau']:.2f}" if spec else "-")
     agree = f"{res['agree_exact']:.2f}" if cfg["temperature"] == 0 else "-"
-    rows.append([cfg["drafter"], cfg["method"], f"{cfg['temperature']:g}", tau,
-                 f"{res['tokens_per_s']:.1f}", _speedup_cell(res) if spec else "1",
-                 agree, f"{res['wall_s']:.0f}"])
+    row = [cfg["drafter"], cfg["method"], f"{cfg['temperature']:g}", tau,
+           f"{res['tokens_per_s']:.1f}", _speedup_cell(res) if spec else "1"]
+    if timed:  # a lossy rule's tokens/s against lossless on the same drafter, prompts, keys
+      ref = lossless.get((cfg["drafter"], cfg["temperature"]))
+      row.append("-" if not spec or ref is None or cfg["method"] == "lossless"
+                 else _gain_cell(paired_speed_gain(res, ref)))
+    rows.append(row + [agree, f"{res['wall_s']:.0f}"])
   prov = recs[0]["provenance"]
   end = recs[-1]["provenance"]
   note = (f"\n\nRecord `{rel}`: `{prov['command']}` at commit "
@@ -509,7 +516,9 @@ def benchmark_table(rel: str) -> str:
           f"times sum to {sum(x['result']['wall_s'] for x in recs):.0f} s.")
   head = ("speedup [95% CI over prompts], MDE (80% power): verdict vs 1" if timed else
           f"speedup ({'one repeat' if repeats == [1] else 'median of repeats'})")
-  return _table(["drafter", "rule", "T", "tau [95% CI over prompts]", "tokens/s", head,
+  vs = (["tokens/s vs lossless on the same drafter - 1 [95% CI, paired], MDE (80% power): "
+         "verdict"] if timed else [])
+  return _table(["drafter", "rule", "T", "tau [95% CI over prompts]", "tokens/s", head, *vs,
                  "agrees with target greedy", "row wall s"], rows) + note
 
 
