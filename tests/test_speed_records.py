@@ -116,3 +116,61 @@ def test_benchmark_table_reads_intervals_and_verdicts(tmp_path):
   path.write_text("".join(json.dumps(r) + "\n" for r in recs))
   out = tables.benchmark_table(str(path))
   assert "speedup (one repeat)" in out and "| 1.30 |" in out
+
+
+# ---------------------------------------------------------------- sweep tables
+
+from experiments.results import sweep_tables  # noqa: E402
+
+
+def _sweep_row(rule, drafter, t, k, secs, acc, theta=None):
+  """A sweep record row: 4 prompts x 64 tokens, ``secs`` per prompt, ``acc`` accepted
+  drafts per prompt over 32 target calls each."""
+  calls = [32] * 4
+  tau = (sum(acc) + sum(calls)) / sum(calls)
+  res = {"tau": tau, "tau_ci": [tau - 0.1, tau + 0.1], "accepted_per_prompt": acc,
+         "target_calls_per_prompt": calls, "speedup": 1.0, "relaxed_rate": 0.1,
+         "agree_exact": 1.0, "loglik": -1.0, "loglik_ci": [-1.1, -0.9],
+         "batch_timing": {"spec": _pairs([64] * 4, secs)},
+         "speedup_pooled": {"speedup": 1.0, "ci95": [0.9, 1.1], "batches": 4, "mde80": 0.1}}
+  cfg = {"kind": "spec", "rule": rule, "hparams": {} if theta is None else {"theta": theta},
+         "drafter": drafter, "temperature": t, "num_draft": k, "policy": "none",
+         "method": rule if theta is None else f"{rule}(theta={theta:g})"}
+  return {"config": cfg, "result": res}
+
+
+def _write(tmp_path, name, recs):
+  p = tmp_path / name
+  p.write_text("".join(json.dumps(r) + "\n" for r in recs))
+  return str(p)
+
+
+def test_theta_sweep_table_pairs_mars_with_lossless(tmp_path, monkeypatch):
+  secs = [1.0, 1.2, 0.8, 1.1]
+  recs = [_sweep_row("mars", "eagle_chain", 0.0, 4, [s / 1.5 for s in secs], [40] * 4, 0.8),
+          _sweep_row("lossless", "eagle_chain", 0.0, 4, secs, [20] * 4),
+          _sweep_row("mars", "eagle_chain", 0.0, 4, secs, [20] * 4, 0.98),
+          {"config": {"kind": "target", "drafter": "-", "temperature": 0.0}, "result": {}}]
+  monkeypatch.setattr(sweep_tables, "THETA_SWEEP", _write(tmp_path, "theta.jsonl", recs))
+  lines = sweep_tables.theta_sweep_table().splitlines()
+  assert [line.split(" | ")[2] for line in lines[2:]] == ["lossless", "0.8", "0.98"]
+  # theta 0.8: tau (32+40)/(32+20) - 1 = +0.385 and 1.5x the tokens/s, on every prompt
+  assert "| +0.385 [+0.385, +0.385], MDE 0.000: better | +0.500 [+0.500, +0.500]" in lines[3]
+  assert "| +0.000 [+0.000, +0.000], MDE 0.000: inconclusive |" in lines[4]
+  assert "agrees 1.00" in lines[2]
+
+
+def test_k_sweep_table_finds_a_middle_peak_or_says_it_is_not_resolved(tmp_path, monkeypatch):
+  base = [1.0, 1.2, 0.8, 1.1]
+  scale = {1: 1.0, 2: 0.8, 4: 0.9}  # K = 2 fastest on every prompt
+  recs = [_sweep_row("lossless", "eagle_chain", 1.0, k, [s * f for s in base], [20] * 4)
+          for k, f in scale.items()]
+  monkeypatch.setattr(sweep_tables, "K_SWEEP", _write(tmp_path, "k.jsonl", recs))
+  out = sweep_tables.k_sweep_table()
+  assert "fastest; vs K = 1: +0.250 [+0.250, +0.250], K = 4: +0.125 [+0.125, +0.125]: a peak |" \
+      in out
+  # A noisy neighbour: K = 4 as fast as K = 2 on average, faster on half the prompts
+  recs[2] = _sweep_row("lossless", "eagle_chain", 1.0, 4, [0.6, 1.2, 0.48, 1.1], [20] * 4)
+  monkeypatch.setattr(sweep_tables, "K_SWEEP", _write(tmp_path, "k2.jsonl", recs))
+  out = sweep_tables.k_sweep_table()
+  assert "peak not resolved" in out and out.count("fastest;") == 1

@@ -32,6 +32,8 @@ from experiments.results import paper_claims as pc
 from experiments.results import rule_tables
 from experiments.results.markdown import RESULTS, ROOT, width_mde80  # noqa: F401 (re-exported)
 from experiments.results.markdown import ci as _ci
+from experiments.results.markdown import gain_cell as _gain_cell
+from experiments.results.markdown import speedup_cell as _speedup_cell
 from experiments.results.markdown import path as _path
 from experiments.results.markdown import table as _table
 
@@ -468,19 +470,6 @@ MAIN_JOB = f"{RESULTS}/benchmark_smollm2/benchmark.jsonl"
 SPEED_RECORD = f"{RESULTS}/speed_smollm2/benchmark.jsonl"
 
 
-def _speedup_cell(res: dict) -> str:
-  """A row's speedup: with its 95% interval over prompts and a verdict against 1 where
-  the record has per-prompt timings (``speedup_pooled``,
-  :func:`experiments.compare.evaluation.speedup_interval`), else the median over
-  repeats alone."""
-  sp = res.get("speedup_pooled")
-  if sp is None:
-    return f"{res['speedup']:.2f}"
-  lo, hi = sp["ci95"]
-  verdict = "faster" if lo > 1 else "slower" if hi < 1 else "inconclusive"
-  return f"{sp['speedup']:.2f} {_ci(sp['ci95'], '.2f')}, MDE {sp['mde80']:.2f}: {verdict}"
-
-
 def benchmark_table(rel: str) -> str:
   """``experiments/benchmark.py``'s rows from the record ``rel``: tau with its interval
   over prompts, tokens/s, speedup over target-only (with its interval over prompts
@@ -593,11 +582,6 @@ def drafter_data_heldout_table() -> str:
                                                    for i in positions], "positions"], rows)
 
 
-def _gain_cell(g: dict) -> str:
-  verdict = "better" if g["ci95"][0] > 0 else "worse" if g["ci95"][1] < 0 else "inconclusive"
-  return f"{g['diff']:+.3f} {_ci(g['ci95'])}, MDE {g['mde80']:.3f}: {verdict}"
-
-
 def drafter_data_continued_table() -> str:
   """Heads measured beside the arms (``--extra_heads``, e.g. the shipped head
   continued on on-policy text) against the shipped head, paired over prompts."""
@@ -662,7 +646,7 @@ def zero_cost_drafters_table() -> str:
   """Prompt lookup and the suffix tree (no draft model) beside the shipped EAGLE-3
   chain, per prompt set and temperature (experiments.acceptance, lossless): tau,
   acceptance at the first three draft positions, and the paired gain over the EAGLE-3
-  chain on the same prompts and keys (interval, MDE and :func:`_gain_cell`'s reading)."""
+  chain on the same prompts and keys (interval, MDE and :func:`~experiments.results.markdown.gain_cell`'s reading)."""
   from experiments.compare.acceptance import paired_tau_gain
   recs = _jsonl(ZERO_COST)
   cell = {(r["config"]["drafter"], r["config"]["prompt_set"], r["config"]["temperature"]):

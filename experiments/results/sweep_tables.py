@@ -1,0 +1,144 @@
+"""Tables of the MARS threshold (theta) and draft-length (K) sweeps on SmolLM2, from
+their committed records (no model, no JAX).
+
+Every row of a sweep ran the same prompts with the same keys, so any two rows are
+paired: tau gains pair the per-prompt (emitted tokens, target calls), speed gains the
+per-prompt (tokens, seconds) of the speculative runs (prompt batches of one prompt,
+pooled over repeats), both with a percentile-bootstrap interval that resamples the
+prompts once for both rows and the MDE at 80% power
+(:func:`experiments.common.bootstrap.paired_ratio_gain`).
+
+Records (paths relative to the repository root):
+
+* ``benchmarks/results/sweep_theta_smollm2/sweep_theta_smollm2.jsonl``
+  (``experiments.sweep_theta``, ``experiments/configs/theta.py:smollm2``);
+* ``benchmarks/results/sweep_k_smollm2/sweep_k_smollm2.jsonl``
+  (``experiments.sweep_k``, ``experiments/configs/k.py:smollm2``).
+"""
+
+from __future__ import annotations
+
+import json
+
+from experiments.results.markdown import RESULTS, ci, gain_cell, path, speedup_cell, table
+
+THETA_SWEEP = f"{RESULTS}/sweep_theta_smollm2/sweep_theta_smollm2.jsonl"
+K_SWEEP = f"{RESULTS}/sweep_k_smollm2/sweep_k_smollm2.jsonl"
+
+
+def spec_records(rel: str) -> list[dict]:
+  """The speculative rows of a sweep record without a verify-length policy, as
+  ``{"config", "result"}`` dicts in file order."""
+  with open(path(rel)) as f:
+    recs = [json.loads(line) for line in f if line.strip()]
+  return [r for r in recs if r["config"]["kind"] == "spec"
+          and r["config"].get("policy", "none") == "none"]
+
+
+def tau_gain(a: dict, b: dict) -> dict:
+  """tau(a) / tau(b) - 1 of two rows on the same prompts and keys, paired over prompts."""
+  from experiments.common.bootstrap import paired_ratio_gain
+  pairs = lambda r: [[acc + calls, calls] for acc, calls in zip(r["accepted_per_prompt"],
+                                                                 r["target_calls_per_prompt"])]
+  return paired_ratio_gain(pairs(a), pairs(b))
+
+
+def _tau(res: dict) -> str:
+  return f"{res['tau']:.2f} {ci(res['tau_ci'], '.2f')}"
+
+
+def _quality(res: dict, t: float) -> str:
+  """Agreement with target greedy at T = 0, the target log-likelihood per token else."""
+  if t == 0:
+    return f"agrees {res['agree_exact']:.2f}"
+  return f"{res['loglik']:.3f} {ci(res['loglik_ci'], '.3f')}"
+
+
+def theta_sweep_table() -> str:
+  """MARS at every theta beside lossless on the same drafter, per drafter and T: tau,
+  speedup over target-only, and MARS' tau and tokens/s against lossless (paired),
+  with the quality column (greedy agreement at T = 0, log-likelihood at T > 0)."""
+  recs = spec_records(THETA_SWEEP)
+  lossless = {(r["config"]["drafter"], r["config"]["temperature"]): r["result"] for r in recs
+              if r["config"]["rule"] == "lossless"}
+  rows = []
+
+  def order(r):
+    c = r["config"]
+    return (c["drafter"], c["temperature"], c["rule"] != "lossless",
+            c["hparams"].get("theta", 0.0))
+
+  from experiments.compare.evaluation import paired_speed_gain
+  for r in sorted(recs, key=order):
+    c, res = r["config"], r["result"]
+    ref = lossless.get((c["drafter"], c["temperature"]))
+    mars = c["rule"] == "mars"
+    if not mars and c["rule"] != "lossless":
+      continue
+    versus = ([gain_cell(tau_gain(res, ref)), gain_cell(paired_speed_gain(res, ref))]
+              if mars and ref is not None else ["-", "-"])
+    rows.append([c["drafter"], f"{c['temperature']:g}",
+                 f"{c['hparams']['theta']:g}" if mars else "lossless", _tau(res),
+                 speedup_cell(res), *versus, f"{res.get('relaxed_rate', 0.0):.3f}",
+                 _quality(res, c["temperature"])])
+  return table(["drafter", "T", "theta", "tau [95% CI over prompts]",
+                "speedup [95% CI over prompts], MDE: verdict vs 1",
+                "tau vs lossless - 1 [95% CI, paired], MDE: verdict",
+                "tokens/s vs lossless - 1 [95% CI, paired], MDE: verdict",
+                "relaxed acceptances per draft", "quality (T = 0: agreement with target "
+                "greedy; T > 0: target log-likelihood per token [95% CI])"], rows)
+
+
+def pooled_rate(res: dict) -> float:
+  """A row's speculative tokens/s: pooled over its prompt batches and repeats where the
+  record has per-batch timings, else the median over repeats."""
+  if "batch_timing" not in res:
+    return float(res["tokens_per_s"])
+  n = sum(t for rep in res["batch_timing"]["spec"] for t, _ in rep)
+  return n / sum(s for rep in res["batch_timing"]["spec"] for _, s in rep)
+
+
+def _peak_cell(fastest: dict, neighbours: list[dict]) -> str:
+  """Where the fastest K stands against its neighbouring K (paired tokens/s): a peak
+  when it is faster than each with the interval excluding 0."""
+  from experiments.compare.evaluation import paired_speed_gain
+  cells = []
+  for nb in neighbours:
+    g = paired_speed_gain(fastest["result"], nb["result"])
+    cells.append((nb["config"]["num_draft"], g))
+  resolved = all(g["ci95"][0] > 0 for _, g in cells)
+  parts = ", ".join(f"K = {k}: {g['diff']:+.3f} {ci(g['ci95'])}" for k, g in cells)
+  return f"fastest; vs {parts}: " + ("a peak" if resolved else "peak not resolved")
+
+
+def k_sweep_table() -> str:
+  """Lossless and MARS on the EAGLE-3 chain at every draft length K, per rule and T:
+  tau, speedup over target-only, and on the fastest K's row its tokens/s against the
+  neighbouring K (paired): whether the speedup peaks there, and at a middle K."""
+  recs = spec_records(K_SWEEP)
+  groups: dict = {}
+  for r in recs:
+    c = r["config"]
+    groups.setdefault((c["temperature"], c["method"], c["drafter"]), []).append(r)
+  rows = []
+  for (t, method, d), rs in sorted(groups.items()):
+    rs = sorted(rs, key=lambda r: r["config"]["num_draft"])
+    fast = max(range(len(rs)), key=lambda i: pooled_rate(rs[i]["result"]))
+    for i, r in enumerate(rs):
+      res = r["result"]
+      peak = "-"
+      if i == fast and len(rs) > 1 and all("batch_timing" in x["result"] for x in rs):
+        nbs = [rs[j] for j in (i - 1, i + 1) if 0 <= j < len(rs)]
+        peak = _peak_cell(r, nbs) + ("" if 0 < i < len(rs) - 1 else " (at the end of the "
+                                                                  "grid)")
+      rows.append([d, f"{t:g}", method, str(r["config"]["num_draft"]), _tau(res),
+                   speedup_cell(res), peak])
+  return table(["drafter", "T", "rule", "K", "tau [95% CI over prompts]",
+                "speedup [95% CI over prompts], MDE: verdict vs 1",
+                "fastest K: tokens/s vs the neighbouring K - 1 [95% CI, paired]"], rows)
+
+
+TABLES = {
+    "sweep_theta_smollm2": theta_sweep_table,
+    "sweep_k_smollm2": k_sweep_table,
+}
