@@ -114,6 +114,12 @@ class _Repeats:
   batch_spec: list = dataclasses.field(default_factory=list)
 
 
+def _pooled(per_repeat: list):
+  """``[repeat][batch]`` (tokens, seconds) pairs summed over the repeats: ``[batch, 2]``."""
+  import numpy as np
+  return np.asarray(per_repeat, np.float64).sum(axis=0)
+
+
 def speedup_interval(batch_spec: list, batch_target: list) -> dict:
   """Speedup over target-only with a 95% interval over prompt batches: tokens/s of
   the speculative runs over tokens/s of their paired target-only runs, each a ratio
@@ -125,10 +131,8 @@ def speedup_interval(batch_spec: list, batch_target: list) -> dict:
   Returns ``{"speedup", "ci95", "batches", "mde80"}``: the interval holds timing noise
   and the spread of the speedup across the prompts; ``mde80`` is the smallest change
   of the speedup (relative) such a design detects with 80% power."""
-  import numpy as np
   from experiments.common.bootstrap import paired_ratio_gain
-  spec = np.asarray(batch_spec, np.float64).sum(axis=0)  # [batch, 2], pooled over repeats
-  tgt = np.asarray(batch_target, np.float64).sum(axis=0)
+  spec, tgt = _pooled(batch_spec), _pooled(batch_target)
   if spec.ndim != 2 or spec.shape != tgt.shape or spec.shape[1] != 2:
     raise ValueError(f"batch_spec / batch_target must be [repeat][batch] (tokens, seconds) "
                      f"pairs of the same shape; got {spec.shape} and {tgt.shape}")
@@ -146,10 +150,9 @@ def paired_speed_gain(a: dict, b: dict) -> dict:
   paired bootstrap over the batches with SD and MDE
   (:func:`experiments.common.bootstrap.paired_ratio_gain`). ``a`` / ``b``: the rows'
   results, each with ``batch_timing``."""
-  import numpy as np
   from experiments.common.bootstrap import paired_ratio_gain
   try:
-    x, y = (np.asarray(r["batch_timing"]["spec"], np.float64).sum(axis=0) for r in (a, b))
+    x, y = (_pooled(r["batch_timing"]["spec"]) for r in (a, b))
   except KeyError as e:
     raise ValueError("both rows need per-batch timings (result['batch_timing']); records "
                      "written before they were kept have none") from e
@@ -174,27 +177,23 @@ def _paired_repeats(ctx: Context, keys: list, batches: list, bs: int, run_target
     return ctx.cache[target_name, ri, bi]
 
   for ri, key in enumerate(keys):
-    tt = ts = 0.0
-    nt = ns = 0
     out.batch_target.append([])
     out.batch_spec.append([])
     for bi, b in enumerate(batches):
       lists, dt = time_target(b, key, ri, bi)
-      tt += dt
-      nt += sum(map(len, lists))
       out.batch_target[-1].append((sum(map(len, lists)), dt))
       out.outs_target.append(lists)
       if run_spec is not None:
         r, dt = _timed(lambda: run_spec(b, key, bi))
-        ts += dt
         lists = r.to_lists()
-        ns += sum(map(len, lists))
         out.batch_spec[-1].append((sum(map(len, lists)), dt))
         out.outs_spec.append(lists)
         sums.add(r.stats, bi * bs, len(b))
+    nt, tt = map(sum, zip(*out.batch_target[-1]))
     out.t_target.append(tt)
     out.rate_target.append(nt / tt)
     if run_spec is not None:
+      ns, ts = map(sum, zip(*out.batch_spec[-1]))
       out.t_spec.append(ts)
       out.rate_spec.append(ns / ts)
       out.ratios.append((ns / ts) / (nt / tt))
