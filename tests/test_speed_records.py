@@ -1,13 +1,13 @@
-"""Speedup intervals over prompts (experiments.compare.evaluation.speedup_interval) and
-the benchmark table that reads them (experiments.results.tables.benchmark_table); no
-model, no JAX."""
+"""Speedup intervals over prompts (experiments.common.row_stats.speedup_interval,
+paired_speed_gain) and the tables that read them (experiments.results.tables.
+benchmark_table, experiments.results.sweep_tables); no model, no JAX."""
 
 import json
 
 import numpy as np
 import pytest
 
-from experiments.compare.evaluation import paired_speed_gain, speedup_interval
+from experiments.common.row_stats import paired_speed_gain, speedup_interval
 from experiments.results import tables
 
 

@@ -8,7 +8,10 @@ the repeats of a prompt kept together:
 * ``tau_ci`` -- ratio of sums ``(accepted + calls) / calls``;
 * ``loglik_ci`` -- token-weighted mean target log-likelihood (ratio of sums);
 * ``agree_exact_ci`` (T = 0), ``parse_frac_ci`` (code prompts) -- means of
-  per-prompt fractions.
+  per-prompt fractions;
+* ``speedup_pooled`` (:func:`speedup_interval`) -- speculative over target-only
+  tokens/s from per-batch (tokens, seconds), and :func:`paired_speed_gain`, one row's
+  tokens/s over another's (no JAX here: the results tables call them on records).
 
 Outputs are lists in ``[repeat][prompt]`` order (flat, repeat-major).
 """
@@ -19,7 +22,7 @@ from typing import Sequence
 
 import numpy as np
 
-from experiments.common.bootstrap import bootstrap_ci
+from experiments.common.bootstrap import bootstrap_ci, paired_ratio_gain
 
 
 def ratio_of_sums(x: np.ndarray) -> float:
@@ -96,3 +99,47 @@ def loglik_ci(per_row_mean: Sequence[float], lengths: Sequence[int], num_prompts
 def fraction_ci(per_row: Sequence[float], num_prompts: int):
   """Interval of the mean of per-prompt fractions (each prompt's mean over repeats)."""
   return ci(per_prompt(per_row, num_prompts).mean(1))
+
+
+def _pooled(per_repeat: list):
+  """``[repeat][batch]`` (tokens, seconds) pairs summed over the repeats: ``[batch, 2]``."""
+  return np.asarray(per_repeat, np.float64).sum(axis=0)
+
+
+def speedup_interval(batch_spec: list, batch_target: list) -> dict:
+  """Speedup over target-only with a 95% interval over prompt batches: tokens/s of
+  the speculative runs over tokens/s of their paired target-only runs, each a ratio
+  of sums (tokens, seconds) over the batches pooled across repeats, resampling the
+  batches (each one prompt at batch size 1) once for both sides
+  (:func:`experiments.common.bootstrap.paired_ratio_gain`).
+
+  ``batch_spec`` / ``batch_target``: ``[repeat][batch]`` (tokens, seconds) pairs.
+  Returns ``{"speedup", "ci95", "batches", "mde80"}``: the interval holds timing noise
+  and the spread of the speedup across the prompts; ``mde80`` is the smallest change
+  of the speedup (relative) such a design detects with 80% power."""
+  spec, tgt = _pooled(batch_spec), _pooled(batch_target)
+  if spec.ndim != 2 or spec.shape != tgt.shape or spec.shape[1] != 2:
+    raise ValueError(f"batch_spec / batch_target must be [repeat][batch] (tokens, seconds) "
+                     f"pairs of the same shape; got {spec.shape} and {tgt.shape}")
+  if len(spec) < 2:
+    raise ValueError(f"a speedup interval needs >= 2 batches, got {len(spec)}")
+  g = paired_ratio_gain(spec, tgt)
+  return {"speedup": 1.0 + g["diff"], "ci95": [1.0 + g["ci95"][0], 1.0 + g["ci95"][1]],
+          "batches": g["prompts"], "mde80": g["mde80"]}
+
+
+def paired_speed_gain(a: dict, b: dict) -> dict:
+  """Tokens/s of row ``a`` over row ``b`` minus 1, both speculative rows of one run on
+  the same prompts, keys and batches (e.g. MARS against lossless on one drafter): a
+  ratio of sums (tokens, seconds) over the prompt batches pooled across repeats,
+  paired bootstrap over the batches with SD and MDE
+  (:func:`experiments.common.bootstrap.paired_ratio_gain`). ``a`` / ``b``: the rows'
+  results, each with ``batch_timing``."""
+  try:
+    x, y = (_pooled(r["batch_timing"]["spec"]) for r in (a, b))
+  except KeyError as e:
+    raise ValueError("both rows need per-batch timings (result['batch_timing']); records "
+                     "written before they were kept have none") from e
+  if x.shape != y.shape:
+    raise ValueError(f"the rows ran different batches: {x.shape} vs {y.shape}")
+  return paired_ratio_gain(x, y)

@@ -114,53 +114,6 @@ class _Repeats:
   batch_spec: list = dataclasses.field(default_factory=list)
 
 
-def _pooled(per_repeat: list):
-  """``[repeat][batch]`` (tokens, seconds) pairs summed over the repeats: ``[batch, 2]``."""
-  import numpy as np
-  return np.asarray(per_repeat, np.float64).sum(axis=0)
-
-
-def speedup_interval(batch_spec: list, batch_target: list) -> dict:
-  """Speedup over target-only with a 95% interval over prompt batches: tokens/s of
-  the speculative runs over tokens/s of their paired target-only runs, each a ratio
-  of sums (tokens, seconds) over the batches pooled across repeats, resampling the
-  batches (each one prompt at batch size 1) once for both sides
-  (:func:`experiments.common.bootstrap.paired_ratio_gain`).
-
-  ``batch_spec`` / ``batch_target``: ``[repeat][batch]`` (tokens, seconds) pairs.
-  Returns ``{"speedup", "ci95", "batches", "mde80"}``: the interval holds timing noise
-  and the spread of the speedup across the prompts; ``mde80`` is the smallest change
-  of the speedup (relative) such a design detects with 80% power."""
-  from experiments.common.bootstrap import paired_ratio_gain
-  spec, tgt = _pooled(batch_spec), _pooled(batch_target)
-  if spec.ndim != 2 or spec.shape != tgt.shape or spec.shape[1] != 2:
-    raise ValueError(f"batch_spec / batch_target must be [repeat][batch] (tokens, seconds) "
-                     f"pairs of the same shape; got {spec.shape} and {tgt.shape}")
-  if len(spec) < 2:
-    raise ValueError(f"a speedup interval needs >= 2 batches, got {len(spec)}")
-  g = paired_ratio_gain(spec, tgt)
-  return {"speedup": 1.0 + g["diff"], "ci95": [1.0 + g["ci95"][0], 1.0 + g["ci95"][1]],
-          "batches": g["prompts"], "mde80": g["mde80"]}
-
-
-def paired_speed_gain(a: dict, b: dict) -> dict:
-  """Tokens/s of row ``a`` over row ``b`` minus 1, both speculative rows of one run on
-  the same prompts, keys and batches (e.g. MARS against lossless on one drafter): a
-  ratio of sums (tokens, seconds) over the prompt batches pooled across repeats,
-  paired bootstrap over the batches with SD and MDE
-  (:func:`experiments.common.bootstrap.paired_ratio_gain`). ``a`` / ``b``: the rows'
-  results, each with ``batch_timing``."""
-  from experiments.common.bootstrap import paired_ratio_gain
-  try:
-    x, y = (_pooled(r["batch_timing"]["spec"]) for r in (a, b))
-  except KeyError as e:
-    raise ValueError("both rows need per-batch timings (result['batch_timing']); records "
-                     "written before they were kept have none") from e
-  if x.shape != y.shape:
-    raise ValueError(f"the rows ran different batches: {x.shape} vs {y.shape}")
-  return paired_ratio_gain(x, y)
-
-
 def _paired_repeats(ctx: Context, keys: list, batches: list, bs: int, run_target, run_spec,
                     target_name, sums) -> _Repeats:
   """Timed, paired repeats: per batch target-only, then speculative (``run_spec`` None:
@@ -262,7 +215,7 @@ def evaluate_row(ctx: Context, row: dict) -> dict:
                 "speedup": float(np.median(rep.ratios)), "speedup_per_repeat": rep.ratios,
                 "batch_timing": {"spec": rep.batch_spec, "target": rep.batch_target}})
     if len(batches) >= 2:
-      res["speedup_pooled"] = speedup_interval(rep.batch_spec, rep.batch_target)
+      res["speedup_pooled"] = row_stats.speedup_interval(rep.batch_spec, rep.batch_target)
   res.update(_quality(ctx, row, flat, rep.outs_target[:len(batches)], n))
   # The first-token law is the node rules' induced law; path rules (block) have their
   # own exact analysis (specjax.analysis.path_law), not wired into this table yet; a

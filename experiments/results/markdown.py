@@ -44,7 +44,7 @@ def gain_cell(g: dict) -> str:
 def speedup_cell(res: dict) -> str:
   """A row's speedup: with its 95% interval over prompts and a verdict against 1 where
   the record has per-prompt timings (``speedup_pooled``,
-  :func:`experiments.compare.evaluation.speedup_interval`), else the median over
+  :func:`experiments.common.row_stats.speedup_interval`), else the median over
   repeats alone."""
   sp = res.get("speedup_pooled")
   if sp is None:

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import json
 
+from experiments.common.row_stats import paired_speed_gain
 from experiments.results.markdown import RESULTS, ci, gain_cell, path, speedup_cell, table
+from experiments.results.rule_tables import paired_tau_gain
 
 THETA_SWEEP = f"{RESULTS}/sweep_theta_smollm2/sweep_theta_smollm2.jsonl"
 K_SWEEP = f"{RESULTS}/sweep_k_smollm2/sweep_k_smollm2.jsonl"
@@ -33,14 +35,6 @@ def spec_records(rel: str) -> list[dict]:
     recs = [json.loads(line) for line in f if line.strip()]
   return [r for r in recs if r["config"]["kind"] == "spec"
           and r["config"].get("policy", "none") == "none"]
-
-
-def tau_gain(a: dict, b: dict) -> dict:
-  """tau(a) / tau(b) - 1 of two rows on the same prompts and keys, paired over prompts."""
-  from experiments.common.bootstrap import paired_ratio_gain
-  pairs = lambda r: [[acc + calls, calls] for acc, calls in zip(r["accepted_per_prompt"],
-                                                                 r["target_calls_per_prompt"])]
-  return paired_ratio_gain(pairs(a), pairs(b))
 
 
 def _tau(res: dict) -> str:
@@ -68,14 +62,13 @@ def theta_sweep_table() -> str:
     return (c["drafter"], c["temperature"], c["rule"] != "lossless",
             c["hparams"].get("theta", 0.0))
 
-  from experiments.compare.evaluation import paired_speed_gain
   for r in sorted(recs, key=order):
     c, res = r["config"], r["result"]
     ref = lossless.get((c["drafter"], c["temperature"]))
     mars = c["rule"] == "mars"
     if not mars and c["rule"] != "lossless":
       continue
-    versus = ([gain_cell(tau_gain(res, ref)), gain_cell(paired_speed_gain(res, ref))]
+    versus = ([gain_cell(paired_tau_gain(res, ref)), gain_cell(paired_speed_gain(res, ref))]
               if mars and ref is not None else ["-", "-"])
     rows.append([c["drafter"], f"{c['temperature']:g}",
                  f"{c['hparams']['theta']:g}" if mars else "lossless", _tau(res),
@@ -101,7 +94,6 @@ def pooled_rate(res: dict) -> float:
 def _peak_cell(fastest: dict, neighbours: list[dict]) -> str:
   """Where the fastest K stands against its neighbouring K (paired tokens/s): a peak
   when it is faster than each with the interval excluding 0."""
-  from experiments.compare.evaluation import paired_speed_gain
   cells = []
   for nb in neighbours:
     g = paired_speed_gain(fastest["result"], nb["result"])

@@ -27,6 +27,7 @@ import re
 
 import numpy as np
 
+from experiments.common.row_stats import paired_speed_gain
 from experiments.humaneval import summary as hs
 from experiments.results import paper_claims as pc
 from experiments.results import rule_tables
@@ -479,7 +480,6 @@ def benchmark_table(rel: str) -> str:
   timed = all("speedup_pooled" in r["result"] for r in recs if r["config"]["kind"] == "spec")
   repeats = sorted({len(r["result"].get("speedup_per_repeat", [])) for r in recs
                     if r["config"]["kind"] == "spec"})
-  from experiments.compare.evaluation import paired_speed_gain
   lossless = {(r["config"]["drafter"], r["config"]["temperature"]): r["result"] for r in recs
               if r["config"]["kind"] == "spec" and r["config"]["method"] == "lossless"}
   rows = []
