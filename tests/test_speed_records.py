@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from experiments.common.row_stats import paired_speed_gain, speedup_interval
+from experiments.common.row_stats import (paired_speed_gain, round_cost_in_steps,
+                                          speedup_interval)
 from experiments.results import tables
 
 
@@ -85,9 +86,11 @@ def _record(kind, drafter, method, t, result):
 
 def test_benchmark_table_reads_intervals_and_verdicts(tmp_path):
   base = {"tokens_per_s": 50.0, "wall_s": 10.0, "agree_exact": 1.0}
+  tgt = _pairs([64] * 3, [1.0, 1.0, 1.0])
   spec = dict(base, tau=2.0, tau_ci=[1.5, 2.5], speedup=1.3, speedup_per_repeat=[1.3],
-              batch_timing={"spec": _pairs([64] * 3, [1.0, 2.0, 1.5])})
-  faster = dict(spec, batch_timing={"spec": _pairs([64] * 3, [0.5, 1.0, 0.75])})
+              target_calls=96, batch_timing={"spec": _pairs([64] * 3, [1.0, 2.0, 1.5]),
+                                             "target": tgt})
+  faster = dict(spec, batch_timing={"spec": _pairs([64] * 3, [0.5, 1.0, 0.75]), "target": tgt})
   recs = [_record("target", "-", "target", 0, base),
           _record("spec", "lookup_chain", "lossless", 0,
                   dict(spec, speedup_pooled={"speedup": 1.31, "ci95": [1.12, 1.55],
@@ -111,11 +114,28 @@ def test_benchmark_table_reads_intervals_and_verdicts(tmp_path):
   # MARS twice as fast as lossless on every prompt: +1.000 with a point interval
   assert "| +1.000 [+1.000, +1.000], MDE 0.000: better |" in out
   assert out.count("tokens/s vs lossless") == 1
+  # round cost: 4.5 s / 96 calls over 1/64 s per target token = 3.00 steps
+  assert "| 3.00 |" in out and "break-even tau" in out
   # An old record without per-prompt timings keeps its one-repeat column.
   del recs[1]["result"]["speedup_pooled"]
   path.write_text("".join(json.dumps(r) + "\n" for r in recs))
   out = tables.benchmark_table(str(path))
   assert "speedup (one repeat)" in out and "| 1.30 |" in out
+
+
+def test_round_cost_is_the_break_even_tau():
+  """Target-only: 10 ms per token. Speculative: 100 rounds of 25 ms yielding tau = 2.5
+  tokens each. Cost = 25 / 10 = 2.5 steps per round = the break-even tau, and the
+  speedup tau / cost = 1 is what the pooled rates give. A cost computed per generated
+  token instead of per round (the easy mistake) would read 1.0."""
+  res = {"target_calls": 100,
+         "batch_timing": {"spec": [[(125, 1.25), (125, 1.25)]],
+                          "target": [[(250, 3.0), (250, 2.0)]]}}
+  assert round_cost_in_steps(res) == pytest.approx(2.5)
+  sp = speedup_interval(res["batch_timing"]["spec"], res["batch_timing"]["target"])
+  assert sp["speedup"] == pytest.approx(2.5 / round_cost_in_steps(res))
+  with pytest.raises(ValueError, match="per-batch timings"):
+    round_cost_in_steps({"target_calls": 1})
 
 
 # ---------------------------------------------------------------- sweep tables

@@ -10,8 +10,10 @@ the repeats of a prompt kept together:
 * ``agree_exact_ci`` (T = 0), ``parse_frac_ci`` (code prompts) -- means of
   per-prompt fractions;
 * ``speedup_pooled`` (:func:`speedup_interval`) -- speculative over target-only
-  tokens/s from per-batch (tokens, seconds), and :func:`paired_speed_gain`, one row's
-  tokens/s over another's (no JAX here: the results tables call them on records).
+  tokens/s from per-batch (tokens, seconds), :func:`paired_speed_gain`, one row's
+  tokens/s over another's, and :func:`round_cost_in_steps`, a round's wall time in
+  target decode steps (the break-even tau) -- no JAX here: the results tables call
+  them on records.
 
 Outputs are lists in ``[repeat][prompt]`` order (flat, repeat-major).
 """
@@ -143,3 +145,18 @@ def paired_speed_gain(a: dict, b: dict) -> dict:
   if x.shape != y.shape:
     raise ValueError(f"the rows ran different batches: {x.shape} vs {y.shape}")
   return paired_ratio_gain(x, y)
+
+
+def round_cost_in_steps(res: dict) -> float:
+  """Wall time of one speculative round (draft + verify + bookkeeping, prefill
+  amortised) in units of one target-only decode step, from a row's per-batch timings:
+  ``(spec seconds / target calls) / (target-only seconds / target-only tokens)``.
+  It is the break-even tau: the row's speedup is ``tau / cost`` (up to tokens cut at
+  EOS), so it says how much of a shortfall is acceptance and how much is cost."""
+  try:
+    spec, tgt = (_pooled(res["batch_timing"][k]) for k in ("spec", "target"))
+  except KeyError as e:
+    raise ValueError("the row needs per-batch timings (result['batch_timing']); records "
+                     "written before they were kept have none") from e
+  step = tgt[:, 1].sum() / tgt[:, 0].sum()
+  return float(spec[:, 1].sum() / max(res["target_calls"], 1) / step)

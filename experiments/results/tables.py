@@ -27,7 +27,7 @@ import re
 
 import numpy as np
 
-from experiments.common.row_stats import paired_speed_gain
+from experiments.common.row_stats import paired_speed_gain, round_cost_in_steps
 from experiments.humaneval import summary as hs
 from experiments.results import paper_claims as pc
 from experiments.results import rule_tables
@@ -475,7 +475,10 @@ def benchmark_table(rel: str) -> str:
   """``experiments/benchmark.py``'s rows from the record ``rel``: tau with its interval
   over prompts, tokens/s, speedup over target-only (with its interval over prompts
   when the record has per-prompt timings; one repeat of the old records: none),
-  agreement with target greedy at T = 0, and each row's wall time."""
+  with per-prompt timings also a lossy row's tokens/s against lossless on the same
+  drafter and each round's cost in target decode steps (the break-even tau:
+  speedup = tau / cost), agreement with target greedy at T = 0, and each row's
+  wall time."""
   recs = _jsonl(rel)
   timed = all("speedup_pooled" in r["result"] for r in recs if r["config"]["kind"] == "spec")
   repeats = sorted({len(r["result"].get("speedup_per_repeat", [])) for r in recs
@@ -495,6 +498,7 @@ def benchmark_table(rel: str) -> str:
       ref = lossless.get((cfg["drafter"], cfg["temperature"]))
       row.append("-" if not spec or ref is None or cfg["method"] == "lossless"
                  else _gain_cell(paired_speed_gain(res, ref)))
+      row.append(f"{round_cost_in_steps(res):.2f}" if spec else "-")
     rows.append(row + [agree, f"{res['wall_s']:.0f}"])
   prov = recs[0]["provenance"]
   end = recs[-1]["provenance"]
@@ -506,7 +510,7 @@ def benchmark_table(rel: str) -> str:
   head = ("speedup [95% CI over prompts], MDE (80% power): verdict vs 1" if timed else
           f"speedup ({'one repeat' if repeats == [1] else 'median of repeats'})")
   vs = (["tokens/s vs lossless on the same drafter - 1 [95% CI, paired], MDE (80% power): "
-         "verdict"] if timed else [])
+         "verdict", "round cost in target decode steps (= break-even tau)"] if timed else [])
   return _table(["drafter", "rule", "T", "tau [95% CI over prompts]", "tokens/s", head, *vs,
                  "agrees with target greedy", "row wall s"], rows) + note
 
@@ -535,8 +539,24 @@ def claims_speed() -> str:
        f"`{RESULTS}/tree_shapes_smollm2.json`",
        "; ".join(f"{r['drafter']} {r['speedup']:.2f}x (tau {r['tau']:.2f})" for r in trees)],
   ]
-  return _table(["measurement", "record", "result (one run, median of the round-robin rounds; "
-                 "no interval)"], rows)
+  if os.path.exists(_path(SPEED_RECORD)):
+    rows += _speed_record_rows()
+  return _table(["measurement", "record", "result (interval over prompts and MDE where the "
+                 "record has per-prompt timings; else one run, no interval)"], rows)
+
+
+def _speed_record_rows() -> list[list[str]]:
+  """Per temperature, every lossless drafter's speedup with its interval over prompts."""
+  recs = [r for r in _jsonl(SPEED_RECORD)
+          if r["config"]["kind"] == "spec" and r["config"]["method"] == "lossless"]
+  n = recs[0]["result"]["speedup_pooled"]["batches"]
+  rows = []
+  for t in sorted({r["config"]["temperature"] for r in recs}):
+    cells = [f"{r['config']['drafter']} {_speedup_cell(r['result'])} (tau "
+             f"{r['result']['tau']:.2f})" for r in recs if r["config"]["temperature"] == t]
+    rows.append([f"SmolLM2, every drafter, lossless, {n} prompts, main-job settings, "
+                 f"T = {t:g}", f"`{SPEED_RECORD}`", "; ".join(cells)])
+  return rows
 
 
 # ---------------------------------------------------------------- drafter training data
@@ -718,6 +738,7 @@ TABLES = {
     "drafters_smollm2": drafters_table,
     "layer_stack": layer_stack_table,
     "main_job_smollm2": main_job_table,
+    "speed_smollm2": functools.partial(benchmark_table, SPEED_RECORD),
     "drafter_data_training": drafter_data_training_table,
     "drafter_data_heldout": drafter_data_heldout_table,
     "drafter_data_tau": drafter_data_tau_table,
