@@ -9,8 +9,11 @@ as context, is answered by the target (:mod:`specjax.training.onpolicy`); shard
 ``i`` samples at ``--temperatures[i % n]`` (0 = greedy). ``--max_tokens``
 bounds the *generated* tokens (loss mask 1). Kill it at any time: a rerun with
 the same flags continues after the last whole shard. The store lives outside
-the repo (default ``~/.cache/specjax/features/onpolicy-<model>-<sha12>``); this
-command rebuilds it from scratch when it is gone.
+the repo (default ``~/.cache/specjax/features/onpolicy-<model>-<sha12>``); the
+answers of every shard are also kept in ``data/onpolicy/<model>-<sha12>/``
+(:mod:`specjax.training.transcripts`, ~2 bytes per token, committed), so on a
+machine without the store this command rebuilds the transcribed shards by a
+forward pass (no sampling) and generates only the rest.
 """
 
 from __future__ import annotations
@@ -20,12 +23,17 @@ import os
 from absl import app, flags
 
 FLAGS = flags.FLAGS
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def define_flags():
   flags.DEFINE_string("model", "smollm2-135m-instruct", "target: registered name or .gguf / HF dir")
   flags.DEFINE_string("out_dir", "", "store directory (default ~/.cache/specjax/features/"
                       "onpolicy-<model>-<sha12>)")
+  flags.DEFINE_string("transcripts_dir", "", "where each shard's answers are kept, small "
+                      "enough to commit (default data/onpolicy/<model>-<sha12> in this "
+                      "repository; 'none' keeps none): transcribed shards are rebuilt by a "
+                      "forward pass instead of generated again")
   flags.DEFINE_integer("max_tokens", 4_000_000, "stop once the store holds this many "
                        "generated tokens")
   flags.DEFINE_list("temperatures", ["0", "0.7", "1"], "sampling temperature of shard i is "
@@ -57,8 +65,9 @@ def check_flags():
     raise app.UsageError(f"--temperatures={FLAGS.temperatures} must be numbers >= 0")
   if not 0 < FLAGS.heldout_fraction < 1:
     raise app.UsageError(f"--heldout_fraction={FLAGS.heldout_fraction} must be in (0, 1)")
-  if FLAGS.out_dir and os.path.isfile(FLAGS.out_dir):
-    raise app.UsageError(f"--out_dir={FLAGS.out_dir!r} is a file")
+  for name in ("out_dir", "transcripts_dir"):
+    if getattr(FLAGS, name) and os.path.isfile(getattr(FLAGS, name)):
+      raise app.UsageError(f"--{name}={getattr(FLAGS, name)!r} is a file")
   return temps, layers
 
 
@@ -78,6 +87,10 @@ def main():
   lm = registry.load_model(FLAGS.model, hidden_layers=layers)
   out_dir = FLAGS.out_dir or os.path.join(registry.cache_root(), "features",
                                           f"onpolicy-{lm.name}-{lm.sha256[:12]}")
+  transcripts_dir = FLAGS.transcripts_dir or os.path.join(
+      REPO_ROOT, "data", "onpolicy", f"{lm.name}-{lm.sha256[:12]}")
+  if transcripts_dir == "none":
+    transcripts_dir = None
   mix = onpolicy.GenerationMix(temperatures=temps, max_new_tokens=FLAGS.max_new_tokens,
                                max_context=FLAGS.max_context, batch_size=FLAGS.batch_size,
                                seed=FLAGS.seed)
@@ -91,7 +104,8 @@ def main():
   m = onpolicy.build_onpolicy_store(out_dir, lm.model, lm.params, prompts, config=cfg, mix=mix,
                                     target_sha256=lm.sha256, target_name=lm.name,
                                     eos_token_id=lm.config.eos_token_id,
-                                    max_loss_tokens=FLAGS.max_tokens, source=source)
+                                    max_loss_tokens=FLAGS.max_tokens, source=source,
+                                    transcripts_dir=transcripts_dir)
   rate = m["num_loss_tokens"] / max(m.get("seconds", 0.0), 1e-9)
   print(f"{out_dir}: {m['num_loss_tokens']} generated tokens ({m['num_tokens']} stored) in "
         f"{m['num_sequences']} turns, {len(m['shards'])} shards ({rate:.0f} generated tokens/s "

@@ -5,7 +5,9 @@
   sequence (so "captured during generation" loses nothing against a second pass);
 - an interrupted build resumes to exactly the store an uninterrupted one writes,
   with the sampling temperature of each shard recorded;
-- bad settings are refused before any work.
+- bad settings are refused before any work;
+- transcripts (the answers alone, committed) rebuild a lost store by forward
+  passes, and generation continues after them.
 """
 
 import dataclasses
@@ -16,7 +18,7 @@ import numpy as np
 import pytest
 
 from specjax.decoding.autoregressive import generate
-from specjax.training import features, onpolicy
+from specjax.training import features, onpolicy, transcripts
 from tests.helpers import tiny_pair
 
 LAYERS = (0, 1, 2)  # tiny target: 2 layers; index 2 = final normed feature
@@ -40,9 +42,10 @@ MIX = onpolicy.GenerationMix(temperatures=(0.0, 1.0), max_new_tokens=12, max_con
 CFG = features.FeatureStoreConfig(hidden_layers=LAYERS, top_k=5, seqs_per_shard=3, max_len=20)
 
 
-def _build(d, target, prompts, **kw):
+def _build(d, target, prompts, mix_override=None, **kw):
   model, params = target
-  return onpolicy.build_onpolicy_store(str(d), model, params, prompts, config=CFG, mix=MIX,
+  return onpolicy.build_onpolicy_store(str(d), model, params, prompts, config=CFG,
+                                       mix=mix_override or MIX,
                                        target_sha256="abc", eos_token_id=EOS, progress=False,
                                        **kw)
 
@@ -128,3 +131,62 @@ def test_user_turns_and_bad_settings(target):
   with pytest.raises(ValueError, match="final feature"):
     onpolicy.generate_records(no_final, params, _prompts(1), temperature=0.0,
                               key=jax.random.key(0), max_new_tokens=4, top_k=2, eos_token_id=EOS)
+
+
+def test_transcripts_rebuild_a_lost_store_and_generation_continues(tmp_path, target, full_store):
+  """A machine without the store: shard 0 comes back from its transcript (forward pass,
+  no sampling), shard 1 is generated; the result equals the uninterrupted build."""
+  prompts = _prompts()
+  full_dir, full = full_store
+  tr = str(tmp_path / "transcripts")
+  _build(tmp_path / "first", target, prompts, max_loss_tokens=1, transcripts_dir=tr)
+  assert transcripts.count(tr) == 1
+  rebuilt = _build(tmp_path / "second", target, prompts, transcripts_dir=tr)  # store "lost"
+  assert [s.get("from_transcript", False) for s in rebuilt["shards"]] == [True, False]
+  assert [s["temperature"] for s in rebuilt["shards"]] == [0.0, 1.0]
+  assert transcripts.count(tr) == 2
+  assert [s["num_loss_tokens"] for s in rebuilt["shards"]] == \
+         [s["num_loss_tokens"] for s in full["shards"]]
+  for a, b in zip(_sequences(full_dir), _sequences(tmp_path / "second")):
+    for k in ("tokens", "loss_mask"):
+      np.testing.assert_array_equal(a[k], b[k])
+    np.testing.assert_allclose(a["features"].astype(np.float32), b["features"].astype(np.float32),
+                               rtol=1e-2, atol=1e-2)  # decode step vs prefill, bfloat16
+    np.testing.assert_array_equal(a["topk_ids"][:, 0], b["topk_ids"][:, 0])
+  s = transcripts.summary(tr)
+  assert s["generated_tokens"] == full["num_loss_tokens"] and s["turns"] == len(prompts)
+  with pytest.raises(ValueError, match="other settings"):  # another seed: other answers
+    _build(tmp_path / "third", target, prompts, transcripts_dir=tr,
+           mix_override=dataclasses.replace(MIX, seed=1))
+  with pytest.raises(ValueError, match="prompt stream"):
+    _build(tmp_path / "fourth", target, prompts[::-1], transcripts_dir=tr)
+
+
+def test_a_store_without_transcripts_gets_them_without_generating(tmp_path, target, full_store):
+  full_dir, full = full_store
+  tr = str(tmp_path / "transcripts")
+  model, params = target
+  # An empty prompt stream: nothing can be generated, so transcripts come from the store.
+  onpolicy.build_onpolicy_store(str(full_dir), model, params, [], config=CFG, mix=MIX,
+                                target_sha256="abc", eos_token_id=EOS, progress=False,
+                                transcripts_dir=tr)
+  assert transcripts.count(tr) == len(full["shards"])
+  answers = [a for i in range(transcripts.count(tr)) for a in transcripts.read(tr, i).answers]
+  for a, s in zip(answers, _sequences(full_dir)):
+    np.testing.assert_array_equal(a, s["tokens"][s["loss_mask"] == 1])
+
+
+def test_transcript_files_round_trip_and_refuse_other_settings(tmp_path):
+  header = {"target_sha256": "abc", "generation": {"seed": 0}, "source": "s"}
+  big = transcripts.TranscriptShard(ids=("a#0", "b#2"), answers=(np.array([1, 70000]),
+                                                                  np.array([], np.int32)),
+                                    temperature=0.7, header=header)
+  transcripts.write(str(tmp_path), 0, big)
+  got = transcripts.read(str(tmp_path), 0, expect_header=header)
+  assert got.ids == big.ids and got.temperature == 0.7 and got.num_tokens == 2
+  np.testing.assert_array_equal(got.answers[0], [1, 70000])  # uint32 when the vocab needs it
+  assert transcripts.read(str(tmp_path), 1) is None
+  with pytest.raises(ValueError, match="generation"):
+    transcripts.read(str(tmp_path), 0, expect_header=dict(header, generation={"seed": 1}))
+  with pytest.raises(ValueError, match="answers"):
+    transcripts.TranscriptShard(ids=("a",), answers=(), temperature=0.0, header=header)

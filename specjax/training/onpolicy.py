@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
+import os
 from typing import Iterable, Iterator
 
 import jax
@@ -37,7 +39,7 @@ from specjax.decoding.autoregressive import prefill, row_key
 from specjax.decoding.prompts import eos_tuple, is_eos, prepare_prompts
 from specjax.distributions import SamplingConfig, sample_logits
 from specjax.models import kv_cache as kvc
-from specjax.training import features
+from specjax.training import features, transcripts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,7 +236,7 @@ def build_onpolicy_store(out_dir: str, model, params, prompts: Iterable, *,
                          config: features.FeatureStoreConfig, mix: GenerationMix,
                          target_sha256: str, target_name: str = "", eos_token_id=None,
                          max_loss_tokens: int | None = None, source: str = "",
-                         progress: bool = True) -> dict:
+                         transcripts_dir: str | None = None, progress: bool = True) -> dict:
   """Extend (or create) an on-policy store until it holds ``max_loss_tokens``
   generated tokens or ``prompts`` runs out. Returns the manifest (same layout as
   :func:`features.build_feature_store`, plus ``generation`` and each shard's
@@ -245,6 +247,11 @@ def build_onpolicy_store(out_dir: str, model, params, prompts: Iterable, *,
     config: ``seqs_per_shard`` turns per shard; ``max_len`` must hold
       ``mix.max_context + mix.max_new_tokens``.
     eos_token_id: int / list / None: where an answer ends (the end-of-turn token).
+    transcripts_dir: where each shard's answers are kept
+      (:mod:`specjax.training.transcripts`; small enough to commit). A shard
+      with a transcript is rebuilt from it by a teacher-forced forward pass
+      instead of being generated again; a generated shard writes its
+      transcript; shards of an existing store that lack one get it first.
   """
   features.check_model_layers(model, config)
   if mix.max_context + mix.max_new_tokens > config.max_len:
@@ -253,9 +260,21 @@ def build_onpolicy_store(out_dir: str, model, params, prompts: Iterable, *,
   header = {"format": features._FORMAT, "target_sha256": target_sha256,
             "config": config.to_json(), "source": source, "generation": mix.to_json()}
   base_key = jax.random.key(mix.seed)
+  transcript_header = {"target_sha256": target_sha256, "generation": mix.to_json(),
+                       "source": source}
+  if transcripts_dir:
+    _transcribe_store(out_dir, transcripts_dir, transcript_header)
+  forward = None
 
   def compute_shard(batch, index, bar):
+    nonlocal forward
     temperature = mix.temperature(index)
+    if transcripts_dir:
+      shard = transcripts.read(transcripts_dir, index, expect_header=transcript_header)
+      if shard is not None:
+        forward = forward or features._feature_fn(model, config.top_k)
+        return _replay(forward, params, batch, shard, index, config, bar), {
+            "temperature": shard.temperature, "from_transcript": True}
     key = jax.random.fold_in(base_key, index)
     records = []
     for start in range(0, len(batch), mix.batch_size):
@@ -266,9 +285,63 @@ def build_onpolicy_store(out_dir: str, model, params, prompts: Iterable, *,
       records.extend(recs)
       if bar is not None:
         bar.update(sum(int(r.loss_mask.sum()) for r in recs))
+    if transcripts_dir:
+      transcripts.write(transcripts_dir, index, transcripts.TranscriptShard(
+          ids=tuple(r.id for r in records),
+          answers=tuple(np.asarray(r.tokens)[np.asarray(r.loss_mask) == 1] for r in records),
+          temperature=temperature, header=transcript_header))
     return features.shard_arrays(records), {"temperature": temperature}
 
   return features.extend_store(out_dir, header, prompts, compute_shard,
                                items_per_shard=config.seqs_per_shard, target_name=target_name,
                                max_tokens=max_loss_tokens, count="num_loss_tokens",
                                progress=progress)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Sequence:
+  """A replayed turn: ``ids`` prompt + answer, ``loss_mask`` 1 on the answer."""
+
+  ids: np.ndarray
+  loss_mask: np.ndarray
+  id: str
+
+
+def _replay(forward, params, batch: list, shard: transcripts.TranscriptShard, index: int,
+            config: features.FeatureStoreConfig, bar) -> dict:
+  """Shard arrays of a transcribed shard: prompt + recorded answer, features from one
+  teacher-forced forward pass per turn (:func:`features._feature_fn`)."""
+  if tuple(p.id for p in batch) != shard.ids:
+    raise ValueError(f"transcript shard {index} answers turns {list(shard.ids[:3])}..., but the "
+                     f"prompt stream gives {[p.id for p in batch[:3]]}... at that shard: the "
+                     "transcripts belong to another prompt stream")
+  seqs = [_Sequence(ids=np.concatenate([np.asarray(p.ids, np.int32), a]),
+                    loss_mask=np.r_[np.zeros(len(p.ids), np.uint8), np.ones(len(a), np.uint8)],
+                    id=p.id) for p, a in zip(batch, shard.answers)]
+  arrays = features._compute_shard(forward, params, seqs, config, None)
+  if bar is not None:
+    bar.update(shard.num_tokens)
+  return arrays
+
+
+def _transcribe_store(out_dir: str, transcripts_dir: str, header: dict) -> None:
+  """Write the transcript of every shard of the store at ``out_dir`` that lacks one
+  (a store built before transcripts were kept); checks the ones present."""
+  manifest = features.read_manifest(out_dir)
+  if manifest is None:
+    return
+  if manifest.get("target_sha256") != header["target_sha256"]:
+    return  # extend_store refuses this store with a clear message
+  store = None
+  for i, entry in enumerate(manifest["shards"]):
+    if transcripts.read(transcripts_dir, i, expect_header=header) is not None:
+      continue
+    store = store or features.FeatureStore(out_dir)
+    arrays = store.shard(i)
+    with open(os.path.join(out_dir, entry["name"], "ids.json")) as f:
+      ids = json.load(f)
+    off, tokens, mask = arrays["offsets"], np.asarray(arrays["tokens"]), np.asarray(arrays["loss_mask"])
+    answers = tuple(tokens[off[j]:off[j + 1]][mask[off[j]:off[j + 1]] == 1]
+                    for j in range(len(off) - 1))
+    transcripts.write(transcripts_dir, i, transcripts.TranscriptShard(
+        ids=tuple(ids), answers=answers, temperature=float(entry["temperature"]), header=header))
