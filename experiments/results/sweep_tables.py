@@ -132,5 +132,5 @@ def k_sweep_table() -> str:
 
 TABLES = {
     "sweep_theta_smollm2": theta_sweep_table,
-    "sweep_k_smollm2": k_sweep_table,
+    # "sweep_k_smollm2": k_sweep_table -- registered once its record is committed
 }

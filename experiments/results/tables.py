@@ -30,7 +30,7 @@ import numpy as np
 from experiments.common.row_stats import paired_speed_gain, round_cost_in_steps
 from experiments.humaneval import summary as hs
 from experiments.results import paper_claims as pc
-from experiments.results import rule_tables
+from experiments.results import rule_tables, sweep_tables
 from experiments.results.markdown import RESULTS, ROOT, width_mde80  # noqa: F401 (re-exported)
 from experiments.results.markdown import ci as _ci
 from experiments.results.markdown import gain_cell as _gain_cell
@@ -747,3 +747,5 @@ TABLES = {
 }
 # The verification-rule comparisons (block, traversal, tree children, MARS + block).
 TABLES.update(rule_tables.TABLES)
+# The MARS threshold sweep (and the K sweep once its record exists).
+TABLES.update(sweep_tables.TABLES)
