@@ -74,3 +74,25 @@ def paired_ratio_gain(x: Sequence, y: Sequence, num_resamples: int = 2000,
   sd = float(np.std(per, ddof=1)) if len(per) > 1 else 0.0
   return {"diff": float(stat(both)), "ci95": [lo, hi], "prompts": len(x), "sd": sd,
           "mde80": mde80(sd, len(x)), "excludes_zero": bool(lo > 0 or hi < 0)}
+
+
+def paired_ratio_difference(x: Sequence, y: Sequence, num_resamples: int = 2000,
+                            seed: int = 0) -> dict:
+  """``R(x) - R(y)`` for two methods run on the same ``n`` prompts, ``R`` a ratio of sums
+  over prompts of ``[n, 2]`` rows (numerator, denominator) -- e.g. the token-weighted
+  mean log-likelihood per token from (log-likelihood sum, tokens) per prompt, where a
+  relative gain would flip sign with the (negative) scale.
+
+  Returns ``{"diff", "ci95", "prompts", "sd", "mde80", "excludes_zero"}`` as
+  :func:`paired_ratio_gain`, in the statistic's own units: the interval resamples the
+  prompts once for both methods; ``sd`` is the SD of the per-prompt differences."""
+  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+  if x.ndim != 2 or x.shape[1] != 2 or x.shape != y.shape or len(x) == 0:
+    raise ValueError(f"x and y must be [n, 2] rows of the same prompts; got {x.shape}, {y.shape}")
+  both = np.concatenate([x, y], 1)
+  stat = lambda z: _ratio(z[:, :2]) - _ratio(z[:, 2:])
+  lo, hi = bootstrap_ci(both, stat, num_resamples=num_resamples, seed=seed)
+  per = x[:, 0] / np.maximum(x[:, 1], 1e-300) - y[:, 0] / np.maximum(y[:, 1], 1e-300)
+  sd = float(np.std(per, ddof=1)) if len(per) > 1 else 0.0
+  return {"diff": float(stat(both)), "ci95": [lo, hi], "prompts": len(x), "sd": sd,
+          "mde80": mde80(sd, len(x)), "excludes_zero": bool(lo > 0 or hi < 0)}

@@ -6,7 +6,8 @@ a 95% percentile-bootstrap interval over *prompts* (:mod:`experiments.common.boo
 the repeats of a prompt kept together:
 
 * ``tau_ci`` -- ratio of sums ``(accepted + calls) / calls``;
-* ``loglik_ci`` -- token-weighted mean target log-likelihood (ratio of sums);
+* ``loglik_ci`` -- token-weighted mean target log-likelihood (ratio of sums), and
+  ``loglik_per_prompt``, its (sum, tokens) per prompt for paired comparisons;
 * ``agree_exact_ci`` (T = 0), ``parse_frac_ci`` (code prompts) -- means of
   per-prompt fractions;
 * ``speedup_pooled`` (:func:`speedup_interval`) -- speculative over target-only
@@ -91,11 +92,18 @@ def per_prompt(values: Sequence[float], num_prompts: int) -> np.ndarray:
 
 def loglik_ci(per_row_mean: Sequence[float], lengths: Sequence[int], num_prompts: int):
   """Interval of the token-weighted mean log-likelihood from per-row means and lengths."""
+  return ci(np.asarray(loglik_per_prompt(per_row_mean, lengths, num_prompts)), ratio_of_sums)
+
+
+def loglik_per_prompt(per_row_mean: Sequence[float], lengths: Sequence[int],
+                      num_prompts: int) -> list:
+  """``[n]`` (log-likelihood sum, tokens) per prompt, summed over repeats: the pairs a
+  paired comparison of two rows' log-likelihood per token resamples
+  (:func:`experiments.common.bootstrap.paired_ratio_difference`)."""
   lens = np.asarray(lengths, np.float64)
   sums = np.nan_to_num(np.asarray(per_row_mean, np.float64)) * lens
-  pairs = np.stack([per_prompt(sums, num_prompts).sum(1),
-                    per_prompt(lens, num_prompts).sum(1)], 1)
-  return ci(pairs, ratio_of_sums)
+  return np.stack([per_prompt(sums, num_prompts).sum(1),
+                   per_prompt(lens, num_prompts).sum(1)], 1).tolist()
 
 
 def fraction_ci(per_row: Sequence[float], num_prompts: int):

@@ -245,6 +245,9 @@ def _quality(ctx: Context, row: dict, flat: list, ref_batches: list, n: int) -> 
                              batch_size=int(c.quality_batch_size))
   res["loglik"] = ll["mean"]
   res["loglik_ci"] = row_stats.loglik_ci(ll["per_row"], list(map(len, scored)), n)
+  # (log-likelihood sum, tokens) per prompt, for paired comparisons between rows
+  res["loglik_per_prompt"] = row_stats.loglik_per_prompt(ll["per_row"], list(map(len, scored)),
+                                                         n)
   eos = ctx.eos if ctx.eos is not None else []
   eos = [eos] if isinstance(eos, int) else list(eos)
   texts, ended = quality.decode_completions(ctx.tokenizer, scored, eos)
