@@ -64,16 +64,7 @@ def paired_ratio_gain(x: Sequence, y: Sequence, num_resamples: int = 2000,
   the SD of the per-prompt relative gains and ``mde80`` the gain this design detects
   with 80% power (:func:`mde80`).
   """
-  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
-  if x.ndim != 2 or x.shape[1] != 2 or x.shape != y.shape or len(x) == 0:
-    raise ValueError(f"x and y must be [n, 2] rows of the same prompts; got {x.shape}, {y.shape}")
-  both = np.concatenate([x, y], 1)
-  stat = lambda z: _ratio(z[:, :2]) / _ratio(z[:, 2:]) - 1.0
-  lo, hi = bootstrap_ci(both, stat, num_resamples=num_resamples, seed=seed)
-  per = (x[:, 0] / np.maximum(x[:, 1], 1e-300)) / (y[:, 0] / np.maximum(y[:, 1], 1e-300)) - 1.0
-  sd = float(np.std(per, ddof=1)) if len(per) > 1 else 0.0
-  return {"diff": float(stat(both)), "ci95": [lo, hi], "prompts": len(x), "sd": sd,
-          "mde80": mde80(sd, len(x)), "excludes_zero": bool(lo > 0 or hi < 0)}
+  return _paired(x, y, lambda a, b: a / b - 1.0, num_resamples, seed)
 
 
 def paired_ratio_difference(x: Sequence, y: Sequence, num_resamples: int = 2000,
@@ -86,13 +77,21 @@ def paired_ratio_difference(x: Sequence, y: Sequence, num_resamples: int = 2000,
   Returns ``{"diff", "ci95", "prompts", "sd", "mde80", "excludes_zero"}`` as
   :func:`paired_ratio_gain`, in the statistic's own units: the interval resamples the
   prompts once for both methods; ``sd`` is the SD of the per-prompt differences."""
+  return _paired(x, y, lambda a, b: a - b, num_resamples, seed)
+
+
+def _paired(x: Sequence, y: Sequence, contrast: Callable, num_resamples: int, seed: int
+            ) -> dict:
+  """``contrast(R(x), R(y))`` with its paired percentile-bootstrap interval, the SD of
+  the per-prompt contrasts and the MDE at 80% power (the body of
+  :func:`paired_ratio_gain` and :func:`paired_ratio_difference`)."""
   x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
   if x.ndim != 2 or x.shape[1] != 2 or x.shape != y.shape or len(x) == 0:
     raise ValueError(f"x and y must be [n, 2] rows of the same prompts; got {x.shape}, {y.shape}")
   both = np.concatenate([x, y], 1)
-  stat = lambda z: _ratio(z[:, :2]) - _ratio(z[:, 2:])
+  stat = lambda z: contrast(_ratio(z[:, :2]), _ratio(z[:, 2:]))
   lo, hi = bootstrap_ci(both, stat, num_resamples=num_resamples, seed=seed)
-  per = x[:, 0] / np.maximum(x[:, 1], 1e-300) - y[:, 0] / np.maximum(y[:, 1], 1e-300)
+  per = contrast(x[:, 0] / np.maximum(x[:, 1], 1e-300), y[:, 0] / np.maximum(y[:, 1], 1e-300))
   sd = float(np.std(per, ddof=1)) if len(per) > 1 else 0.0
   return {"diff": float(stat(both)), "ci95": [lo, hi], "prompts": len(x), "sd": sd,
           "mde80": mde80(sd, len(x)), "excludes_zero": bool(lo > 0 or hi < 0)}

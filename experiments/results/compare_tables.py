@@ -75,20 +75,15 @@ def loglik_gap(a: dict, b: dict) -> dict:
                      "records written before they were kept have none") from e
 
 
-def _verdict(g: dict, identical: bool) -> str:
-  """higher / lower when the interval excludes 0; identical when every prompt's value
-  is the same for both rows (e.g. two rules that both reduce to greedy at T = 0);
-  else inconclusive."""
-  if identical:
-    return "identical"
-  lo, hi = g["ci95"]
-  return "higher" if lo > 0 else "lower" if hi < 0 else "inconclusive"
-
-
 def _cell(g: dict, identical: bool) -> str:
+  """A paired contrast as ``+0.123 [lo, hi], MDE m: verdict`` (higher / lower when the
+  interval excludes 0, else inconclusive), or "identical on every prompt" when both rows
+  have the same per-prompt values (e.g. two rules that reduce to greedy at T = 0)."""
   if identical:
     return "identical on every prompt"
-  return f"{g['diff']:+.3f} {ci(g['ci95'])}, MDE {g['mde80']:.3f}: {_verdict(g, False)}"
+  lo, hi = g["ci95"]
+  verdict = "higher" if lo > 0 else "lower" if hi < 0 else "inconclusive"
+  return f"{g['diff']:+.3f} {ci(g['ci95'])}, MDE {g['mde80']:.3f}: {verdict}"
 
 
 def _base_name(base: dict | None) -> str:
