@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from experiments.common.row_stats import (paired_speed_gain, round_cost_in_steps,
-                                          speedup_interval)
+from experiments.common.row_stats import (paired_speed_gain, paired_speedup_gain,
+                                          round_cost_in_steps, speedup_interval)
 from experiments.results import tables
 
 
@@ -58,6 +58,24 @@ def test_spread_across_prompts_widens_the_interval():
 def test_bad_timings_are_refused(spec, tgt, match):
   with pytest.raises(ValueError, match=match):
     speedup_interval(spec, tgt)
+
+
+def test_paired_speedup_gain_reads_each_row_against_its_own_target_runs():
+  """Row b ran on a machine 1.3x slower (target-only runs beside it too): its tokens/s
+  are 1/1.3 of row a's but its speedup is the same, so the speedup gain is 0 while the
+  tokens/s gain is +0.3; a row 1.25x faster than b at equal target speed gains +0.25."""
+  secs, tgt = [0.8, 1.6, 1.2, 2.0], [1.0, 1.5, 1.1, 1.8]
+  a = {"batch_timing": {"spec": _pairs([100] * 4, secs), "target": _pairs([100] * 4, tgt)}}
+  b = {"batch_timing": {"spec": _pairs([100] * 4, [1.3 * t for t in secs]),
+                        "target": _pairs([100] * 4, [1.3 * t for t in tgt])}}
+  assert paired_speed_gain(a, b)["diff"] == pytest.approx(0.3)
+  g = paired_speedup_gain(a, b)
+  assert g["diff"] == pytest.approx(0.0) and g["ci95"] == pytest.approx([0.0, 0.0], abs=1e-12)
+  c = {"batch_timing": {"spec": _pairs([100] * 4, [t / 1.25 for t in secs]),
+                        "target": _pairs([100] * 4, tgt)}}
+  assert paired_speedup_gain(c, a)["diff"] == pytest.approx(0.25)
+  with pytest.raises(ValueError, match="both sides"):
+    paired_speedup_gain(a, {"batch_timing": {"spec": _pairs([100] * 4, secs)}})
 
 
 def test_paired_speed_gain_compares_two_rows_on_the_same_prompts():
@@ -143,15 +161,15 @@ def test_round_cost_is_the_break_even_tau():
 from experiments.results import sweep_tables  # noqa: E402
 
 
-def _sweep_row(rule, drafter, t, k, secs, acc, theta=None):
+def _sweep_row(rule, drafter, t, k, secs, acc, theta=None, tgt=(1.0, 1.0, 1.0, 1.0)):
   """A sweep record row: 4 prompts x 64 tokens, ``secs`` per prompt, ``acc`` accepted
-  drafts per prompt over 32 target calls each."""
+  drafts per prompt over 32 target calls each; target-only took ``tgt`` per prompt."""
   calls = [32] * 4
   tau = (sum(acc) + sum(calls)) / sum(calls)
   res = {"tau": tau, "tau_ci": [tau - 0.1, tau + 0.1], "accepted_per_prompt": acc,
-         "target_calls_per_prompt": calls, "speedup": 1.0, "relaxed_rate": 0.1,
+         "target_calls_per_prompt": calls, "speedup": sum(tgt) / sum(secs), "relaxed_rate": 0.1,
          "agree_exact": 1.0, "loglik": -1.0, "loglik_ci": [-1.1, -0.9],
-         "batch_timing": {"spec": _pairs([64] * 4, secs)},
+         "batch_timing": {"spec": _pairs([64] * 4, secs), "target": _pairs([64] * 4, tgt)},
          "speedup_pooled": {"speedup": 1.0, "ci95": [0.9, 1.1], "batches": 4, "mde80": 0.1}}
   cfg = {"kind": "spec", "rule": rule, "hparams": {} if theta is None else {"theta": theta},
          "drafter": drafter, "temperature": t, "num_draft": k, "policy": "none",
@@ -189,6 +207,12 @@ def test_k_sweep_table_finds_a_middle_peak_or_says_it_is_not_resolved(tmp_path, 
   out = sweep_tables.k_sweep_table()
   assert "fastest; vs K = 1: +0.250 [+0.250, +0.250], K = 4: +0.125 [+0.125, +0.125]: a peak |" \
       in out
+  # The machine slowed down 1.3x while K = 4 ran (its target-only runs too): its
+  # speedup, and so the comparison, is unchanged
+  recs[2] = _sweep_row("lossless", "eagle_chain", 1.0, 4, [1.3 * 0.9 * s for s in base],
+                       [20] * 4, tgt=[1.3] * 4)
+  monkeypatch.setattr(sweep_tables, "K_SWEEP", _write(tmp_path, "k1.jsonl", recs))
+  assert "K = 4: +0.125 [+0.125, +0.125]: a peak |" in sweep_tables.k_sweep_table()
   # A noisy neighbour: K = 4 as fast as K = 2 on average, faster on half the prompts
   recs[2] = _sweep_row("lossless", "eagle_chain", 1.0, 4, [0.6, 1.2, 0.48, 1.1], [20] * 4)
   monkeypatch.setattr(sweep_tables, "K_SWEEP", _write(tmp_path, "k2.jsonl", recs))

@@ -12,7 +12,8 @@ the repeats of a prompt kept together:
   per-prompt fractions;
 * ``speedup_pooled`` (:func:`speedup_interval`) -- speculative over target-only
   tokens/s from per-batch (tokens, seconds), :func:`paired_speed_gain`, one row's
-  tokens/s over another's, and :func:`round_cost_in_steps`, a round's wall time in
+  tokens/s over another's, :func:`paired_speedup_gain`, one row's speedup over
+  another's (each against its own target-only runs: drift between rows cancels), and :func:`round_cost_in_steps`, a round's wall time in
   target decode steps (the break-even tau) -- no JAX here: the results tables call
   them on records.
 
@@ -150,6 +151,31 @@ def paired_speed_gain(a: dict, b: dict) -> dict:
   except KeyError as e:
     raise ValueError("both rows need per-batch timings (result['batch_timing']); records "
                      "written before they were kept have none") from e
+  if x.shape != y.shape:
+    raise ValueError(f"the rows ran different batches: {x.shape} vs {y.shape}")
+  return paired_ratio_gain(x, y)
+
+
+def paired_speedup_gain(a: dict, b: dict) -> dict:
+  """Speedup of row ``a`` over the speedup of row ``b`` minus 1, each row's speed read
+  against the target-only runs timed beside it, so a machine that drifts between
+  rows (minutes apart) cancels out; both rows ran the same prompts, keys and batches.
+
+  Per batch, the speculative seconds are converted into target decode steps with the
+  target-only rate measured on that batch next to them: ``x = (spec tokens, spec
+  seconds * target tokens / target seconds)``, so ``R(x)`` is the row's speedup with
+  per-batch normalisation; then a paired bootstrap over the batches with SD and MDE
+  (:func:`experiments.common.bootstrap.paired_ratio_gain`). ``a`` / ``b``: the rows'
+  results, each with ``batch_timing`` for both sides."""
+  def normalised(res: dict) -> np.ndarray:
+    try:
+      spec, tgt = (_pooled(res["batch_timing"][k]) for k in ("spec", "target"))
+    except KeyError as e:
+      raise ValueError("both rows need per-batch timings of both sides "
+                       "(result['batch_timing']['spec' and 'target'])") from e
+    return np.stack([spec[:, 0], spec[:, 1] * tgt[:, 0] / tgt[:, 1]], 1)
+
+  x, y = normalised(a), normalised(b)
   if x.shape != y.shape:
     raise ValueError(f"the rows ran different batches: {x.shape} vs {y.shape}")
   return paired_ratio_gain(x, y)

@@ -4,8 +4,8 @@
 EAGLE-3 chain, K in {1, 2, 3, 4, 6, 8}, T in {0, 1} (the comparison's smollm2
 settings, :func:`experiments.configs.compare.smollm2`); figure
 ``docs/figures/sweep_k_smollm2.png``;
-26 rows, 12.1 min on the 2-core machine alone (a
-compile per K).
+26 rows (a compile per K); at 12 prompts x 64 tokens (the committed record's command
+in benchmarks/RESULTS.md) 41 min on the 2-core machine alone.
 """
 
 from experiments.configs.compare import get_config as _base

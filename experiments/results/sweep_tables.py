@@ -3,8 +3,10 @@ their committed records (no model, no JAX).
 
 Every row of a sweep ran the same prompts with the same keys, so any two rows are
 paired: tau gains pair the per-prompt (emitted tokens, target calls), speed gains the
-per-prompt (tokens, seconds) of the speculative runs (prompt batches of one prompt,
-pooled over repeats), both with a percentile-bootstrap interval that resamples the
+per-prompt speedups -- each row's (tokens, seconds) read against the target-only run
+timed beside it on that prompt, so drift of the machine between rows, which ran
+minutes apart, cancels (:func:`experiments.common.row_stats.paired_speedup_gain`) --
+both with a percentile-bootstrap interval that resamples the
 prompts once for both rows and the MDE at 80% power
 (:func:`experiments.common.bootstrap.paired_ratio_gain`).
 
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import json
 
-from experiments.common.row_stats import paired_speed_gain
+from experiments.common.row_stats import paired_speedup_gain
 from experiments.results.markdown import RESULTS, ci, gain_cell, path, speedup_cell, table
 from experiments.results.rule_tables import paired_tau_gain
 
@@ -68,7 +70,7 @@ def theta_sweep_table() -> str:
     mars = c["rule"] == "mars"
     if not mars and c["rule"] != "lossless":
       continue
-    versus = ([gain_cell(paired_tau_gain(res, ref)), gain_cell(paired_speed_gain(res, ref))]
+    versus = ([gain_cell(paired_tau_gain(res, ref)), gain_cell(paired_speedup_gain(res, ref))]
               if mars and ref is not None else ["-", "-"])
     rows.append([c["drafter"], f"{c['temperature']:g}",
                  f"{c['hparams']['theta']:g}" if mars else "lossless", _tau(res),
@@ -77,26 +79,17 @@ def theta_sweep_table() -> str:
   return table(["drafter", "T", "theta", "tau [95% CI over prompts]",
                 "speedup [95% CI over prompts], MDE: verdict vs 1",
                 "tau vs lossless - 1 [95% CI, paired], MDE: verdict",
-                "tokens/s vs lossless - 1 [95% CI, paired], MDE: verdict",
+                "speedup vs lossless's - 1 [95% CI, paired], MDE: verdict",
                 "relaxed acceptances per draft", "quality (T = 0: agreement with target "
                 "greedy; T > 0: target log-likelihood per token [95% CI])"], rows)
 
 
-def pooled_rate(res: dict) -> float:
-  """A row's speculative tokens/s: pooled over its prompt batches and repeats where the
-  record has per-batch timings, else the median over repeats."""
-  if "batch_timing" not in res:
-    return float(res["tokens_per_s"])
-  n = sum(t for rep in res["batch_timing"]["spec"] for t, _ in rep)
-  return n / sum(s for rep in res["batch_timing"]["spec"] for _, s in rep)
-
-
 def _peak_cell(fastest: dict, neighbours: list[dict]) -> str:
-  """Where the fastest K stands against its neighbouring K (paired tokens/s): a peak
-  when it is faster than each with the interval excluding 0."""
+  """Where the fastest K stands against its neighbouring K (paired speedups): a peak
+  when its speedup is higher than each neighbour's with the interval excluding 0."""
   cells = []
   for nb in neighbours:
-    g = paired_speed_gain(fastest["result"], nb["result"])
+    g = paired_speedup_gain(fastest["result"], nb["result"])
     cells.append((nb["config"]["num_draft"], g))
   resolved = all(g["ci95"][0] > 0 for _, g in cells)
   parts = ", ".join(f"K = {k}: {g['diff']:+.3f} {ci(g['ci95'])}" for k, g in cells)
@@ -105,8 +98,9 @@ def _peak_cell(fastest: dict, neighbours: list[dict]) -> str:
 
 def k_sweep_table() -> str:
   """Lossless and MARS on the EAGLE-3 chain at every draft length K, per rule and T:
-  tau, speedup over target-only, and on the fastest K's row its tokens/s against the
-  neighbouring K (paired): whether the speedup peaks there, and at a middle K."""
+  tau, speedup over target-only, and on the fastest K's row (highest speedup) its
+  speedup against the neighbouring K's (paired): whether it peaks there, and at a
+  middle K."""
   recs = spec_records(K_SWEEP)
   groups: dict = {}
   for r in recs:
@@ -115,7 +109,7 @@ def k_sweep_table() -> str:
   rows = []
   for (t, method, d), rs in sorted(groups.items()):
     rs = sorted(rs, key=lambda r: r["config"]["num_draft"])
-    fast = max(range(len(rs)), key=lambda i: pooled_rate(rs[i]["result"]))
+    fast = max(range(len(rs)), key=lambda i: rs[i]["result"]["speedup"])
     for i, r in enumerate(rs):
       res = r["result"]
       peak = "-"
@@ -127,10 +121,10 @@ def k_sweep_table() -> str:
                    speedup_cell(res), peak])
   return table(["drafter", "T", "rule", "K", "tau [95% CI over prompts]",
                 "speedup [95% CI over prompts], MDE: verdict vs 1",
-                "fastest K: tokens/s vs the neighbouring K - 1 [95% CI, paired]"], rows)
+                "fastest K: speedup vs the neighbouring K's - 1 [95% CI, paired]"], rows)
 
 
 TABLES = {
     "sweep_theta_smollm2": theta_sweep_table,
-    # "sweep_k_smollm2": k_sweep_table -- registered once its record is committed
+    "sweep_k_smollm2": k_sweep_table,
 }
