@@ -31,7 +31,7 @@ def flatten(records: list[dict]) -> list[dict]:
   return out
 
 
-def _latest(records):
+def latest(records):
   """Flat records, last one per key."""
   out = {}
   for r in flatten(records):
@@ -147,7 +147,7 @@ def make_figures(records: list[dict], output_dir: str, path_of=None) -> list[str
     plt.close(fig)
     written.append(path)
 
-  recs = _latest(records)
+  recs = latest(records)
   for source in ("synthetic", "real"):
     kl = [r for r in recs if r["part"] in ("sd", "eagle") and r["source"] == source]
     rules = sorted({r["rule"] for r in kl})
@@ -177,7 +177,7 @@ def make_figures(records: list[dict], output_dir: str, path_of=None) -> list[str
 def summary_table(records: list[dict], theta: float = 0.9) -> str:
   """A small text table of the headline numbers."""
   lines = []
-  recs = _latest(records)
+  recs = latest(records)
   lines.append(f"{'part':<10} {'source':<17} {'config':<44} {'result'}")
   for r in sorted(recs, key=lambda r: r["key"]):
     part, src = r["part"], r["source"]
@@ -227,7 +227,7 @@ def _nearest(values, x) -> int:
 
 def markdown_tables(records: list[dict]) -> str:
   """Markdown tables of the records (for ``benchmarks/RESULTS.md``)."""
-  recs = _latest(records)
+  recs = latest(records)
   out = []
   f4 = lambda x: "inf" if x is None or not math.isfinite(x) else f"{x:.4f}"
   kl = sorted((r for r in recs if r["part"] in ("sd", "eagle")),
@@ -302,7 +302,7 @@ def timing_table(records: list[dict]) -> str:
   apart."""
   keys = ("seconds", "contexts_seconds", "cpu_seconds", "contexts_cpu_seconds")
   acc = {}
-  for r in _latest(records):
+  for r in latest(records):
     k = (r["part"], r["source"])
     prev = acc.get(k, (0,) + (0.0,) * len(keys))
     acc[k] = (prev[0] + 1,) + tuple(a + float(r.get(name) or 0.0)

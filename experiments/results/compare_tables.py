@@ -137,6 +137,4 @@ def compare_table(rel: str = COMPARE) -> str:
                 "T = 0: equals target greedy (share of prompts)"], rows)
 
 
-# Registered in experiments.results.tables once the record is committed:
-# "compare_smollm2": compare_table
-TABLES: dict = {}
+TABLES = {"compare_smollm2": compare_table}

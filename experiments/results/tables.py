@@ -30,13 +30,14 @@ import numpy as np
 from experiments.common.row_stats import paired_speed_gain, round_cost_in_steps
 from experiments.humaneval import summary as hs
 from experiments.results import paper_claims as pc
-from experiments.results import rule_tables, sweep_tables
+from experiments.results import compare_tables, propositions_tables, rule_tables, sweep_tables
 from experiments.results.markdown import RESULTS, ROOT, width_mde80  # noqa: F401 (re-exported)
 from experiments.results.markdown import ci as _ci
 from experiments.results.markdown import gain_cell as _gain_cell
 from experiments.results.markdown import speedup_cell as _speedup_cell
 from experiments.results.markdown import path as _path
 from experiments.results.markdown import table as _table
+from experiments.results.proportions import two_proportions, wilson
 
 HUMANEVAL_DIRS = {"t0": f"{RESULTS}/humaneval_t0", "t07": f"{RESULTS}/humaneval_t07",
                   "t1": f"{RESULTS}/humaneval_t1"}
@@ -102,23 +103,6 @@ def _md_table_lines(rel: str) -> str:
 
 
 # ---------------------------------------------------------------- small statistics
-
-
-def wilson(k: int, n: int, z: float = hs.Z_ALPHA) -> tuple[float, float]:
-  """Wilson score 95% interval of a proportion k / n."""
-  p = k / n
-  mid = (p + z * z / (2 * n)) / (1 + z * z / n)
-  half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-  return max(0.0, mid - half), min(1.0, mid + half)
-
-
-def two_proportions(k1: int, n1: int, k2: int, n2: int) -> dict:
-  """p1 - p2 with its Wald 95% interval and MDE at 80% power (the same SE)."""
-  p1, p2 = k1 / n1, k2 / n2
-  se = math.sqrt(p1 * (1 - p1) / n1 + p2 * (1 - p2) / n2)
-  d = p1 - p2
-  return {"diff": d, "ci95": (d - hs.Z_ALPHA * se, d + hs.Z_ALPHA * se),
-          "mde80": (hs.Z_ALPHA + hs.Z_POWER) * se}
 
 
 def plugin_bias_bits(n: int, cells: int, outcomes: int = 2) -> float:
@@ -747,5 +731,9 @@ TABLES = {
 }
 # The verification-rule comparisons (block, traversal, tree children, MARS + block).
 TABLES.update(rule_tables.TABLES)
-# The MARS threshold sweep (and the K sweep once its record exists).
+# The MARS threshold and draft-length sweeps.
 TABLES.update(sweep_tables.TABLES)
+# The verifier comparison on SmolLM2 (every rule against its matched baseline).
+TABLES.update(compare_tables.TABLES)
+# The propositions and MARS margins on SmolLM2 that the notebooks do not cover.
+TABLES.update(propositions_tables.TABLES)
