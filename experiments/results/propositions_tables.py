@@ -147,6 +147,4 @@ def propositions_claims(rel: str = PROPOSITIONS) -> str:
                 "verdict"], rows)
 
 
-TABLES = {
-    # "lossy_propositions_smollm2": propositions_claims -- registered with its record
-}
+TABLES = {"lossy_propositions_smollm2": propositions_claims}
