@@ -25,6 +25,11 @@ Compile time, not checking, is what the suite spends most of its time on, so:
   (tests/test_models.py checks both layouts; user time of test_speculative +
   test_tree at -O0: 166 s rolled vs 204 s unrolled). The slow step keeps the
   CPU default (unrolled), so both layouts run in CI.
+* **Whole-cache attention for the default suite** (``SPECJAX_ATTENTION_CHUNK=0``,
+  same condition): the chunked decode attention (a scan of conds per layer) adds
+  compile time to every small forward, and the suite's tiny caches gain nothing
+  from it; tests/test_chunked_attention.py checks the chunked path against the
+  einsum, and the slow step keeps the CPU default (chunked), so both run in CI.
 * **A persistent compilation cache** (``JAX_COMPILATION_CACHE_DIR``) for the
   session: programs recompiled after a release, and the same programs in the
   binaries the tests start as subprocesses (they inherit the variable), are a
@@ -66,6 +71,7 @@ def pytest_configure(config):
   if OPT_LEVEL_FLAG not in flags:
     os.environ["XLA_FLAGS"] = f"{flags} {OPT_LEVEL_FLAG}=0".strip()
   os.environ.setdefault("SPECJAX_LAYER_STACK", "rolled")
+  os.environ.setdefault("SPECJAX_ATTENTION_CHUNK", "0")
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -227,7 +227,9 @@ def test_sampled_proposal_carries_each_siblings_law(pair):
       kids = np.nonzero(par[b] == s)[0]  # in draw order
       assert len(set(tok[b, kids])) == len(kids)
       want = np.asarray(without_replacement_q(jnp.asarray(qn[b, s]), jnp.asarray(tok[b, kids])))
-      np.testing.assert_allclose(q[b, kids], want, atol=1e-6)
+      # rtol: renormalising by 1 - (mass already drawn), e.g. 1 - 0.899, multiplies the
+      # float32 rounding of the jitted and the eager computation by ~10 (seen: 2.6e-6)
+      np.testing.assert_allclose(q[b, kids], want, rtol=1e-5, atol=1e-6)
       assert (q[b, kids, tok[b, kids]] > 0).all()
 
 

@@ -120,6 +120,89 @@ def visibility_mask(lengths: jax.Array, t: int, s: int, attn_mask: Optional[jax.
   return (rel[:, None, :] < 0) | (is_new[:, None, :] & new_ok)
 
 
+ATTENTION_CHUNKS = ("auto", "0", "64", "128", "256", "512")  # $SPECJAX_ATTENTION_CHUNK
+DEFAULT_CPU_CHUNK = 256  # cache slots per chunk on CPU ("auto")
+MAX_CHUNKED_QUERIES = 64  # forwards of at most this many new tokens (decode, verify) chunk
+
+
+def resolve_attention_chunk() -> int:
+  """Cache slots per chunk of :func:`chunked_attention`, or 0: attend to the whole cache
+  (:func:`full_attention`). Read when a forward is traced.
+
+  ``$SPECJAX_ATTENTION_CHUNK`` (one of :data:`ATTENTION_CHUNKS`) decides; "auto" (or
+  unset) is :data:`DEFAULT_CPU_CHUNK` on CPU and 0 on accelerators. With one einsum a
+  CPU decode step reads every slot of the static cache (and slicing a layer out of
+  the cache copies all of them), so the step's cost grows with the cache's size
+  rather than with what the rows have filled; chunks past the longest row are
+  skipped (``benchmarks/attention_chunk.py`` measures both). Accelerators keep the
+  one fused einsum.
+  """
+  value = os.environ.get("SPECJAX_ATTENTION_CHUNK", "auto") or "auto"
+  if value not in ATTENTION_CHUNKS:
+    raise ValueError(f"SPECJAX_ATTENTION_CHUNK={value!r} must be one of {ATTENTION_CHUNKS}")
+  if value == "auto":
+    return DEFAULT_CPU_CHUNK if jax.default_backend() == "cpu" else 0
+  return int(value)
+
+
+def full_attention(qg, k_buf, v_buf, mask, dt):
+  """Grouped-query attention of ``qg [B, T, KVH, G, D]`` over every cache slot of
+  ``k_buf, v_buf [B, S, KVH, D]`` where ``mask [B, T, S]`` allows; ``[B, T, KVH, G, D]``."""
+  scores = jnp.einsum("btkgd,bskd->bkgts", qg, k_buf.astype(dt),
+                      preferred_element_type=jnp.float32) * (qg.shape[-1] ** -0.5)
+  scores = jnp.where(mask[:, None, None, :, :], scores, -1e30)
+  w = jax.nn.softmax(scores, axis=-1).astype(dt)
+  return jnp.einsum("bkgts,bskd->btkgd", w, v_buf.astype(dt))
+
+
+def chunked_attention(qg, k_all, v_all, layer, mask, extent, chunk: int, dt):
+  """:func:`full_attention` of layer ``layer`` of the whole cache ``k_all, v_all [L, B, S,
+  KVH, D]`` (each chunk is sliced from it directly: slicing the layer out first copies
+  all S slots of it on CPU) over the first ``extent`` slots only (a traced scalar, e.g.
+  the longest row's length plus the new tokens; ``mask`` must allow nothing past it), in
+  chunks of ``chunk`` slots with the online softmax (Milakov and Gimelshein 2018, Alg.
+  3): running max ``m``, normaliser ``l`` and weighted sum ``acc`` per query,
+  rescaled by ``exp(m_old - m_new)`` at each chunk. The chunk loop is a ``lax.scan``
+  over every chunk of the cache whose body is a ``lax.cond`` that skips the chunks
+  at or past ``extent``, so the forward stays differentiable and vmappable. The
+  last chunk is clamped to end at S and ignores the slots an earlier chunk covered.
+  Equal to :func:`full_attention` up to float rounding."""
+  b, t, kvh, g, d = qg.shape
+  s = k_all.shape[2]
+  n = -(-s // chunk)
+  scale = d ** -0.5
+  zero = jnp.zeros((), jnp.int32)
+
+  def add_chunk(carry, c):
+    m, l, acc = carry
+    start = jnp.minimum(c * chunk, s - chunk)
+    at, size = (jnp.asarray(layer, jnp.int32), zero, start, zero, zero), (1, b, chunk, kvh, d)
+    ks = jax.lax.dynamic_slice(k_all, at, size)[0].astype(dt)  # [B, c, KVH, D]
+    vs = jax.lax.dynamic_slice(v_all, at, size)[0].astype(dt)
+    ok = jax.lax.dynamic_slice_in_dim(mask, start, chunk, axis=2)  # [B, T, c]
+    ok = ok & (start + jnp.arange(chunk) >= c * chunk)[None, None, :]
+    ok = ok[:, None, None, :, :]  # [B, 1, 1, T, c]
+    sc = jnp.einsum("btkgd,bskd->bkgts", qg, ks, preferred_element_type=jnp.float32) * scale
+    m_new = jnp.maximum(m, jnp.max(jnp.where(ok, sc, -1e30), axis=-1))
+    p = jnp.where(ok, jnp.exp(sc - m_new[..., None]), 0.0)
+    corr = jnp.exp(m - m_new)
+    l = l * corr + jnp.sum(p, axis=-1)
+    acc = acc * corr[..., None] + jnp.einsum("bkgts,bskd->bkgtd", p.astype(dt), vs,
+                                             preferred_element_type=jnp.float32)
+    return m_new, l, acc
+
+  def body(carry, c):
+    return jax.lax.cond(c * chunk < extent, add_chunk, lambda cr, _: cr, carry, c), None
+
+  # m starts at -1e30, not -inf: exp(m - m_new) is then 1 (not nan) while every slot so
+  # far was masked, and 0 once a visible slot raised m_new.
+  init = (jnp.full((b, kvh, g, t), -1e30, jnp.float32), jnp.zeros((b, kvh, g, t), jnp.float32),
+          jnp.zeros((b, kvh, g, t, d), jnp.float32))
+  (_, l, acc), _ = jax.lax.scan(body, init, jnp.arange(n))
+  out = acc / jnp.maximum(l, 1e-30)[..., None]  # every query sees at least itself: l > 0
+  return jnp.moveaxis(out, 3, 1).astype(dt)  # [B, T, KVH, G, D]
+
+
 class Attention(nn.Module):
   config: ModelConfig
 
@@ -145,14 +228,14 @@ class Attention(nn.Module):
     k = apply_rope(k, cos, sin)
     k_all = kvc.write_tokens(k_all, layer, k, lengths)  # [L, B, S, KVH, D]
     v_all = kvc.write_tokens(v_all, layer, v, lengths)
-    k_buf, v_buf = k_all[layer], v_all[layer]  # [B, S, KVH, D]
     groups = c.num_attention_heads // c.num_key_value_heads
     qg = q.reshape(b, t, c.num_key_value_heads, groups, c.head_dim)
-    scores = jnp.einsum("btkgd,bskd->bkgts", qg, k_buf.astype(dt),
-                        preferred_element_type=jnp.float32) * (c.head_dim ** -0.5)
-    scores = jnp.where(mask[:, None, None, :, :], scores, -1e30)
-    w = jax.nn.softmax(scores, axis=-1).astype(dt)
-    out = jnp.einsum("bkgts,bskd->btkgd", w, v_buf.astype(dt))
+    chunk = resolve_attention_chunk()
+    if chunk and t <= MAX_CHUNKED_QUERIES:
+      out = chunked_attention(qg, k_all, v_all, layer, mask, jnp.max(lengths) + t,
+                              min(chunk, k_all.shape[2]), dt)
+    else:
+      out = full_attention(qg, k_all[layer], v_all[layer], mask, dt)  # [B, S, KVH, D] each
     out = out.reshape(b, t, c.num_attention_heads * c.head_dim)
     o_proj = _dense(c.hidden_size, ("heads", "embed"), c.o_bias, c, "o_proj")  # row-parallel
     return o_proj(out), k_all, v_all
