@@ -36,17 +36,25 @@ def bootstrap_ci(values: Sequence[float], statistic: Callable = np.mean,
   one entry per prompt (e.g. each problem's pass fraction), resampled along axis 0.
   Ratios of sums need the pairs, e.g. tau over prompts from ``[n, 2]`` rows of
   (emitted, calls) with ``statistic=lambda a: a[:, 0].sum() / a[:, 1].sum()``."""
+  if not 0 < alpha < 1:
+    raise ValueError(f"alpha={alpha!r} must lie in (0, 1)")
+  stats = bootstrap_distribution(values, statistic, num_resamples, seed)
+  return float(np.quantile(stats, alpha / 2)), float(np.quantile(stats, 1 - alpha / 2))
+
+
+def bootstrap_distribution(values: Sequence[float], statistic: Callable = np.mean,
+                           num_resamples: int = 2000, seed: int = 0) -> np.ndarray:
+  """``[num_resamples]`` values of ``statistic`` over resamples of ``values`` [n, ...] along
+  axis 0 (the draws :func:`bootstrap_ci` takes its quantiles of; the same ``seed`` gives
+  the same resamples), for intervals other than the percentile one and bias estimates."""
   x = np.asarray(values, dtype=np.float64)
   if x.ndim < 1 or len(x) == 0:
     raise ValueError(f"values must be a non-empty sequence, got shape {x.shape}")
-  if not 0 < alpha < 1:
-    raise ValueError(f"alpha={alpha!r} must lie in (0, 1)")
   if num_resamples < 1:
     raise ValueError(f"num_resamples={num_resamples!r} must be >= 1")
   rs = np.random.default_rng(seed)
   idx = rs.integers(0, len(x), size=(num_resamples, len(x)))
-  stats = np.array([statistic(x[i]) for i in idx])
-  return float(np.quantile(stats, alpha / 2)), float(np.quantile(stats, 1 - alpha / 2))
+  return np.array([statistic(x[i]) for i in idx])
 
 
 def _ratio(pairs: np.ndarray) -> float:

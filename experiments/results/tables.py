@@ -1,5 +1,6 @@
 """The tables of ``docs/results.md`` and ``benchmarks/RESULTS.md``, each computed from
-committed records only (no model, no JAX): :data:`TABLES` maps a table's name (the
+committed records only (no model; JAX is imported only to bin the SV calibration
+records, :mod:`experiments.results.sv_companion_tables`): :data:`TABLES` maps a table's name (the
 ``<!-- table:NAME -->`` marker in the docs, :mod:`experiments.render_results`) to the
 function that writes it.
 
@@ -12,6 +13,8 @@ Records read (paths relative to the repository root):
   ``small_models_drafters.json`` -- ``benchmarks/speculative.py`` rows;
 * ``benchmarks/results/{generate_vs_hf,forward_cost}_smollm2.txt`` -- the raw output;
 * ``benchmarks/results/layer_stack.json`` -- ``benchmarks/layer_stack.py``'s record;
+* ``benchmarks/results/attention_chunk.json`` -- ``benchmarks/attention_chunk.py``'s record;
+* ``benchmarks/results/acceptance_smollm2/acceptance.jsonl`` -- ``experiments.acceptance``;
 * ``specjax/models/assets/smollm2-135m-instruct/*/training.json`` -- the drafters' runs;
 * ``notebooks/0{2,3,4}_*.ipynb`` -- committed cell outputs of the full-settings runs.
 """
@@ -21,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import math
 import os
 import re
 
@@ -30,7 +32,8 @@ import numpy as np
 from experiments.common.row_stats import paired_speed_gain, round_cost_in_steps
 from experiments.humaneval import summary as hs
 from experiments.results import paper_claims as pc
-from experiments.results import compare_tables, propositions_tables, rule_tables, sweep_tables
+from experiments.results import (compare_tables, propositions_tables, rule_tables,
+                                 sv_companion_tables, sweep_tables)
 from experiments.results.markdown import RESULTS, ROOT, width_mde80  # noqa: F401 (re-exported)
 from experiments.results.markdown import ci as _ci
 from experiments.results.markdown import gain_cell as _gain_cell
@@ -38,6 +41,7 @@ from experiments.results.markdown import speedup_cell as _speedup_cell
 from experiments.results.markdown import path as _path
 from experiments.results.markdown import table as _table
 from experiments.results.proportions import two_proportions, wilson
+from experiments.sv.information import plugin_bias_bits
 
 HUMANEVAL_DIRS = {"t0": f"{RESULTS}/humaneval_t0", "t07": f"{RESULTS}/humaneval_t07",
                   "t1": f"{RESULTS}/humaneval_t1"}
@@ -103,13 +107,6 @@ def _md_table_lines(rel: str) -> str:
 
 
 # ---------------------------------------------------------------- small statistics
-
-
-def plugin_bias_bits(n: int, cells: int, outcomes: int = 2) -> float:
-  """Expected plug-in information of ``cells`` bins about an independent ``outcomes``-
-  valued variable from n records (Miller-Madow): (outcomes - 1)(cells - 1) / (2 n ln 2)
-  bits. An estimated gain of this size is what binning noise alone gives."""
-  return (outcomes - 1) * (cells - 1) / (2 * n * math.log(2))
 
 
 # ---------------------------------------------------------------- HumanEval
@@ -357,7 +354,9 @@ def claims_sv() -> str:
        f"ShareGPT {100 * sh['ig_frac']:.1f}%, HumanEval {100 * he['ig_frac']:.1f}% "
        f"(plug-in bias of the {int(np.prod(sh['num_bins']))} bins: {100 * bias['sharegpt']:.1f}% "
        f"/ {100 * bias['humaneval']:.1f}%)",
-       f"differ (no interval: the calibration records are not committed; the paper's gain is "
+       f"differ (no interval for this run, whose calibration records are not committed; the "
+       f"committed records of the same companion, section 4's depth table, put every interval "
+       f"below the paper; the paper's gain is "
        f"{paper['chat'] / sh['ig_frac']:.1f}x ours on chat, {paper['code'] / he['ig_frac']:.1f}x "
        f"on code, and the plug-in estimate errs upwards, away from the paper)"],
       ["A carries most of it; S alone 4-13%", "yes",
@@ -449,6 +448,19 @@ def layer_stack_table() -> str:
   return _table(["model", "workload", "first call CPU s (rolled / unrolled)",
                  "unrolled / rolled", "run ms (rolled / unrolled)", "unrolled / rolled",
                  "same tokens"], rows)
+
+
+def attention_chunk_table() -> str:
+  """Decode-step cost against cache slots (``benchmarks/attention_chunk.py``): whole-cache
+  attention against chunked attention, per batch size."""
+  rec = load_json(f"{RESULTS}/attention_chunk.json")
+  rows = []
+  for r in rec["rows"]:
+    full, chunked = r["ms_per_step"]["whole cache"], r["ms_per_step"]["chunks of 256"]
+    rows.append([str(r["batch"]), f"{r['cache_slots']:,}", f"{full:.1f}", f"{chunked:.1f}",
+                 f"{full / chunked:.2f}x", "yes" if r["same_tokens"] else "NO"])
+  return _table(["batch", "cache slots", "ms per step, whole cache",
+                 "ms per step, chunks of 256", "whole / chunked", "same tokens"], rows)
 
 
 MAIN_JOB = f"{RESULTS}/benchmark_smollm2/benchmark.jsonl"
@@ -640,37 +652,40 @@ def drafter_data_tau_table() -> str:
                  "tau, shipped head"], rows)
 
 
-# ---------------------------------------------------------------- zero-cost drafters
+# ---------------------------------------------------------------- acceptance of every drafter
 
-ZERO_COST = f"{RESULTS}/zero_cost_drafters_smollm2/acceptance.jsonl"
-ZERO_COST_REFERENCE = "eagle3_chain"  # the shipped EAGLE-3 head's chain, same prompts and keys
+ACCEPTANCE = f"{RESULTS}/acceptance_smollm2/acceptance.jsonl"
+ACCEPTANCE_REFERENCE = "eagle3_chain"  # the shipped EAGLE-3 head's chain, same prompts and keys
+# Row order within a (prompt set, T) group: the model-free drafters, the draft LM, the tree,
+# then the reference.
+ACCEPTANCE_ORDER = ("prompt_lookup_chain", "suffix_tree", "draft_lm_chain", "eagle3_tree",
+                    ACCEPTANCE_REFERENCE)
 
 
-def zero_cost_drafters_table() -> str:
-  """Prompt lookup and the suffix tree (no draft model) beside the shipped EAGLE-3
-  chain, per prompt set and temperature (experiments.acceptance, lossless): tau,
-  acceptance at the first three draft positions, and the paired gain over the EAGLE-3
-  chain on the same prompts and keys (interval, MDE and :func:`~experiments.results.markdown.gain_cell`'s reading)."""
+def acceptance_table(rel: str = ACCEPTANCE) -> str:
+  """Every drafter's acceptance (experiments.acceptance, lossless, no timing) per prompt
+  set and temperature: tau, acceptance at the first three draft positions, and the
+  paired gain over the shipped EAGLE-3 chain on the same prompts and keys (interval,
+  MDE and :func:`~experiments.results.markdown.gain_cell`'s reading)."""
   from experiments.compare.acceptance import paired_tau_gain
-  recs = _jsonl(ZERO_COST)
+  recs = _jsonl(rel)
   cell = {(r["config"]["drafter"], r["config"]["prompt_set"], r["config"]["temperature"]):
           r["result"] for r in recs}
-  order = ("prompt_lookup_chain", "suffix_tree", ZERO_COST_REFERENCE)
+  rank = lambda d: ACCEPTANCE_ORDER.index(d) if d in ACCEPTANCE_ORDER else -1
   rows = []
-  for (d, pset, t) in sorted(cell, key=lambda k: (k[1], k[2], order.index(k[0])
-                                                  if k[0] in order else len(order))):
+  for (d, pset, t) in sorted(cell, key=lambda k: (k[1], k[2], rank(k[0]), k[0])):
     res = cell[d, pset, t]
     acc = " / ".join(f"{a:.2f}" for a in res["accept_rate_per_position"][:3])
-    ref = cell.get((ZERO_COST_REFERENCE, pset, t))
-    gain = ("-" if d == ZERO_COST_REFERENCE or ref is None
+    ref = cell.get((ACCEPTANCE_REFERENCE, pset, t))
+    gain = ("-" if d == ACCEPTANCE_REFERENCE or ref is None
             else _gain_cell(paired_tau_gain(res, ref)))
     runs = f"{res['num_prompts']} x {res.get('seeds', 1)}"
     rows.append([d, pset, f"{t:g}", f"{res['tau']:.2f} {_ci(res['tau_ci'], '.2f')}", acc,
                  runs, gain])
   return _table(["drafter", "prompts", "T", "tau [95% CI over prompts]",
                  "acceptance at draft positions 1 / 2 / 3", "prompts x runs",
-                 f"vs {ZERO_COST_REFERENCE}: tau ratio - 1 [95% CI, paired], MDE (80% power): verdict"],
-                rows)
+                 f"vs {ACCEPTANCE_REFERENCE}: tau ratio - 1 [95% CI, paired], MDE (80% power): "
+                 "verdict"], rows)
 
 
 # ---------------------------------------------------------------- drafters, raw text outputs
@@ -721,13 +736,14 @@ TABLES = {
     "small_models_drafters": small_models_table,
     "drafters_smollm2": drafters_table,
     "layer_stack": layer_stack_table,
+    "attention_chunk": attention_chunk_table,
     "main_job_smollm2": main_job_table,
     "speed_smollm2": functools.partial(benchmark_table, SPEED_RECORD),
     "drafter_data_training": drafter_data_training_table,
     "drafter_data_heldout": drafter_data_heldout_table,
     "drafter_data_tau": drafter_data_tau_table,
     "drafter_data_continued": drafter_data_continued_table,
-    "zero_cost_drafters_smollm2": zero_cost_drafters_table,
+    "acceptance_smollm2": acceptance_table,
 }
 # The verification-rule comparisons (block, traversal, tree children, MARS + block).
 TABLES.update(rule_tables.TABLES)
@@ -737,3 +753,5 @@ TABLES.update(sweep_tables.TABLES)
 TABLES.update(compare_tables.TABLES)
 # The propositions and MARS margins on SmolLM2 that the notebooks do not cover.
 TABLES.update(propositions_tables.TABLES)
+# The SV companions' information about acceptance, per early-exit depth.
+TABLES.update(sv_companion_tables.TABLES)

@@ -19,7 +19,10 @@ Steps (docs/spec.md §5):
 4. Measure the target's verify-latency profile on this machine
    (``profile.json``).
 
-Everything goes to ``<workdir>/report.json`` as well.
+Everything goes to ``<workdir>/report.json`` as well, with the run's provenance
+(command, git commit, machine load); the records themselves to
+``<workdir>/records.npz`` (compressed, a few tens of KB per thousand records), from
+which :mod:`experiments.sv.information` gives the gains an interval over prompts.
 """
 
 from __future__ import annotations
@@ -159,6 +162,16 @@ def _collect_records(c, models, drafter, policy, pparams, verifier, sampling, pr
   return cols, calls, tok_calls / max(calls, 1)
 
 
+def _compact(cols: dict) -> dict:
+  """The records in the smallest dtypes that hold them (``records.npz`` is committed with
+  a run's report: :mod:`experiments.sv.information` reads it): signals float32, the
+  verdict and draft position int8, rows and steps int32."""
+  import numpy as np
+  kinds = {"S": np.float32, "A": np.float32, "accepted": np.int8, "position": np.int8,
+           "row": np.int32, "step": np.int32, "prompt_set": np.int8}
+  return {n: np.asarray(v).astype(kinds.get(n, np.asarray(v).dtype)) for n, v in cols.items()}
+
+
 def _binnings(c, s, a) -> dict:
   """``{name: (S edges, A edges)}``: fixed and quantile bins, each also S-only (one A
   bin: ``SpeculativeVerification(table_signals="S")``)."""
@@ -235,7 +248,8 @@ def run(c, models=None) -> dict:
   from specjax.policies import calibration as cal
   from specjax.policies.sv import SpeculativeVerification, uninformative_table
 
-  t0 = time.time()
+  from specjax import provenance
+  t0, stamp = time.time(), provenance.stamp()
   workdir = c.workdir or f"/tmp/specjax_runs/{c.name}"
   os.makedirs(workdir, exist_ok=True)
   models = models or load_models(c)
@@ -254,7 +268,7 @@ def run(c, models=None) -> dict:
   prompts, set_names, row_sets = calibration_prompts(c, target.config.vocab_size, models)
   cols, calls, tokens_per_call = _collect_records(c, models, drafter, policy, pparams, verifier,
                                                   sampling, prompts, row_sets)
-  np.savez(os.path.join(workdir, "records.npz"), **cols)
+  np.savez_compressed(os.path.join(workdir, "records.npz"), **_compact(cols))
   x = cols["accepted"].astype(np.int64)
   ident = {
       "models": cal.triple_id(target, tp, draft, dp, comp, cp),
@@ -281,6 +295,7 @@ def run(c, models=None) -> dict:
   if c.profile.enabled:
     report["profile"] = _profile_report(c, target, tp, k, workdir)
   report["wall_seconds"] = time.time() - t0
+  report["provenance"] = provenance.finish(stamp)
   with open(os.path.join(workdir, "report.json"), "w") as f:
     json.dump(report, f, indent=2, default=str)
   logging.info("wrote %s (%d records, accept rate %.3f, tau %.3f)",

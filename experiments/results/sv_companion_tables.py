@@ -1,0 +1,108 @@
+"""How much an early-exit companion tells about acceptance, per companion depth, from the
+committed calibration records (Speculative Verification, Kim et al. 2025, Table 1).
+
+One :mod:`experiments.sv.calibrate` run per companion -- the target's first N of its 30
+layers with its final norm and head (:mod:`specjax.models.early_exit`) -- on the same
+calibration prompts and keys: the shipped draft LM drafts K = 7, every draft is verified
+(lossless, T = 1), and each reached draft position leaves a record (S, A, accepted). The
+table gives IG(S) / H(X) and IG(S, A) / H(X) on the paper's fixed 5 x 5 grid -- the
+plug-in value, the bootstrap's bias-corrected value and its 95% basic interval over
+prompts (:mod:`experiments.sv.information`) -- the Miller-Madow bias of the grid, the paired difference from the shallowest companion, and a verdict
+against the paper's gain (chat for ShareGPT, code for HumanEval).
+
+Records: ``benchmarks/results/sv_companions_smollm2/draft_ee<N>/{report.json,records.npz}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from experiments.results.markdown import RESULTS, ci, path, table
+from experiments.sv.information import plugin_bias_bits
+
+SV_COMPANIONS = f"{RESULTS}/sv_companions_smollm2"
+COMPANION_LAYERS = (4, 8, 15, 22)  # early exits of SmolLM2's 30 layers
+BINNING = "fixed"  # the paper's 5 x 5 grid; the report also fits quantile bins
+PAPER_SET = {"sharegpt": "chat", "humaneval": "code"}
+
+
+def _run(root: str, layers: int) -> tuple[dict, object]:
+  """(report, records) of the ``layers`` companion's calibration under ``root``."""
+  from experiments.sv.information import CalibrationRecords
+  d = path(f"{root}/draft_ee{layers}")
+  with open(os.path.join(d, "report.json")) as f:
+    report = json.load(f)
+  return report, CalibrationRecords.load(os.path.join(d, "records.npz"))
+
+
+def _paper_frac(set_name: str) -> float | None:
+  from experiments.sv.evaluation import PAPER_IG
+  key = PAPER_SET.get(set_name)
+  if key is None:
+    return None
+  h, h_cond = PAPER_IG[key]
+  return 1 - h_cond / h
+
+
+def paper_verdict(ci95, paper: float | None) -> str:
+  """agree / differ / inconclusive of an ``IG / H(X)`` interval against the paper's share:
+  differ when the interval excludes it, agree when it holds it and excludes 0,
+  inconclusive when it holds both."""
+  if paper is None:
+    return "-"
+  lo, hi = ci95
+  if not lo <= paper <= hi:
+    return f"differ (paper {100 * paper:.0f}%)"
+  return f"{'inconclusive' if lo <= 0 else 'agree'} (paper {100 * paper:.0f}%)"
+
+
+def _pct(x: float) -> str:
+  return f"{100 * x:.1f}%"
+
+
+def _gain(g: dict) -> str:
+  """``plug-in, corrected [basic 95% CI]`` of :func:`~experiments.sv.information.gain_with_interval`."""
+  return (f"{_pct(g['ig_frac'])}, {_pct(g['ig_frac_corrected'])} "
+          f"{ci([100 * v for v in g['ig_frac_ci']], '.1f')}")
+
+
+def companions_table(root: str = SV_COMPANIONS, layers=COMPANION_LAYERS,
+                     num_resamples: int = 2000) -> str:
+  """Per companion depth and prompt set: records, accept rate, H(X), IG(S) / H(X) and
+  IG(S, A) / H(X) with their 95% intervals over prompts, the plug-in bias of the grid,
+  the paired difference in IG(S, A) / H(X) from the shallowest companion and the verdict
+  against the paper."""
+  from experiments.sv.information import by_prompt_set, gain_with_interval, paired_gain_difference
+  runs = {n: _run(root, n) for n in layers}
+  base_layers = layers[0]
+  base_report, base_records = runs[base_layers]
+  rows, cells = [], set()
+  for n in layers:
+    report, records = runs[n]
+    grid = report["tables"][BINNING]
+    se, ae = grid["s_edges"], grid["a_edges"]
+    names = report["prompt_sets"]
+    base_sets = by_prompt_set(base_records, base_report["prompt_sets"])
+    for set_name, rec in by_prompt_set(records, names).items():
+      sa = gain_with_interval(rec, se, ae, "SA", num_resamples)
+      s_only = gain_with_interval(rec, se, ae, "S", num_resamples)
+      cells.add(sa["cells"])
+      bias = plugin_bias_bits(sa["n"], sa["cells"]) / sa["H_X"] if sa["H_X"] > 0 else 0.0
+      if n == base_layers:
+        diff = "-"
+      else:
+        d = paired_gain_difference(rec, base_sets[set_name], se, ae, "SA", num_resamples)
+        diff = f"{100 * d['corrected']:+.1f} {ci([100 * v for v in d['ci']], '+.1f')}"
+      rows.append([f"{n} of 30", set_name, f"{sa['prompts']} / {sa['n']:,}",
+                   f"{rec.accepted.mean():.3f}", f"{sa['H_X']:.3f}", _gain(s_only), _gain(sa),
+                   _pct(bias), diff, paper_verdict(sa["ig_frac_ci"], _paper_frac(set_name))])
+  return table(["companion layers", "prompt set", "prompts / records", "accept rate", "H(X) bits",
+                "IG(S)/H(X): plug-in, corrected [95% CI over prompts]",
+                "IG(S,A)/H(X): plug-in, corrected [95% CI]",
+                f"Miller-Madow bias of the {' / '.join(map(str, sorted(cells)))} bins (of H(X))",
+                f"IG(S,A)/H(X) minus the {base_layers}-layer companion's, corrected, points "
+                "[95% CI, paired]", "vs the paper's IG(S,A)/H(X)"], rows)
+
+
+TABLES = {"sv_companions_smollm2": companions_table}
