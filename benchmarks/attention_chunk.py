@@ -26,6 +26,8 @@ import time
 
 from absl import app, flags
 
+from benchmarks.records import positive_ints, write_record
+
 FLAGS = flags.FLAGS
 MODES = {"whole cache": "0", "chunks of 256": "256"}
 
@@ -40,19 +42,10 @@ def define_flags():
   flags.DEFINE_string("output", "benchmarks/results/attention_chunk.json", "JSON record")
 
 
-def _ints(name: str) -> list[int]:
-  try:
-    values = [int(v) for v in getattr(FLAGS, name)]
-  except ValueError:
-    raise app.UsageError(f"--{name}={getattr(FLAGS, name)} must be integers") from None
-  if not values or min(values) < 1:
-    raise app.UsageError(f"--{name}={getattr(FLAGS, name)} must be integers >= 1")
-  return values
-
-
 def main(argv):
   del argv
-  batches, slots = _ints("batches"), _ints("cache_slots")
+  batches = positive_ints("batches", FLAGS.batches)
+  slots = positive_ints("cache_slots", FLAGS.cache_slots)
   if not 1 <= FLAGS.short < FLAGS.long or FLAGS.repeats < 1:
     raise app.UsageError(f"need 1 <= --short={FLAGS.short} < --long={FLAGS.long} and "
                          f"--repeats={FLAGS.repeats} >= 1")
@@ -103,10 +96,7 @@ def main(argv):
   record = {"benchmark": "attention_chunk", "model": FLAGS.model, "target_sha256": lm.sha256,
             "prompt_tokens": 32, "short": FLAGS.short, "long": FLAGS.long,
             "repeats": FLAGS.repeats, "provenance": provenance.finish(stamp), "rows": rows}
-  os.makedirs(os.path.dirname(FLAGS.output) or ".", exist_ok=True)
-  with open(FLAGS.output, "w") as f:
-    json.dump(record, f, indent=1)
-  print(f"wrote {FLAGS.output}")
+  write_record(FLAGS.output, record)
 
 
 if __name__ == "__main__":

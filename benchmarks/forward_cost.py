@@ -16,11 +16,12 @@ with the weights' sha256 and the run's provenance (:mod:`specjax.provenance`).
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
 from absl import app, flags
+
+from benchmarks.records import positive_ints, write_record
 
 FLAGS = flags.FLAGS
 
@@ -36,19 +37,10 @@ def define_flags():
   flags.DEFINE_string("output", "", "also write the cells as a JSON record here ('' = no)")
 
 
-def _ints(name, values):
-  try:
-    out = [int(v) for v in values]
-  except ValueError:
-    raise app.UsageError(f"--{name}={','.join(values)} must be a list of integers") from None
-  if not out or min(out) < 1:
-    raise app.UsageError(f"--{name}={','.join(values)} entries must be >= 1")
-  return out
-
-
 def main(argv):
   del argv
-  tokens, batches = _ints("tokens", FLAGS.tokens), _ints("batch_sizes", FLAGS.batch_sizes)
+  tokens = positive_ints("tokens", FLAGS.tokens)
+  batches = positive_ints("batch_sizes", FLAGS.batch_sizes)
   if FLAGS.context < 1 or FLAGS.repeats < 1:
     raise app.UsageError("--context and --repeats must be >= 1")
   import jax
@@ -89,9 +81,7 @@ def main(argv):
     record = provenance.stamped({"benchmark": "forward_cost", "model": name, "dtype": FLAGS.dtype,
                                  "context": FLAGS.context, "repeats": FLAGS.repeats,
                                  "cells": cells}, stamp, {"target": source})
-    with open(FLAGS.output, "w") as f:
-      json.dump(record, f, indent=1)
-    print(f"wrote {FLAGS.output}")
+    write_record(FLAGS.output, record)
 
 
 if __name__ == "__main__":

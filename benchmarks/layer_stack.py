@@ -27,10 +27,11 @@ benchmarks/RESULTS.md.
 from __future__ import annotations
 
 import json
-import os
 import time
 
 from absl import app, flags
+
+from benchmarks.records import write_record
 
 FLAGS = flags.FLAGS
 MODES = ("rolled", "unrolled")
@@ -137,10 +138,7 @@ def main(argv):
   record = {"benchmark": "layer_stack", "max_new_tokens": FLAGS.max_new_tokens,
             "num_draft": FLAGS.num_draft, "repeats": FLAGS.repeats, "batch": 1,
             "provenance": provenance.finish(stamp), "rows": rows}
-  os.makedirs(os.path.dirname(FLAGS.output) or ".", exist_ok=True)
-  with open(FLAGS.output, "w") as f:
-    json.dump(record, f, indent=1)
-  print(f"wrote {FLAGS.output}")
+  write_record(FLAGS.output, record)
 
 
 if __name__ == "__main__":

@@ -53,6 +53,7 @@ def test_chunks_past_the_extent_are_not_read():
   assert np.isfinite(np.asarray(got)).all()
 
 
+@pytest.mark.slow
 def test_gradient_and_vmap_pass_through():
   """The chunk loop is a scan of conds: reverse-mode differentiable (training forwards of
   at most 64 tokens take this path) and vmappable, with the full path's gradient."""
@@ -84,6 +85,7 @@ def test_bad_attention_chunk_is_named(monkeypatch):
     tr.resolve_attention_chunk()
 
 
+@pytest.mark.slow
 def test_model_decode_forward_same_either_way(monkeypatch):
   """A model's decode forward (T = 3 over a 200-slot cache with ragged rows) gives the same
   logits with the whole-cache einsum and with chunks of 64."""
