@@ -77,13 +77,13 @@ def companions_table(root: str = SV_COMPANIONS, layers=COMPANION_LAYERS,
   runs = {n: _run(root, n) for n in layers}
   base_layers = layers[0]
   base_report, base_records = runs[base_layers]
+  base_sets = by_prompt_set(base_records, base_report["prompt_sets"])
   rows, cells = [], set()
   for n in layers:
     report, records = runs[n]
     grid = report["tables"][BINNING]
     se, ae = grid["s_edges"], grid["a_edges"]
     names = report["prompt_sets"]
-    base_sets = by_prompt_set(base_records, base_report["prompt_sets"])
     for set_name, rec in by_prompt_set(records, names).items():
       sa = gain_with_interval(rec, se, ae, "SA", num_resamples)
       s_only = gain_with_interval(rec, se, ae, "S", num_resamples)
