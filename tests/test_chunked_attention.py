@@ -72,6 +72,31 @@ def test_gradient_and_vmap_pass_through():
                                                              jnp.float32)), atol=1e-6)
 
 
+def test_gradient_is_finite_where_a_query_sees_nothing_yet():
+  """A query that sees no slot at all (a padding row in training) or none in its first
+  chunk: every gradient stays finite, and where the query sees something it equals the
+  full path's. Masking exp(sc - m) after the fact (m = -1e30 there, so exp overflows to
+  inf) sends 0 * inf = nan back and fails here; that was a CI failure of training the
+  draft LM from a store."""
+  qg, k_all, v_all, layer, _, _ = _case(2, 3, 128, seed=3)
+  mask = tr.visibility_mask(jnp.asarray([0, 70], jnp.int32), 3, 128, None)
+  mask = mask.at[0, 1].set(False).at[1, :, :64].set(False)
+  seen = np.asarray(mask.any(-1))  # [B, T]
+
+  def loss(attend, q, k, v):
+    out = attend(q, k, v)  # [B, T, KVH, G, D]
+    return jnp.where(jnp.asarray(seen)[:, :, None, None, None], out, 0.0).sum()
+
+  chunked = lambda q, k, v: tr.chunked_attention(q, k, v, layer, mask, jnp.int32(73), 32,
+                                                 jnp.float32)
+  full = lambda q, k, v: tr.full_attention(q, k[layer], v[layer], mask, jnp.float32)
+  g_chunk = jax.grad(lambda *a: loss(chunked, *a), argnums=(0, 1, 2))(qg, k_all, v_all)
+  g_full = jax.grad(lambda *a: loss(full, *a), argnums=(0, 1, 2))(qg, k_all, v_all)
+  for got, want in zip(g_chunk, g_full):
+    assert np.isfinite(np.asarray(got)).all()
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5)
+
+
 @pytest.mark.parametrize("value,want", [("0", 0), ("128", 128), ("auto", 256), ("", 256)])
 def test_resolve_attention_chunk(monkeypatch, value, want):
   monkeypatch.setenv("SPECJAX_ATTENTION_CHUNK", value)

@@ -184,7 +184,10 @@ def chunked_attention(qg, k_all, v_all, layer, mask, extent, chunk: int, dt):
     ok = ok[:, None, None, :, :]  # [B, 1, 1, T, c]
     sc = jnp.einsum("btkgd,bskd->bkgts", qg, ks, preferred_element_type=jnp.float32) * scale
     m_new = jnp.maximum(m, jnp.max(jnp.where(ok, sc, -1e30), axis=-1))
-    p = jnp.where(ok, jnp.exp(sc - m_new[..., None]), 0.0)
+    # Mask the exponent, not the exponential: where a query has seen no visible slot yet,
+    # m_new is -1e30 and exp(sc - m_new) overflows to inf, and masking it afterwards
+    # still sends 0 * inf = nan back through exp's gradient (padding rows in training).
+    p = jnp.exp(jnp.where(ok, sc - m_new[..., None], -jnp.inf))
     corr = jnp.exp(m - m_new)
     l = l * corr + jnp.sum(p, axis=-1)
     acc = acc * corr[..., None] + jnp.einsum("bkgts,bskd->bkgtd", p.astype(dt), vs,
