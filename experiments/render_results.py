@@ -70,14 +70,16 @@ def render_doc(root: str, rel: str, tables: dict | None = None) -> Rendered:
   return Rendered(rel, text, render_text(text, tables), tuple(table_names(text)))
 
 
-def main(argv=None) -> int:
+def main(argv=None, tables: dict | None = None) -> int:
+  """The command line; ``tables`` (name -> function returning the table's markdown)
+  defaults to :data:`experiments.results.tables.TABLES`."""
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--check", action="store_true", help="write nothing; exit 1 if a table differs")
   ap.add_argument("--root", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   args = ap.parse_args(argv)
   stale = []
   for rel in DOCS:
-    doc = render_doc(args.root, rel)
+    doc = render_doc(args.root, rel, tables)
     if doc.stale and not args.check:
       with open(os.path.join(args.root, rel), "w") as f:
         f.write(doc.rendered)

@@ -1,7 +1,9 @@
 """The result docs' tables equal what the committed records give
-(:mod:`experiments.render_results`); no model, no JAX (well under 5 s)."""
+(:mod:`experiments.render_results`); no model, no JAX. Each table is rendered once per
+process (about 10 s for all of them, mostly bootstraps) and shared by the tests here."""
 
 import difflib
+import functools
 import os
 
 import pytest
@@ -12,6 +14,14 @@ from experiments.results.tables import TABLES
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@functools.cache
+def _table_once(name: str) -> str:
+  return TABLES[name]()
+
+
+RENDERED_ONCE = {name: functools.partial(_table_once, name) for name in TABLES}
+
+
 def _first_difference(doc: rr.Rendered) -> str:
   diff = difflib.unified_diff(doc.current.splitlines(), doc.rendered.splitlines(), lineterm="",
                               n=0)
@@ -20,14 +30,14 @@ def _first_difference(doc: rr.Rendered) -> str:
 
 @pytest.mark.parametrize("rel", rr.DOCS)
 def test_doc_tables_equal_their_records(rel):
-  doc = rr.render_doc(ROOT, rel)
+  doc = rr.render_doc(ROOT, rel, RENDERED_ONCE)
   assert doc.tables, f"{rel} has no rendered table"
   assert not doc.stale, (f"{rel}: a table differs from its records; run `python -m "
                          f"experiments.render_results` and commit\n{_first_difference(doc)}")
 
 
 def test_every_table_is_rendered_exactly_once():
-  names = [n for rel in rr.DOCS for n in rr.render_doc(ROOT, rel).tables]
+  names = [n for rel in rr.DOCS for n in rr.render_doc(ROOT, rel, RENDERED_ONCE).tables]
   assert sorted(names) == sorted(TABLES)
 
 
@@ -39,9 +49,9 @@ def test_a_changed_number_in_a_table_is_caught():
   i = text.index("<!-- table:claims_humaneval -->")
   j = text.index("| differ |", i)
   edited = text[:j] + "| agree |" + text[j + len("| differ |"):]
-  assert rr.render_text(edited, TABLES) == text != edited
+  assert rr.render_text(edited, RENDERED_ONCE) == text != edited
   outside = text.replace("# Results beside the papers", "# Results beside the papers!")
-  assert rr.render_text(outside, TABLES) == outside
+  assert rr.render_text(outside, RENDERED_ONCE) == outside
 
 
 def test_markers_replace_only_their_content():
@@ -73,5 +83,6 @@ def test_check_exits_nonzero_on_a_stale_doc(tmp_path):
       text = text[:i] + text[text.index("<!-- /table -->", i):]
     (tmp_path / rel).write_text(text)
   # the tables read their records from the repository, the docs from tmp_path
-  assert rr.main(["--check", f"--root={tmp_path}"]) == 1
-  assert rr.main([f"--root={tmp_path}"]) == 0 and rr.main(["--check", f"--root={tmp_path}"]) == 0
+  check, write = ["--check", f"--root={tmp_path}"], [f"--root={tmp_path}"]
+  assert rr.main(check, RENDERED_ONCE) == 1
+  assert rr.main(write, RENDERED_ONCE) == 0 and rr.main(check, RENDERED_ONCE) == 0
