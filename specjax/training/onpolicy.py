@@ -123,7 +123,8 @@ class _Recording:
     num_fed: [B] generated tokens fed (and recorded) so far.
     done: [B] the row has fed its last token.
     tokens: [B, N] fed tokens; features: [B, N, F, H] bf16 their hidden states;
-    topk_ids, topk_logp: [B, N, k] the next-token candidates at each.
+    topk_ids, topk_logp: [B, N, k] the next-token candidates at each. Row ``i``'s
+    entries ``[:num_fed[i]]`` are its own; later columns hold filler.
     step: scalar decode step (PRNG stream index).
   """
 
@@ -184,9 +185,13 @@ def _generate_recording(model, params, sampling: SamplingConfig, tokens, lengths
     o = model.apply(dparams, s.last[:, None], s.cache.lengths[:, None], s.cache)
     cache = kvc.commit(o.cache, active.astype(jnp.int32))
     ids, logp = _topk(o.logits[:, 0], top_k)
-    rows = jnp.arange(b)
-    at = jnp.where(active, s.num_fed, max_new_tokens)  # out of range -> dropped
-    put = lambda buf, v: buf.at[rows, at].set(v.astype(buf.dtype), mode="drop")
+    # Every row starts at step 1 and stays active until it is done, so an active row's
+    # num_fed is step - 1: all rows write column step - 1, a done row past its own
+    # num_fed (never read). One dynamic-update-slice instead of a per-row scatter: on
+    # CPU the scatter into the [B, N, F, H] feature buffer cost ~30 ms of a 138 ms step
+    # (batch 16, SmolLM2-135M).
+    col = s.step - 1
+    put = lambda buf, v: jax.lax.dynamic_update_index_in_dim(buf, v.astype(buf.dtype), col, 1)
     nxt, _ = jax.vmap(lambda k, l: sample_logits(k, l, sampling))(
         row_key(key, row_ids, s.step), o.logits[:, 0])
     num_fed = s.num_fed + active.astype(jnp.int32)
