@@ -24,6 +24,7 @@ ADAEDL = "--policies=none,adaedl:lam=1:adaptive=false"
 ADAEDL_METHOD = "lossless+adaedl(adaptive=False,lam=1.0)"
 
 
+@pytest.mark.slow  # 35 s: the shipped models and two drafters end to end; CI's slow step
 def test_main_job_on_default_models(tmp_path):
   out = tmp_path / "bench"
   r = _run("--model=default", "--drafters=chain,eagle_tree", "--verifiers=lossless,mars",

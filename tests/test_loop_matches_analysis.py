@@ -103,7 +103,7 @@ def _check(models, name, draft_kind, kwargs=None):
   assert tv < 0.05, (name, draft_kind, tv, emp.round(3), exact.round(3))
 
 
-@pytest.mark.parametrize("draft_kind", ["sampled", "topk"])
+@pytest.mark.parametrize("draft_kind", ["sampled", pytest.param("topk", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("name", FAST_RULES)
 def test_loop_matches_induced_fast(models, name, draft_kind):
   _check(models, name, draft_kind)

@@ -377,6 +377,7 @@ def test_lossless_with_sv_reproduces_the_target_distribution(triple):
   assert np.abs(z).max() < 4.5, z
 
 
+@pytest.mark.slow  # SV's lossless composition stays in the default suite (above)
 def test_mars_composes_with_sv(triple):
   """speculative_generate(..., verifier=mars, policy=sv): runs, relaxes, and
   verifies fewer drafts than fixed K; theta >= 1 gives exactly lossless + SV."""

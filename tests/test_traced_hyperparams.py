@@ -160,6 +160,7 @@ def test_difference_margin_sweep_changes_results_without_recompiling(models):
   assert relaxed[0] == 0 and relaxed[2] > 0
 
 
+@pytest.mark.slow  # the same traced-hyperparameter mechanism as the theta sweep above
 def test_temperature_sweep_compiles_once(models):
   fn = spec._speculative
   before = fn._cache_size()
@@ -175,6 +176,7 @@ def test_temperature_sweep_compiles_once(models):
   assert fn._cache_size() == before + 3
 
 
+@pytest.mark.slow  # the traced-hyperparameter mechanism of the theta sweep, on generate
 def test_generate_temperature_and_top_p_sweeps_compile_once(models):
   target, tp, _, _ = models
   fn = ar._generate
