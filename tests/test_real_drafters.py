@@ -93,6 +93,19 @@ def test_lm_companion_is_the_shipped_draft_lm(ms):
   assert got.sources["companion"] == f"lm:{ms.sources['draft']}"
 
 
+def test_the_draft_lm_by_path_is_refused_as_its_own_companion(ms):
+  """The shipped draft LM named by its directory (not "lm:draft") beside drafter "draft":
+  refused once the set shows the companion is the drafter."""
+  import ml_collections
+  from experiments.sv import calibrate
+  if ms.draft is None:
+    pytest.skip("no shipped draft LM")
+  c = ml_collections.ConfigDict(dict(models=NAME, drafter="draft",
+                                     companion=f"lm:{ms.sources['draft']}", seed=0))
+  with pytest.raises(ValueError, match="is the drafter='draft' LM itself"):
+    calibrate.load_models(c)
+
+
 def test_greedy_identity_every_drafter(ms):
   from experiments.common.prompts import load_chat_prompts
   prompts = [list(p.ids) for p in load_chat_prompts(ms.encode_chat, 4, max_tokens=256)]

@@ -239,3 +239,15 @@ def test_quantile_edges_merge_float_noise_point_mass():
   v = np.concatenate([np.ones(500), 1 - 1e-7 * np.arange(500), np.linspace(0, 1, 100)])
   e = cal.quantile_edges(v, 10)
   assert np.all(np.diff(e) >= 1e-3) and e[-1] == 1.0 and e[-2] < 0.999
+
+
+def test_the_drafting_lm_is_refused_as_its_own_companion():
+  """Drafter "draft" with companion "lm:draft": P_c = P_d, so S = A = 1 at every draft
+  (the calibration run that tried it recorded IG = 0 exactly). Refused before any model
+  loads, naming both settings."""
+  import ml_collections
+  from experiments.sv import calibrate
+  c = ml_collections.ConfigDict(dict(models="smollm2-135m-instruct", drafter="draft",
+                                     companion="lm:draft", seed=0))
+  with pytest.raises(ValueError, match="companion='lm:draft' is the drafter='draft' LM itself"):
+    calibrate.load_models(c)

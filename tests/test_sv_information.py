@@ -147,10 +147,12 @@ def test_companion_table_from_records(tmp_path):
     (d / "report.json").write_text(json.dumps(
         {"prompt_sets": ["sharegpt", "humaneval"],
          "tables": {"fixed": {"s_edges": e, "a_edges": e}}}))
-  out = sct.companions_table(str(tmp_path), layers=(4, 8), num_resamples=200)
+  out = sct.companions_table(str(tmp_path), companions=(("lm", "shallow", "draft_ee4"),
+                                                         ("lm", "deep", "draft_ee8")),
+                             num_resamples=200)
   lines = out.splitlines()
   assert len(lines) == 2 + 2 * 3  # header, rule, 3 sets (sharegpt, humaneval, all) x 2
-  deep_all = next(line for line in lines if line.startswith("| 8 of 30 | all"))
-  diff = deep_all.split(" | ")[8]
+  deep_all = next(line for line in lines if line.startswith("| lm | deep | all"))
+  diff = deep_all.split(" | ")[9]
   assert diff.startswith("+") and float(diff.split("[")[1].split(",")[0]) > 0
   assert "paper 34%" in out and "paper 20%" in out

@@ -1,16 +1,21 @@
-"""How much an early-exit companion tells about acceptance, per companion depth, from the
-committed calibration records (Speculative Verification, Kim et al. 2025, Table 1).
+"""How much a companion tells about acceptance, per companion, from the committed
+calibration records (Speculative Verification, Kim et al. 2025, Table 1).
 
-One :mod:`experiments.sv.calibrate` run per companion -- the target's first N of its 30
-layers with its final norm and head (:mod:`specjax.models.early_exit`) -- on the same
-calibration prompts and keys: the shipped draft LM drafts K = 7, every draft is verified
-(lossless, T = 1), and each reached draft position leaves a record (S, A, accepted). The
+One :mod:`experiments.sv.calibrate` run per companion -- an early exit, the target's first
+N of its 30 layers with its final norm and head (:mod:`specjax.models.early_exit`), or a
+separate small LM over the target's vocabulary (``lm:draft``: the shipped 1-layer draft
+LM) -- on the same calibration prompts and keys: a shipped drafter (the draft LM, or the EAGLE-3 head
+beside the draft LM as companion) drafts K = 7, every draft is verified (lossless,
+T = 1), and each reached draft position leaves a record (S, A, accepted). The
 table gives IG(S) / H(X) and IG(S, A) / H(X) on the paper's fixed 5 x 5 grid -- the
 plug-in value, the bootstrap's bias-corrected value and its 95% basic interval over
-prompts (:mod:`experiments.sv.information`) -- the Miller-Madow bias of the grid, the paired difference from the shallowest companion, and a verdict
-against the paper's gain (chat for ShareGPT, code for HumanEval).
+prompts (:mod:`experiments.sv.information`) -- the Miller-Madow bias of the grid, the
+paired difference from the first companion with the same drafter (same records of
+acceptance), and a verdict against the paper's gain (chat for ShareGPT, code for
+HumanEval).
 
-Records: ``benchmarks/results/sv_companions_smollm2/draft_ee<N>/{report.json,records.npz}``.
+Records: ``benchmarks/results/sv_companions_smollm2/<run>/{report.json,records.npz}``, runs
+``draft_ee<N>``, ``eagle3_ee22`` and ``eagle3_lm``.
 """
 
 from __future__ import annotations
@@ -22,15 +27,24 @@ from experiments.results.markdown import RESULTS, ci, path, table
 from experiments.sv.information import plugin_bias_bits
 
 SV_COMPANIONS = f"{RESULTS}/sv_companions_smollm2"
-COMPANION_LAYERS = (4, 8, 15, 22)  # early exits of SmolLM2's 30 layers
+# (drafter, companion, run directory): early exits of SmolLM2's 30 layers under the draft
+# LM's drafts, then the 22-layer exit and a separate small LM under the EAGLE-3 head's
+# (the draft LM cannot be its own companion: S = A = 1). The first run of each drafter is
+# the base of its paired differences.
+COMPANIONS = (("draft LM", "early exit, 4 of 30 layers", "draft_ee4"),
+              ("draft LM", "early exit, 8 of 30", "draft_ee8"),
+              ("draft LM", "early exit, 15 of 30", "draft_ee15"),
+              ("draft LM", "early exit, 22 of 30", "draft_ee22"),
+              ("EAGLE-3 head", "early exit, 22 of 30", "eagle3_ee22"),
+              ("EAGLE-3 head", "the draft LM (1 layer, 3.5M + shared embedding)", "eagle3_lm"))
 BINNING = "fixed"  # the paper's 5 x 5 grid; the report also fits quantile bins
 PAPER_SET = {"sharegpt": "chat", "humaneval": "code"}
 
 
-def _run(root: str, layers: int) -> tuple[dict, object]:
-  """(report, records) of the ``layers`` companion's calibration under ``root``."""
+def _run(root: str, run: str) -> tuple[dict, object]:
+  """(report, records) of the calibration run ``run`` under ``root``."""
   from experiments.sv.information import CalibrationRecords
-  d = path(f"{root}/draft_ee{layers}")
+  d = path(f"{root}/{run}")
   with open(os.path.join(d, "report.json")) as f:
     report = json.load(f)
   return report, CalibrationRecords.load(os.path.join(d, "records.npz"))
@@ -67,20 +81,23 @@ def _gain(g: dict) -> str:
           f"{ci([100 * v for v in g['ig_frac_ci']], '.1f')}")
 
 
-def companions_table(root: str = SV_COMPANIONS, layers=COMPANION_LAYERS,
+def companions_table(root: str = SV_COMPANIONS, companions=COMPANIONS,
                      num_resamples: int = 2000) -> str:
-  """Per companion depth and prompt set: records, accept rate, H(X), IG(S) / H(X) and
-  IG(S, A) / H(X) with their 95% intervals over prompts, the plug-in bias of the grid,
-  the paired difference in IG(S, A) / H(X) from the shallowest companion and the verdict
-  against the paper."""
+  """Per ``(drafter, companion, run)`` and prompt set: records, accept rate, H(X), IG(S) /
+  H(X) and IG(S, A) / H(X) with their 95% intervals over prompts, the plug-in bias of the
+  grid, the paired difference in IG(S, A) / H(X) from the drafter's first companion and
+  the verdict against the paper."""
   from experiments.sv.information import by_prompt_set, gain_with_interval, paired_gain_difference
-  runs = {n: _run(root, n) for n in layers}
-  base_layers = layers[0]
-  base_report, base_records = runs[base_layers]
-  base_sets = by_prompt_set(base_records, base_report["prompt_sets"])
+  runs = {run: _run(root, run) for _, _, run in companions}
+  bases = {}  # drafter -> (companion label, run, records by prompt set)
+  for drafter, label, run in companions:
+    if drafter not in bases:
+      report, records = runs[run]
+      bases[drafter] = (label, run, by_prompt_set(records, report["prompt_sets"]))
   rows, cells = [], set()
-  for n in layers:
-    report, records = runs[n]
+  for drafter, label, run in companions:
+    base_label, base_run, base_sets = bases[drafter]
+    report, records = runs[run]
     grid = report["tables"][BINNING]
     se, ae = grid["s_edges"], grid["a_edges"]
     names = report["prompt_sets"]
@@ -89,19 +106,21 @@ def companions_table(root: str = SV_COMPANIONS, layers=COMPANION_LAYERS,
       s_only = gain_with_interval(rec, se, ae, "S", num_resamples)
       cells.add(sa["cells"])
       bias = plugin_bias_bits(sa["n"], sa["cells"]) / sa["H_X"] if sa["H_X"] > 0 else 0.0
-      if n == base_layers:
+      if run == base_run:
         diff = "-"
       else:
         d = paired_gain_difference(rec, base_sets[set_name], se, ae, "SA", num_resamples)
-        diff = f"{100 * d['corrected']:+.1f} {ci([100 * v for v in d['ci']], '+.1f')}"
-      rows.append([f"{n} of 30", set_name, f"{sa['prompts']} / {sa['n']:,}",
+        diff = (f"{100 * d['corrected']:+.1f} {ci([100 * v for v in d['ci']], '+.1f')} "
+                f"(vs {base_label})")
+      rows.append([drafter, label, set_name, f"{sa['prompts']} / {sa['n']:,}",
                    f"{rec.accepted.mean():.3f}", f"{sa['H_X']:.3f}", _gain(s_only), _gain(sa),
                    _pct(bias), diff, paper_verdict(sa["ig_frac_ci"], _paper_frac(set_name))])
-  return table(["companion layers", "prompt set", "prompts / records", "accept rate", "H(X) bits",
+  return table(["drafter", "companion", "prompt set", "prompts / records", "accept rate",
+                "H(X) bits",
                 "IG(S)/H(X): plug-in, corrected [95% CI over prompts]",
                 "IG(S,A)/H(X): plug-in, corrected [95% CI]",
                 f"Miller-Madow bias of the {' / '.join(map(str, sorted(cells)))} bins (of H(X))",
-                f"IG(S,A)/H(X) minus the {base_layers}-layer companion's, corrected, points "
+                "IG(S,A)/H(X) minus the drafter's first companion's, corrected, points "
                 "[95% CI, paired]", "vs the paper's IG(S,A)/H(X)"], rows)
 
 

@@ -42,6 +42,12 @@ TINY = TinySpec(vocab_size=64, scale=5.0, draft_noise=0.05, companion_noise=0.03
                 eos_token_id=None)
 
 
+def _refuse_drafter_as_companion(c):
+  raise ValueError(f"companion={c.companion!r} is the drafter={c.drafter!r} LM itself: its "
+                   "signals S and A are 1 at every draft; use drafter='eagle3' beside it, "
+                   "or an early exit / another LM as the companion")
+
+
 def load_models(c):
   """``{name: (model, params)}`` for target, draft and companion (and ``"set"``, the
   :class:`~experiments.common.model_sets.ModelSet`, for a real target), from
@@ -53,14 +59,22 @@ def load_models(c):
   and ``c.companion`` ("early_exit:N": the target's first N layers with its norm and
   head, :mod:`specjax.models.early_exit`; "lm:SPEC": a separate LM over the target's
   vocabulary, e.g. "lm:draft", the shipped draft LM, beside the EAGLE-3 drafter).
+
+  A companion that is the drafting LM itself is refused: with P_c = P_d its signals
+  are S = sum_v min(P_d, P_c) = 1 and A = min(1, P_c(x) / P_d(x)) = 1 at every draft,
+  so they carry no information.
   """
   real = c.models not in ("default", "tiny")
   if real and c.drafter not in ("draft", "eagle3"):
     raise ValueError(f"drafter={c.drafter!r}; choose 'draft' or 'eagle3'")
   eagle = real and c.drafter == "eagle3"
+  if real and not eagle and c.companion == "lm:draft":  # before loading; a path: below
+    _refuse_drafter_as_companion(c)
   ms = load_model_set(c.models, draft="" if eagle else "draft", eagle="eagle3" if eagle else "",
                       companion=c.companion if real else "companion", seed=int(c.seed),
                       tiny=TINY)
+  if real and not eagle and ms.sources.get("companion") == f"lm:{ms.sources.get('draft')}":
+    _refuse_drafter_as_companion(c)
   out = {"target": (ms.target, ms.target_params), "draft": (ms.draft, ms.draft_params),
          "companion": (ms.companion, ms.companion_params)}
   if eagle:
