@@ -4,9 +4,9 @@ calibration records (Speculative Verification, Kim et al. 2025, Table 1).
 One :mod:`experiments.sv.calibrate` run per companion -- an early exit, the target's first
 N of its 30 layers with its final norm and head (:mod:`specjax.models.early_exit`), or a
 separate small LM over the target's vocabulary (``lm:draft``: the shipped 1-layer draft
-LM) -- on the same calibration prompts and keys: a shipped drafter (the draft LM, or the EAGLE-3 head
-beside the draft LM as companion) drafts K = 7, every draft is verified (lossless,
-T = 1), and each reached draft position leaves a record (S, A, accepted). The
+LM) -- on the same calibration prompts and keys: a shipped drafter (the draft LM, or the
+EAGLE-3 head beside the draft LM as companion) drafts K = 7, every draft is verified
+(lossless, T = 1), and each reached draft position leaves a record (S, A, accepted). The
 table gives IG(S) / H(X) and IG(S, A) / H(X) on the paper's fixed 5 x 5 grid -- the
 plug-in value, the bootstrap's bias-corrected value and its 95% basic interval over
 prompts (:mod:`experiments.sv.information`) -- the Miller-Madow bias of the grid, the

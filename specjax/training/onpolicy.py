@@ -189,7 +189,7 @@ def _generate_recording(model, params, sampling: SamplingConfig, tokens, lengths
     # num_fed is step - 1: all rows write column step - 1, a done row past its own
     # num_fed (never read). One dynamic-update-slice instead of a per-row scatter: on
     # CPU the scatter into the [B, N, F, H] feature buffer cost ~30 ms of a 138 ms step
-    # (batch 16, SmolLM2-135M).
+    # (batch 16, SmolLM2-135M, prompts of 100-300 tokens).
     col = s.step - 1
     put = lambda buf, v: jax.lax.dynamic_update_index_in_dim(buf, v.astype(buf.dtype), col, 1)
     nxt, _ = jax.vmap(lambda k, l: sample_logits(k, l, sampling))(
