@@ -172,6 +172,7 @@ def _check_tree(tree, depth, n, vocab_ids=None):
         assert tok[r, j] in vocab_ids
 
 
+@pytest.mark.slow  # EAGLE tree drafts stay checked in the default suite by greedy identity
 def test_tree_drafts_are_valid_and_static_tree_matches_chain():
   target, tp = _target()
   head, p, d2t = _head("eagle3", reduced=True)

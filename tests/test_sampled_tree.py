@@ -234,6 +234,7 @@ def test_sampled_proposal_carries_each_siblings_law(pair):
       assert (q[b, kids, tok[b, kids]] > 0).all()
 
 
+@pytest.mark.slow  # tree greedy identity stays in the default suite: test_speculative, test_eagle
 def test_sampled_trees_keep_greedy_identity_in_the_loop(pair):
   """T = 0 target: sampled children (LM static tree, batch of ragged prompts) still give
   the target's greedy tokens."""
