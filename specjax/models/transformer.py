@@ -202,7 +202,7 @@ def chunked_attention(qg, k_all, v_all, layer, mask, extent, chunk: int, dt):
   init = (jnp.full((b, kvh, g, t), -1e30, jnp.float32), jnp.zeros((b, kvh, g, t), jnp.float32),
           jnp.zeros((b, kvh, g, t, d), jnp.float32))
   (_, l, acc), _ = jax.lax.scan(body, init, jnp.arange(n))
-  out = acc / jnp.maximum(l, 1e-30)[..., None]  # every query sees at least itself: l > 0
+  out = acc / jnp.maximum(l, 1e-30)[..., None]  # l = 0 only where a query sees nothing: 0
   return jnp.moveaxis(out, 3, 1).astype(dt)  # [B, T, KVH, G, D]
 
 
