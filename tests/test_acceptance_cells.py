@@ -4,7 +4,7 @@
 import numpy as np
 import pytest
 
-from experiments.common.bootstrap import paired_ratio_gain
+from experiments.common.bootstrap import paired_ratio_gain, pooled_paired_ratio_gain
 from experiments.compare import acceptance
 
 
@@ -56,3 +56,39 @@ def test_paired_ratio_gain():
     paired_ratio_gain(x[:5], y)
   with pytest.raises(ValueError, match="different prompt lists"):
     acceptance.paired_tau_gain({"per_prompt": x[:5].tolist()}, {"per_prompt": y.tolist()})
+
+
+def test_pooled_paired_ratio_gain():
+  """Known gains, a shared-prompt group, and the errors.
+
+  30 prompts per group. An exact 10% gain in every cell gives 0.1 with a
+  degenerate interval; cells at +21% and 0% pool to their geometric mean
+  sqrt(1.21) - 1 = 0.1. The broken variants it catches: an arithmetic mean
+  (0.105), or resampling each cell on its own (a noisy cell and its mirror
+  image would no longer cancel in every resample: the interval would widen
+  from 0 to about +-0.1)."""
+  rng = np.random.default_rng(0)
+  calls = rng.integers(20, 40, size=(30, 1))
+  y = np.concatenate([calls * rng.uniform(1.5, 2.5, size=(30, 1)), calls], 1)
+  x = y * [[1.1, 1.0]]
+  g = pooled_paired_ratio_gain([[(x, y), (x, y)], [(x, y)]])
+  assert g["diff"] == pytest.approx(0.1) and g["ci95"][0] == pytest.approx(0.1)
+  assert g["cells"] == 3 and g["prompts"] == 60 and g["excludes_zero"]
+  assert g["mde80"] == pytest.approx(0, abs=1e-12)
+  mixed = pooled_paired_ratio_gain([[(y * [[1.21, 1.0]], y)], [(y, y)]])
+  assert mixed["diff"] == pytest.approx(0.1)
+  # A per-prompt noise and its inverse on the same prompts cancel in the geometric
+  # mean of every resample only if both cells are resampled with the same prompts.
+  noise = rng.uniform(0.5, 1.5, size=(30, 1))
+  up = np.concatenate([y[:, :1] * noise, y[:, 1:]], 1)
+  down = np.concatenate([y[:, :1] / noise, y[:, 1:]], 1)
+  cancel = pooled_paired_ratio_gain([[(up, y), (down, y)]])
+  assert abs(cancel["ci95"][1] - cancel["ci95"][0]) < 0.05
+  apart = pooled_paired_ratio_gain([[(up, y)], [(down, y)]])  # the same cells, unshared
+  assert apart["ci95"][1] - apart["ci95"][0] > 3 * (cancel["ci95"][1] - cancel["ci95"][0])
+  with pytest.raises(ValueError, match=r"groups\[0\]: every cell of a group"):
+    pooled_paired_ratio_gain([[(x, y), (x[:5], y[:5])]])
+  with pytest.raises(ValueError, match=r"groups\[1\] holds no cells"):
+    pooled_paired_ratio_gain([[(x, y)], []])
+  with pytest.raises(ValueError, match=r"\[n, 2\] rows"):
+    pooled_paired_ratio_gain([[(x[:, :1], y)]])

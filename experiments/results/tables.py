@@ -29,6 +29,7 @@ import re
 
 import numpy as np
 
+from experiments.common.bootstrap import pooled_paired_ratio_gain
 from experiments.common.row_stats import paired_speed_gain, round_cost_in_steps
 from experiments.humaneval import summary as hs
 from experiments.results import paper_claims as pc
@@ -608,16 +609,23 @@ def drafter_data_continued_table() -> str:
   extra = sorted({k[0] for k in cell} - set(DATA_ARMS) - {"reference"})
   rows = []
   for head in extra:
+    groups: dict = {}
     for kind, pset, t in sorted({k[1:] for k in cell if k[0] == head},
                                 key=lambda k: (k[0], k[2], k[1])):
       ref = cell.get(("reference", kind, pset, t))
       if ref is None:
         continue
       new = cell[(head, kind, pset, t)]
+      groups.setdefault(pset, []).append((new["per_prompt"], ref["per_prompt"]))
       rows.append([head, kind.replace("eagle_", ""), pset, f"{t:g}",
                    f"{ref['tau']:.2f} {_ci(ref['tau_ci'], '.2f')}",
                    f"{new['tau']:.2f} {_ci(new['tau_ci'], '.2f')}",
                    _gain_cell(paired_tau_gain(new, ref))])
+    if groups:
+      pooled = pooled_paired_ratio_gain(list(groups.values()))
+      rows.append([head, "**pooled**", " + ".join(sorted(groups)), "all",
+                   f"{pooled['cells']} cells", "geometric mean of the cells' ratios",
+                   f"**{_gain_cell(pooled)}**"])
   return _table(["head", "drafter", "prompts", "T", "tau, shipped head [95% CI]",
                  "tau, this head [95% CI]", "this / shipped - 1 [95% CI, paired], MDE "
                  "(80% power): verdict"], rows)
