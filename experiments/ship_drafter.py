@@ -9,6 +9,12 @@ without the target's embedding) against the target to check it, and copies
 ``config.json``, ``model.safetensors`` and ``training.json`` to
 ``specjax/models/assets/<target>/<kind>/``. Refuses when the whole asset
 directory would exceed ``--budget_mb`` (60 MB).
+
+A run that continued the shipped drafter (``--config.head.init_from`` = the
+asset directory) ships with its history: the shipped ``training.json`` it
+started from (without its per-step losses) is appended to the new one's
+``lineage`` list, oldest first, so the asset says every stage it was trained
+through.
 """
 
 from __future__ import annotations
@@ -38,6 +44,23 @@ def _dir_bytes(path: str, skip: str = "") -> int:
   return total
 
 
+def with_lineage(rec: dict, shipped_dir: str) -> dict:
+  """``rec`` (a run's ``training.json``) with ``lineage``: when the run started from
+  the drafter shipped at ``shipped_dir`` (its ``init_from``), the shipped record's
+  own lineage plus that record without ``loss_history``, oldest first; else ``rec``
+  unchanged."""
+  init = rec.get("init_from")
+  shipped = os.path.join(shipped_dir, "training.json")
+  if not init or os.path.realpath(init) != os.path.realpath(shipped_dir) \
+      or not os.path.isfile(shipped):
+    return rec
+  with open(shipped) as f:
+    prev = json.load(f)
+  earlier = prev.pop("lineage", [])
+  prev.pop("loss_history", None)
+  return {**rec, "lineage": earlier + [prev]}
+
+
 def ship(workdir: str, budget_mb: float = 60.0) -> str:
   from specjax.models import drafter_assets, hf, registry
   rec_path = os.path.join(workdir, "training.json")
@@ -59,8 +82,9 @@ def ship(workdir: str, budget_mb: float = 60.0) -> str:
   else:
     drafter_assets.load_head(src, lm.model, target_sha256=lm.sha256)
   dst = drafter_assets.drafter_dir(name, kind)
+  record = json.dumps(with_lineage(rec, dst), indent=1)
   new = sum(os.path.getsize(os.path.join(src, f)) for f in (hf.CONFIG_FILE, hf.WEIGHTS_FILE))
-  new += os.path.getsize(rec_path)
+  new += len(record.encode())
   total = _dir_bytes(drafter_assets.assets_root(), skip=dst) + new
   if total > budget_mb * 1e6:
     raise ValueError(f"shipping {src} would make specjax/models/assets {total / 1e6:.1f} MB, "
@@ -70,7 +94,8 @@ def ship(workdir: str, budget_mb: float = 60.0) -> str:
   os.makedirs(tmp)
   for f in (hf.CONFIG_FILE, hf.WEIGHTS_FILE):
     shutil.copy2(os.path.join(src, f), os.path.join(tmp, f))
-  shutil.copy2(rec_path, os.path.join(tmp, "training.json"))
+  with open(os.path.join(tmp, "training.json"), "w") as f:
+    f.write(record + "\n")
   shutil.rmtree(dst, ignore_errors=True)
   os.rename(tmp, dst)
   print(f"shipped {kind} for {name}: {dst} ({new / 1e6:.1f} MB; assets total "

@@ -716,10 +716,17 @@ def drafters_table() -> str:
       emb = cfg["vocab_size"] * cfg["hidden_size"]
       params = f"{(t['draft_params'] - emb) / 1e6:.2f}M (+ the target's {emb / 1e6:.1f}M embedding)"
       extra = f"{cfg['num_hidden_layers']} decoder layer, init from target layers {t['init_layers']}"
+    stages = [*t.get("lineage", []), t]  # oldest first (experiments/ship_drafter.py)
     rows.append([f"{label}: {extra}", params,
-                 f"{t['steps']:,} steps, {t['tokens_seen'] / 1e6:.2f}M window tokens",
+                 ", then ".join(f"{s['steps']:,} steps, {s['tokens_seen'] / 1e6:.2f}M window "
+                                f"tokens of `{os.path.basename(s['data']['store'])}`"
+                                for s in stages),
+                 "; ".join(f"{s['final_eval']['eval_acc0']:.3f} (after stage {i + 1}, its "
+                           f"store's held-out windows)" for i, s in enumerate(stages))
+                 if len(stages) > 1 else
                  f"{t['final_eval']['eval_acc0']:.3f} (step {t['final_eval']['step']})"])
-  return _table(["drafter", "params shipped", "training", "held-out top-1 vs target argmax"], rows)
+  return _table(["drafter", "params shipped", "training (stages)",
+                 "held-out top-1 vs target argmax"], rows)
 
 
 def text_table(rel: str):
