@@ -12,6 +12,9 @@ batch; export it.
   # continue training an exported head (same config and draft vocabulary) on new data:
   python -m experiments.train_from_store --config=...:eagle3 --config.store=DIR \
       --config.head.init_from=specjax/models/assets/smollm2-135m-instruct/eagle3
+  # ... or the shipped draft LM (same number of layers):
+  python -m experiments.train_from_store --config=...:draft --config.store=DIR \
+      --config.draft.init_from=specjax/models/assets/smollm2-135m-instruct/draft
   # export the latest checkpoint of a run (e.g. a copied snapshot) without training:
   python -m experiments.train_from_store --config=...:eagle3 --config.workdir=DIR \
       --config.train.export_only=True
@@ -171,8 +174,30 @@ def eagle_setup(c, lm, stores, workdir):
   return loss, frozen, init, train, heldout, record, export
 
 
+def initial_draft(path: str, lm, dcfg) -> dict:
+  """Float32 params of the draft LM at ``path`` to continue training from
+  (``c.draft.init_from``): a draft in the shipped form (``asset/`` of a run, or
+  ``specjax/models/assets/<target>/draft``: the target's embedding not stored,
+  :func:`specjax.models.drafter_assets.load_draft`) trained for this target, with
+  this run's configuration (``dcfg``: layers, widths)."""
+  from specjax.models import drafter_assets, hf
+  if drafter_assets.SHARED_KEY not in drafter_assets.read_config(path):
+    raise ValueError(f"draft.init_from={path!r} is not a draft LM in the shipped form (its "
+                     f"config.json has no {drafter_assets.SHARED_KEY!r}); pass the asset/ "
+                     "directory of a draft run or a shipped draft")
+  model, params = drafter_assets.load_draft(path, lm.model, lm.params, target_sha256=lm.sha256)
+  got, want = hf.config_to_hf(model.config), hf.config_to_hf(dcfg)
+  diff = sorted(k for k in set(got) | set(want)
+                if k != "torch_dtype" and got.get(k) != want.get(k))
+  if diff:
+    raise ValueError(f"draft.init_from={path!r}: its config differs from this run's in "
+                     f"{diff} ({[got.get(k) for k in diff]} vs {[want.get(k) for k in diff]})")
+  return params
+
+
 def draft_setup(c, lm, stores, workdir):
-  """``(loss, frozen, init_params, train, heldout, record, export)`` for the draft LM.
+  """``(loss, frozen, init_params, train, heldout, record, export)`` for the draft LM
+  (initialised from target layers, or from ``c.draft.init_from``: a draft LM).
 
   With ``draft.train_embedding`` False the embedding stays the target's (``frozen``)
   and the export is the shipping form (``asset/``: layers and norm only,
@@ -186,13 +211,15 @@ def draft_setup(c, lm, stores, workdir):
   model = lm_train.training_model(dcfg, c.draft.precision)
   train, heldout = batchers(c, stores, (), workdir)
   target_params = lm.params
-  full_init = lambda key: distill.init_from_target(dcfg, lm.model, target_params, layers,
-                                                   None if c.draft.copy_layers else key)
+  start = initial_draft(c.draft.init_from, lm, dcfg) if c.draft.init_from else None
+  full_init = lambda key: start if start is not None else distill.init_from_target(
+      dcfg, lm.model, target_params, layers, None if c.draft.copy_layers else key)
   shared = {} if c.draft.train_embedding else distill.split_shared(full_init(None))[1]
   init = lambda key: distill.split_shared(full_init(key))[0] if shared else full_init(key)
   record = {"kind": "draft", "draft_config": hf.config_to_hf(dcfg),
             "draft_params": dcfg.num_params(), "train_embedding": bool(c.draft.train_embedding),
-            "init_layers": list(layers) if c.draft.copy_layers else "random"}
+            "init_layers": list(layers) if c.draft.copy_layers else "random",
+            "init_from": c.draft.init_from or None}
   export_dir = c.export.dir or os.path.join(workdir, "hf")
 
   def export(params):

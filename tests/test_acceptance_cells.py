@@ -92,3 +92,46 @@ def test_pooled_paired_ratio_gain():
     pooled_paired_ratio_gain([[(x, y)], []])
   with pytest.raises(ValueError, match=r"\[n, 2\] rows"):
     pooled_paired_ratio_gain([[(x[:, :1], y)]])
+
+
+def test_candidate_table_pairs_cells_of_equal_settings(tmp_path):
+  """experiments.results.tables.candidate_table on hand-made records: a candidate draft
+  LM exactly 10% above the shipped one in both cells pools to +0.100 "better"; its
+  cells pair with the shipped cells of the same settings (other drafters and settings
+  ignored), and a candidate cell without a shipped twin is refused."""
+  import json
+
+  from experiments.results import tables
+
+  rng = np.random.default_rng(1)
+  calls = rng.integers(20, 40, size=(16, 1))
+  base = np.concatenate([calls * rng.uniform(1.2, 1.6, size=(16, 1)), calls], 1)
+
+  def rec(drafter, t, draft, per_prompt, new=128):
+    key = f"{drafter}|sharegpt|T={t:g}|m|{draft}|eagle3|K=5|tree=5,8,24|n=16|new={new}|seeds=3"
+    pp = np.asarray(per_prompt)
+    tau = float(pp[:, 0].sum() / pp[:, 1].sum())
+    return {"key": key, "config": {"drafter": drafter, "prompt_set": "sharegpt",
+                                   "temperature": t},
+            "result": {"per_prompt": pp.tolist(), "tau": tau, "tau_ci": [tau - 0.1, tau + 0.1],
+                       "num_prompts": 16, "seeds": 3}}
+
+  def write(name, recs):
+    with open(tmp_path / name, "w") as f:
+      f.writelines(json.dumps(r) + "\n" for r in recs)
+    return str(tmp_path / name)
+
+  shipped = write("shipped.jsonl", [rec("draft_lm_chain", t, "draft", base) for t in (0, 1)]
+                  + [rec("eagle3_chain", 0, "draft", base * [[2, 1]]),
+                     rec("draft_lm_chain", 0, "draft", base * [[3, 1]], new=64)])
+  better = base * [[1.1, 1.0]]
+  cand = write("cand.jsonl", [rec("draft_lm_chain", t, "/runs/x/asset", better)
+                              for t in (0, 1)])
+  out = tables.candidate_table(cand, shipped)
+  lines = out.splitlines()
+  assert len(lines) == 2 + 2 + 1  # header, rule, two cells, pooled
+  assert all("+0.100" in line and "better" in line for line in lines[2:])
+  assert "2 cells" in lines[-1]
+  orphan = write("orphan.jsonl", [rec("draft_lm_chain", 0, "/runs/x/asset", better, new=96)])
+  with pytest.raises(ValueError, match="has no cell of the same settings"):
+    tables.candidate_table(orphan, shipped)

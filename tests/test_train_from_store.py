@@ -376,6 +376,26 @@ def test_train_from_store_binary_eagle3_and_draft(tmp_path):
   e3.workdir, e3.head.draft_vocab_size = str(tmp_path / "refused"), 8
   with pytest.raises(ValueError, match=r"head.init_from=.*differs from this run's in"):
     binary.build(e3)
+  # ... and the exported draft LM in its shipped form (the target's embedding stays
+  # shared, not trained); a draft of another depth is refused.
+  from specjax.models import drafter_assets
+  dc = from_store.get_config("draft")
+  dc.target, dc.store, dc.workdir = tdir, store, str(tmp_path / "draft-continued")
+  dc.data.window, dc.data.batch_size, dc.data.eval_permille = T, 2, 300
+  dc.draft.num_layers, dc.train.num_steps, dc.train.progress = 1, 2, False
+  dc.draft.init_from = str(tmp_path / "draft" / "asset")
+  _, shipped = drafter_assets.load_draft(dc.draft.init_from, target, tp, target_sha256=sha)
+  built = binary.build(dc)
+  start = built.trainer.init_state().params
+  assert "embed_tokens" not in start
+  jax.tree.map(np.testing.assert_array_equal, start, distill.split_shared(shipped)[0])
+  built.trainer.close()
+  dc.workdir, dc.draft.num_layers = str(tmp_path / "refused-draft"), 2
+  with pytest.raises(ValueError, match=r"draft.init_from=.*differs from this run's in"):
+    binary.build(dc)
+  dc.draft.num_layers, dc.draft.init_from = 1, out["export_dir"]  # the HF export, not an asset
+  with pytest.raises(ValueError, match=r"draft.init_from=.*not a draft LM in the shipped form"):
+    binary.build(dc)
   # A mixture of two stores at a token budget: half the budget from each, resumable.
   c.store, c.workdir, c.data.max_target_tokens = f"{store},{store}", str(tmp_path / "mix"), 40
   out = binary.run(c)

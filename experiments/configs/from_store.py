@@ -61,6 +61,9 @@ def get_config(kind="eagle3"):
   c.draft.copy_layers = True  # False: random decoder layers (embedding and norm still copied)
   c.draft.init_layers = ()  # () = spread evenly over the target (first and last included)
   c.draft.precision = "float32"
+  # a draft LM in the shipped form (a run's asset/ or the shipped draft) to continue
+  # training from (its config must be this run's); "" = initialise from the target
+  c.draft.init_from = ""
 
   c.optim = ml_collections.ConfigDict()
   c.optim.learning_rate = 1e-3 if kind == "draft" else 3e-4

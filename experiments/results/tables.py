@@ -702,6 +702,53 @@ def acceptance_table(rel: str = ACCEPTANCE) -> str:
                  "verdict"], rows)
 
 
+# The shipped draft LM continued on the target's own text, measured with the settings of
+# the shipped draft LM's cells in ACCEPTANCE (same prompts and keys).
+DRAFT_CONTINUED = f"{RESULTS}/draft_continued_smollm2/acceptance.jsonl"
+
+
+def _settings(key: str) -> str:
+  """An acceptance key without its model fields (``drafter|set|T|model|draft|eagle|...``):
+  two cells with equal settings ran the same prompts, keys and lengths."""
+  parts = key.split("|")
+  return "|".join(parts[:4] + parts[6:])
+
+
+def candidate_table(candidate_rel: str = DRAFT_CONTINUED, shipped_rel: str = ACCEPTANCE,
+                    drafter: str = "draft_lm_chain") -> str:
+  """A candidate drafter's acceptance cells (``experiments.acceptance`` with another
+  ``--draft`` / ``--eagle``) against the shipped drafter's cells of the same settings,
+  paired over prompts: per cell, then pooled over the cells
+  (:func:`~experiments.common.bootstrap.pooled_paired_ratio_gain`, each prompt set
+  resampled once for its cells). Raises when a candidate cell has no shipped cell of the
+  same settings."""
+  from experiments.compare.acceptance import paired_tau_gain
+  shipped = {_settings(r["key"]): r["result"] for r in _jsonl(shipped_rel)
+             if r["config"]["drafter"] == drafter}
+  rows, groups = [], {}
+  recs = sorted((r for r in _jsonl(candidate_rel) if r["config"]["drafter"] == drafter),
+                key=lambda r: (r["config"]["prompt_set"], r["config"]["temperature"]))
+  for r in recs:
+    ref = shipped.get(_settings(r["key"]))
+    if ref is None:
+      raise ValueError(f"{candidate_rel}: cell {r['key']!r} has no cell of the same settings "
+                       f"in {shipped_rel}")
+    new, c = r["result"], r["config"]
+    groups.setdefault(c["prompt_set"], []).append((new["per_prompt"], ref["per_prompt"]))
+    rows.append([c["prompt_set"], f"{c['temperature']:g}",
+                 f"{new['num_prompts']} x {new.get('seeds', 1)}",
+                 f"{ref['tau']:.2f} {_ci(ref['tau_ci'], '.2f')}",
+                 f"{new['tau']:.2f} {_ci(new['tau_ci'], '.2f')}",
+                 _gain_cell(paired_tau_gain(new, ref))])
+  if groups:
+    pooled = pooled_paired_ratio_gain(list(groups.values()))
+    rows.append(["**pooled**: " + " + ".join(sorted(groups)), "all", f"{pooled['cells']} cells",
+                 "", "geometric mean of the cells' ratios", f"**{_gain_cell(pooled)}**"])
+  return _table(["prompts", "T", "prompts x runs", "tau, shipped [95% CI]",
+                 "tau, candidate [95% CI]", "candidate / shipped - 1 [95% CI, paired], MDE "
+                 "(80% power): verdict"], rows)
+
+
 # ---------------------------------------------------------------- drafters, raw text outputs
 
 
@@ -766,6 +813,7 @@ TABLES = {
     "drafter_data_tau": drafter_data_tau_table,
     "drafter_data_continued": drafter_data_continued_table,
     "acceptance_smollm2": acceptance_table,
+    "draft_continued_smollm2": candidate_table,
 }
 # The verification-rule comparisons (block, traversal, tree children, MARS + block).
 TABLES.update(rule_tables.TABLES)
