@@ -218,7 +218,8 @@ def draft_setup(c, lm, stores, workdir):
   init = lambda key: distill.split_shared(full_init(key))[0] if shared else full_init(key)
   record = {"kind": "draft", "draft_config": hf.config_to_hf(dcfg),
             "draft_params": dcfg.num_params(), "train_embedding": bool(c.draft.train_embedding),
-            "init_layers": list(layers) if c.draft.copy_layers else "random",
+            "init_layers": (None if c.draft.init_from else
+                            list(layers) if c.draft.copy_layers else "random"),
             "init_from": c.draft.init_from or None}
   export_dir = c.export.dir or os.path.join(workdir, "hf")
 

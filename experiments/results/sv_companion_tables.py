@@ -3,9 +3,11 @@ calibration records (Speculative Verification, Kim et al. 2025, Table 1).
 
 One :mod:`experiments.sv.calibrate` run per companion -- an early exit, the target's first
 N of its 30 layers with its final norm and head (:mod:`specjax.models.early_exit`), or a
-separate small LM over the target's vocabulary (``lm:draft``: the shipped 1-layer draft
-LM) -- on the same calibration prompts and keys: a shipped drafter (the draft LM, or the
-EAGLE-3 head beside the draft LM as companion) drafts K = 7, every draft is verified
+separate small LM over the target's vocabulary (``lm:draft``: the first shipped 1-layer
+draft LM; ``lm:DIR``: one trained on the target's own text) -- on the same calibration
+prompts and keys: a shipped drafter (the draft LM, or the EAGLE-3 head beside a separate
+LM as companion; the head's runs with ``c23`` in their names used the head continued on
+on-policy text) drafts K = 7, every draft is verified
 (lossless, T = 1), and each reached draft position leaves a record (S, A, accepted). The
 table gives IG(S) / H(X) and IG(S, A) / H(X) on the paper's fixed 5 x 5 grid -- the
 plug-in value, the bootstrap's bias-corrected value and its 95% basic interval over
@@ -15,7 +17,7 @@ acceptance), and a verdict against the paper's gain (chat for ShareGPT, code for
 HumanEval).
 
 Records: ``benchmarks/results/sv_companions_smollm2/<run>/{report.json,records.npz}``, runs
-``draft_ee<N>``, ``eagle3_ee22`` and ``eagle3_lm``.
+``draft_ee<N>``, ``eagle3_ee22``, ``eagle3_lm`` and ``eagle3c23_*``.
 """
 
 from __future__ import annotations
@@ -31,12 +33,20 @@ SV_COMPANIONS = f"{RESULTS}/sv_companions_smollm2"
 # LM's drafts, then the 22-layer exit and a separate small LM under the EAGLE-3 head's
 # (the draft LM cannot be its own companion: S = A = 1). The first run of each drafter is
 # the base of its paired differences.
+HEAD2 = "EAGLE-3 head, continued on on-policy text"
 COMPANIONS = (("draft LM", "early exit, 4 of 30 layers", "draft_ee4"),
               ("draft LM", "early exit, 8 of 30", "draft_ee8"),
               ("draft LM", "early exit, 15 of 30", "draft_ee15"),
               ("draft LM", "early exit, 22 of 30", "draft_ee22"),
               ("EAGLE-3 head", "early exit, 22 of 30", "eagle3_ee22"),
-              ("EAGLE-3 head", "the draft LM (1 layer, 3.5M + shared embedding)", "eagle3_lm"))
+              ("EAGLE-3 head", "the draft LM (1 layer, 3.5M + shared embedding)", "eagle3_lm"),
+              # the head continued on on-policy text (shipped after the runs above), and
+              # separate LMs trained on the target's own text beside the first draft LM
+              (HEAD2, "early exit, 22 of 30", "eagle3c23_ee22"),
+              (HEAD2, "the first draft LM (ShareGPT text)", "eagle3c23_lm"),
+              (HEAD2, "that draft LM continued on on-policy text", "eagle3c23_lm_onpolicy"),
+              (HEAD2, "2-layer LM distilled on on-policy text (7.1M + shared embedding)",
+               "eagle3c23_lm2_onpolicy"))
 BINNING = "fixed"  # the paper's 5 x 5 grid; the report also fits quantile bins
 PAPER_SET = {"sharegpt": "chat", "humaneval": "code"}
 

@@ -768,7 +768,9 @@ def drafters_table() -> str:
       cfg = t["draft_config"]
       emb = cfg["vocab_size"] * cfg["hidden_size"]
       params = f"{(t['draft_params'] - emb) / 1e6:.2f}M (+ the target's {emb / 1e6:.1f}M embedding)"
-      extra = f"{cfg['num_hidden_layers']} decoder layer, init from target layers {t['init_layers']}"
+      first = [*t.get("lineage", []), t][0]  # the stage that initialised it
+      extra = (f"{cfg['num_hidden_layers']} decoder layer, init from target layers "
+               f"{first['init_layers']}")
     stages = [*t.get("lineage", []), t]  # oldest first (experiments/ship_drafter.py)
     rows.append([f"{label}: {extra}", params,
                  ", then ".join(f"{s['steps']:,} steps, {s['tokens_seen'] / 1e6:.2f}M window "
