@@ -390,6 +390,8 @@ def test_train_from_store_binary_eagle3_and_draft(tmp_path):
   assert "embed_tokens" not in start
   jax.tree.map(np.testing.assert_array_equal, start, distill.split_shared(shipped)[0])
   built.trainer.close()
+  rec = binary.run(dc)  # its record names where it started, not target layers
+  assert rec["init_from"] == dc.draft.init_from and rec["init_layers"] is None
   dc.workdir, dc.draft.num_layers = str(tmp_path / "refused-draft"), 2
   with pytest.raises(ValueError, match=r"draft.init_from=.*differs from this run's in"):
     binary.build(dc)
