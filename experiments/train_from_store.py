@@ -95,6 +95,16 @@ def batchers(c, stores, feature_layers, workdir):
   return split("train"), split("heldout") if c.data.eval_permille else None
 
 
+def _check_same_config(flag: str, path: str, got: dict, want: dict, ignore=()) -> None:
+  """Refuse a drafter to continue from (``flag`` = ``path``) whose config ``got``
+  differs from this run's ``want`` in any key but ``ignore``."""
+  diff = sorted(k for k in set(got) | set(want)
+                if k not in ignore and got.get(k) != want.get(k))
+  if diff:
+    raise ValueError(f"{flag}={path!r}: its config differs from this run's in "
+                     f"{diff} ({[got.get(k) for k in diff]} vs {[want.get(k) for k in diff]})")
+
+
 def initial_head(path: str, lm, hcfg):
   """``(params, draft_ids)`` of the exported head at ``path`` to continue training
   from (``c.head.init_from``): it must be a head for this target with this run's
@@ -105,11 +115,8 @@ def initial_head(path: str, lm, hcfg):
   from specjax.models import eagle_io
   head, params, d2t = eagle_io.load_eagle(path, lm.config, dtype="float32",
                                           expect_target_sha256=lm.sha256)
-  got, want = eagle_io.config_to_json(head.config), eagle_io.config_to_json(hcfg)
-  diff = sorted(k for k in set(got) | set(want) if got.get(k) != want.get(k))
-  if diff:
-    raise ValueError(f"head.init_from={path!r}: its config differs from this run's in "
-                     f"{diff} ({[got.get(k) for k in diff]} vs {[want.get(k) for k in diff]})")
+  _check_same_config("head.init_from", path, eagle_io.config_to_json(head.config),
+                     eagle_io.config_to_json(hcfg))
   ids = None if d2t is None else np.asarray(d2t, np.int64) + np.arange(len(d2t))
   return params, ids
 
@@ -186,12 +193,8 @@ def initial_draft(path: str, lm, dcfg) -> dict:
                      f"config.json has no {drafter_assets.SHARED_KEY!r}); pass the asset/ "
                      "directory of a draft run or a shipped draft")
   model, params = drafter_assets.load_draft(path, lm.model, lm.params, target_sha256=lm.sha256)
-  got, want = hf.config_to_hf(model.config), hf.config_to_hf(dcfg)
-  diff = sorted(k for k in set(got) | set(want)
-                if k != "torch_dtype" and got.get(k) != want.get(k))
-  if diff:
-    raise ValueError(f"draft.init_from={path!r}: its config differs from this run's in "
-                     f"{diff} ({[got.get(k) for k in diff]} vs {[want.get(k) for k in diff]})")
+  _check_same_config("draft.init_from", path, hf.config_to_hf(model.config),
+                     hf.config_to_hf(dcfg), ignore=("torch_dtype",))
   return params
 
 
