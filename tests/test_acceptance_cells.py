@@ -135,3 +135,41 @@ def test_candidate_table_pairs_cells_of_equal_settings(tmp_path):
   orphan = write("orphan.jsonl", [rec("draft_lm_chain", 0, "/runs/x/asset", better, new=96)])
   with pytest.raises(ValueError, match="has no cell of the same settings"):
     tables.candidate_table(orphan, shipped)
+
+
+def test_continued_shipped_table_pairs_with_the_head_shipped_at_the_time(tmp_path):
+  """experiments.results.tables.drafter_data_continued_shipped_table on hand-made records:
+  a head exactly 5% above the head shipped when it was measured ("b") pools to +0.050
+  "better" over its two cells, although it is 15.5% above the first shipped head
+  ("reference"); the first-head table leaves it out unless it has no mapped baseline. Pairing with the first head instead
+  would read +0.155 and fail the +0.050 check."""
+  import json
+
+  from experiments.results import tables
+
+  rng = np.random.default_rng(2)
+  calls = rng.integers(20, 40, size=(16, 1))
+  base = np.concatenate([calls * rng.uniform(1.2, 1.6, size=(16, 1)), calls], 1)
+
+  def rec(head, t, per_prompt):
+    pp = np.asarray(per_prompt)
+    tau = float(pp[:, 0].sum() / pp[:, 1].sum())
+    return {"key": f"{head}|{t}", "config": {"head": head, "kind": "eagle_chain",
+                                             "prompt_set": "sharegpt", "temperature": t},
+            "result": {"per_prompt": pp.tolist(), "tau": tau, "tau_ci": [tau - 0.1, tau + 0.1]}}
+
+  recs = [rec(h, t, base * [[f, 1]]) for t in (0, 1)
+          for h, f in (("reference", 1.0), ("b", 1.1), ("c", 1.155))]
+  path = tmp_path / "acceptance.jsonl"
+  path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+  out = tables.drafter_data_continued_shipped_table(str(path), {"c": "b"})
+  lines = out.splitlines()
+  assert len(lines) == 2 + 2 + 1  # header, rule, two cells, pooled
+  assert all(line.startswith("| c |") and "+0.050" in line and "better" in line
+             for line in lines[2:])
+  assert "2 cells" in lines[-1]
+  first = tables.drafter_data_continued_table(str(path), {"c": "b"})
+  assert "| c |" not in first
+  assert "| b | **pooled** |" in first and "+0.100" in first
+  unmapped = tables.drafter_data_continued_table(str(path), {})
+  assert "| c | **pooled** |" in unmapped and "+0.155" in unmapped

@@ -605,20 +605,23 @@ def drafter_data_heldout_table() -> str:
                                                    for i in positions], "positions"], rows)
 
 
-def drafter_data_continued_table() -> str:
-  """Heads measured beside the arms (``--extra_heads``, e.g. the shipped head
-  continued on on-policy text) against the shipped head, paired over prompts."""
+# A head measured after ``continued23`` was shipped is compared against ``continued23``
+# (the shipped head when it was measured); every other extra head against the first
+# shipped head, measured as ``reference``.
+CONTINUED_BASELINES = {"continued35": "continued23"}
+
+
+def _continued_rows(cell: dict, heads: list, baseline_of) -> list:
+  """Rows of :func:`drafter_data_continued_table`: per head, one row per cell it shares
+  with its baseline (``baseline_of(head)``, a head name in ``cell``) and one pooled row."""
   from experiments.compare.acceptance import paired_tau_gain
-  recs = _jsonl(f"{DRAFTER_DATA}/acceptance.jsonl")
-  cell = {(r["config"]["head"], r["config"]["kind"], r["config"]["prompt_set"],
-           r["config"]["temperature"]): r["result"] for r in recs}
-  extra = sorted({k[0] for k in cell} - set(DATA_ARMS) - {"reference"})
   rows = []
-  for head in extra:
+  for head in heads:
+    base_head = baseline_of(head)
     groups: dict = {}
     for kind, pset, t in sorted({k[1:] for k in cell if k[0] == head},
                                 key=lambda k: (k[0], k[2], k[1])):
-      ref = cell.get(("reference", kind, pset, t))
+      ref = cell.get((base_head, kind, pset, t))
       if ref is None:
         continue
       new = cell[(head, kind, pset, t)]
@@ -632,9 +635,41 @@ def drafter_data_continued_table() -> str:
       rows.append([head, "**pooled**", " + ".join(sorted(groups)), "all",
                    f"{pooled['cells']} cells", "geometric mean of the cells' ratios",
                    f"**{_gain_cell(pooled)}**"])
+  return rows
+
+
+def _acceptance_cells(rel: str) -> dict:
+  return {(r["config"]["head"], r["config"]["kind"], r["config"]["prompt_set"],
+           r["config"]["temperature"]): r["result"] for r in _jsonl(rel)}
+
+
+def drafter_data_continued_table(rel: str = f"{DRAFTER_DATA}/acceptance.jsonl",
+                                 baselines: dict | None = None) -> str:
+  """Heads measured beside the arms (``--extra_heads``, e.g. the shipped head
+  continued on on-policy text) against the first shipped head (``reference``), paired
+  over prompts; heads in ``baselines`` (default :data:`CONTINUED_BASELINES`) are in
+  :func:`drafter_data_continued_shipped_table` instead."""
+  baselines = CONTINUED_BASELINES if baselines is None else baselines
+  cell = _acceptance_cells(rel)
+  extra = sorted({k[0] for k in cell} - set(DATA_ARMS) - {"reference"} - set(baselines))
   return _table(["head", "drafter", "prompts", "T", "tau, first shipped head [95% CI]",
                  "tau, this head [95% CI]", "this / first - 1 [95% CI, paired], MDE "
-                 "(80% power): verdict"], rows)
+                 "(80% power): verdict"],
+                _continued_rows(cell, extra, lambda head: "reference"))
+
+
+def drafter_data_continued_shipped_table(rel: str = f"{DRAFTER_DATA}/acceptance.jsonl",
+                                         baselines: dict | None = None) -> str:
+  """Heads measured after a continued head was shipped (:data:`CONTINUED_BASELINES`: head
+  -> the head shipped when it was measured) against that head, paired over prompts --
+  the comparison docs/results.md §7's replacement rule reads."""
+  baselines = CONTINUED_BASELINES if baselines is None else baselines
+  cell = _acceptance_cells(rel)
+  heads = sorted(h for h in baselines if any(k[0] == h for k in cell))
+  return _table(["head", "drafter", "prompts", "T", "tau, shipped head [95% CI]",
+                 "tau, this head [95% CI]", "this / shipped - 1 [95% CI, paired], MDE "
+                 "(80% power): verdict"],
+                _continued_rows(cell, heads, baselines.__getitem__))
 
 
 def drafter_data_tau_table() -> str:
@@ -814,6 +849,7 @@ TABLES = {
     "drafter_data_heldout": drafter_data_heldout_table,
     "drafter_data_tau": drafter_data_tau_table,
     "drafter_data_continued": drafter_data_continued_table,
+    "drafter_data_continued_shipped": drafter_data_continued_shipped_table,
     "acceptance_smollm2": acceptance_table,
     "draft_continued_smollm2": candidate_table,
 }
