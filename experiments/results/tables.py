@@ -557,7 +557,7 @@ def _speed_record_rows(rel: str, what: str) -> list[list[str]]:
   for t in sorted({r["config"]["temperature"] for r in recs}):
     cells = [f"{r['config']['drafter']} {_speedup_cell(r['result'])} (tau "
              f"{r['result']['tau']:.2f})" for r in recs if r["config"]["temperature"] == t]
-    rows.append([f"SmolLM2, {what}, lossless, {n} prompts, main-job settings, "
+    rows.append([f"SmolLM2, {what}, lossless, {n} prompts, main-job settings at 128 new tokens, "
                  f"T = {t:g}", f"`{rel}`", "; ".join(cells)])
   return rows
 
@@ -798,7 +798,7 @@ def drafters_table() -> str:
       params = f"{t['head_params'] / 1e6:.2f}M"
       extra = (f"draft vocabulary {cfg['draft_vocab_size']:,} "
                f"({100 * t['draft_vocab_coverage'][str(cfg['draft_vocab_size'])]:.1f}% argmax "
-               f"coverage), TTT {t['config']['train']['ttt_steps']}")
+               f"coverage of the last stage's store), TTT {t['config']['train']['ttt_steps']}")
     else:
       cfg = t["draft_config"]
       emb = cfg["vocab_size"] * cfg["hidden_size"]
