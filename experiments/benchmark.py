@@ -14,7 +14,7 @@ Defaults on SmolLM2: target-only, prompt lookup (``lookup_chain``: drafts copied
 from the prompt and the text so far, no model), the EAGLE-3 chain
 (``eagle_chain``) and EAGLE-3 with an EAGLE-2 dynamic tree (``eagle_tree``),
 each with lossless and MARS (theta 0.9) verification, at T = 0 and 1, batch 1,
-on a fixed set of held-out ShareGPT and HumanEval chat prompts (half each), 128
+on a fixed set of held-out ShareGPT and HumanEval chat prompts (half each), 96
 new tokens; target-only is timed once per temperature and shared by the rows
 (``--target_timing``).  The distilled draft LM (``--drafters=chain``) is off by
 default: it is the weakest drafter (tau 1.27 at T = 0) and the run stays under
@@ -92,7 +92,7 @@ def define_flags() -> None:
                        "compiled program per row (-1: --max_prompt_tokens for a real model, 0 for "
                        "the default models; 0: each batch to its own power-of-two bucket)")
   flags.DEFINE_integer("batch_size", 1, "rows per call (0 = all prompts in one batch)")
-  flags.DEFINE_integer("max_new_tokens", 0, "tokens generated per prompt (0: 128 for a real "
+  flags.DEFINE_integer("max_new_tokens", 0, "tokens generated per prompt (0: 96 for a real "
                        "model, 48 for the default models)")
   flags.DEFINE_integer("repeats", 1, "paired timing repeats (median; 1 keeps the default run "
                        "under 10 minutes on 2 cores)")
@@ -202,7 +202,7 @@ def _config():
   d.batch_size = FLAGS.batch_size
   d.prompt_bucket = FLAGS.prompt_bucket if FLAGS.prompt_bucket >= 0 else (
       0 if _is_default() else FLAGS.max_prompt_tokens)
-  d.max_new_tokens = FLAGS.max_new_tokens or (48 if _is_default() else 128)
+  d.max_new_tokens = FLAGS.max_new_tokens or (48 if _is_default() else 96)
   d.prompt_seed = FLAGS.seed
   if not _is_default():
     d.max_prompt_tokens = FLAGS.max_prompt_tokens
