@@ -515,8 +515,19 @@ def benchmark_table(rel: str) -> str:
 
 
 def main_job_table() -> str:
-  """README command 1's rows (``experiments/benchmark.py``, defaults)."""
-  return benchmark_table(MAIN_JOB)
+  """README command 1's rows (``experiments/benchmark.py``, defaults), and the whole
+  command's wall time in a fresh clone when the record beside them has it
+  (``benchmarks/fresh_clone_main_job.sh``)."""
+  out = benchmark_table(MAIN_JOB)
+  fresh = f"{os.path.dirname(MAIN_JOB)}/fresh_clone.json"
+  if os.path.exists(_path(fresh)):
+    f = load_json(fresh)
+    out += (f"\n\nREADME command 1 in a fresh clone, venv and caches (`{fresh}`, "
+            f"`benchmarks/fresh_clone_main_job.sh`, commit `{f['git_commit'][:10]}`): install "
+            f"{f['install_s']} s, main job {f['job_s']} s, **{f['total_s']} s in all** "
+            f"({f['total_s'] / 60:.1f} minutes; {f['cpus']} CPUs, load "
+            f"{f['load_average'][0]:.2f} at the start).")
+  return out
 
 
 def claims_speed() -> str:
