@@ -141,8 +141,8 @@ def test_continued_shipped_table_pairs_with_the_head_shipped_at_the_time(tmp_pat
   """experiments.results.tables.drafter_data_continued_shipped_table on hand-made records:
   a head exactly 5% above the head shipped when it was measured ("b") pools to +0.050
   "better" over its two cells, although it is 15.5% above the first shipped head
-  ("reference"); the first-head table leaves it out unless it has no mapped baseline. Pairing with the first head instead
-  would read +0.155 and fail the +0.050 check."""
+  ("reference"); the first-head table leaves it out unless it has no mapped baseline.
+  Pairing with the first head instead would read +0.155 and fail the +0.050 check."""
   import json
 
   from experiments.results import tables

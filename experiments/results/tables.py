@@ -623,8 +623,8 @@ CONTINUED_BASELINES = {"continued35": "continued23"}
 
 
 def _continued_rows(cell: dict, heads: list, baseline_of) -> list:
-  """Rows of :func:`drafter_data_continued_table`: per head, one row per cell it shares
-  with its baseline (``baseline_of(head)``, a head name in ``cell``) and one pooled row."""
+  """Rows of both continued-head tables: per head, one row per cell it shares with its
+  baseline (``baseline_of(head)``, a head name in ``cell``) and one pooled row."""
   from experiments.compare.acceptance import paired_tau_gain
   rows = []
   for head in heads:
@@ -650,6 +650,7 @@ def _continued_rows(cell: dict, heads: list, baseline_of) -> list:
 
 
 def _acceptance_cells(rel: str) -> dict:
+  """``{(head, kind, prompt set, T): result}`` of a drafter_data acceptance record."""
   return {(r["config"]["head"], r["config"]["kind"], r["config"]["prompt_set"],
            r["config"]["temperature"]): r["result"] for r in _jsonl(rel)}
 
