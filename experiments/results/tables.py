@@ -616,10 +616,11 @@ def drafter_data_heldout_table() -> str:
                                                    for i in positions], "positions"], rows)
 
 
-# A head measured after ``continued23`` was shipped is compared against ``continued23``
-# (the shipped head when it was measured); every other extra head against the first
-# shipped head, measured as ``reference``.
-CONTINUED_BASELINES = {"continued35": "continued23"}
+# A head measured after a continued head was shipped is compared against the head
+# shipped when it was measured (``continued35`` against ``continued23``, ``continued44``
+# against ``continued35``); every other extra head against the first shipped head,
+# measured as ``reference``.
+CONTINUED_BASELINES = {"continued35": "continued23", "continued44": "continued35"}
 
 
 def _continued_rows(cell: dict, heads: list, baseline_of) -> list:
