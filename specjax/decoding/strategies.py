@@ -14,7 +14,8 @@ calls in order::
 
 * :data:`CHAIN` -- ``drafter.draft`` proposes K tokens; the target runs over
   ``[last, x_1..x_b]`` (``b`` the smallest verify-length bucket covering
-  ``max(gamma)``, K without a policy); the rule accepts a prefix --
+  ``max(gamma)``, K without a policy), and the target's distributions and the
+  rule are computed over those ``b`` drafts only; the rule accepts a prefix --
   ``verify_chain`` for a node rule, ``verify_path`` for a path rule
   (:mod:`specjax.verifiers.path`, e.g. block verification); ``n + 1`` tokens
   are committed to the target cache (per-row cursor).
@@ -134,31 +135,20 @@ def _pad_axis(x, size: int, axis: int):
   return jnp.pad(x, pad)
 
 
-def _chain_forward(target, target_params, t_cache, last, x, gamma, buckets):
-  """Target forward over ``[last, x_1..x_b]``; ``b`` = the smallest of ``buckets``
-  covering every row's ``gamma`` (``lax.switch``: the target really processes
-  fewer tokens; ``buckets=None``: b = K).  Outputs are padded to K + 1 positions.
+def _chain_forward(target, target_params, t_cache, last, x, n: int):
+  """Target forward over ``[last, x_1..x_n]`` (``n`` static, ``<= K``): ``(logits
+  [B, n+1, V], hidden [n_sel, B, n+1, H] or None, cache)``."""
+  t_in = jnp.concatenate([last[:, None], x[:, :n]], axis=1)  # [B, n+1]
+  pos = t_cache.lengths[:, None] + jnp.arange(n + 1)[None, :]
+  o = target.apply(target_params, t_in, pos, t_cache)
+  return o.logits, o.hidden_states, o.cache
 
-  Returns ``(logits [B, K+1, V], hidden [n_sel, B, K+1, H] or None, cache,
-  tokens processed per row [])``."""
-  k = x.shape[1]
-  t_in = jnp.concatenate([last[:, None], x], axis=1)  # [B, K+1]
-  pos = t_cache.lengths[:, None] + jnp.arange(k + 1)[None, :]
 
-  def forward(b):
-    def run(_):
-      o = target.apply(target_params, t_in[:, :b + 1], pos[:, :b + 1], t_cache)
-      hidden = None if o.hidden_states is None else _pad_axis(o.hidden_states, k + 1, 2)
-      return _pad_axis(o.logits, k + 1, 1), hidden, o.cache, jnp.int32(b + 1)
-    return run
-
-  if buckets is None:
-    return forward(k)(None)
-  buckets = tuple(sorted(set(int(b) for b in buckets)))
-  need = jnp.max(gamma)
-  idx = jnp.sum(jnp.asarray(buckets)[None, :] < need).astype(jnp.int32)
-  idx = jnp.minimum(idx, len(buckets) - 1)
-  return jax.lax.switch(idx, [forward(b) for b in buckets], None)
+def _bucket_index(gamma, buckets: tuple):
+  """Index into ``buckets`` (sorted, distinct, the last = K) of the smallest verify
+  length covering every row's ``gamma [B]``: [] int32."""
+  idx = jnp.sum(jnp.asarray(buckets)[None, :] < jnp.max(gamma)).astype(jnp.int32)
+  return jnp.minimum(idx, len(buckets) - 1)
 
 
 def _hidden_at(hidden, node_ids):
@@ -230,16 +220,37 @@ class ChainStrategy:
     return proposal, state
 
   def verify(self, inputs: VerifyInputs) -> Verdict:
-    proposal, gamma = inputs.proposal, inputs.gamma
-    x, q = proposal.tokens, proposal.q
+    proposal, gamma, verifier = inputs.proposal, inputs.gamma, inputs.verifier
+    x, q, q_node = proposal.tokens, proposal.q, proposal.q_node
     b, k = x.shape
-    z, hidden, o_cache, processed = _chain_forward(inputs.target, inputs.target_params,
-                                                   inputs.cache, inputs.last, x, gamma,
-                                                   inputs.buckets)
-    p = probs_from_logits(z, inputs.sampling)
     u = jax.vmap(lambda kk: jax.random.uniform(kk, (k,)))(inputs.u_keys)
-    decide = _path_chain if isinstance(inputs.verifier, PathRule) else _node_chain
-    res = decide(inputs.verifier, z, p, q, x, u, inputs.verify_keys, gamma, proposal.q_node)
+    decide = _path_chain if isinstance(verifier, PathRule) else _node_chain
+
+    def verify_first(n: int):
+      """The step when every row offers at most ``n`` drafts (``gamma <= n``): the
+      forward over ``n + 1`` tokens, then the target's distributions and the rule over
+      the first ``max(n, 1)`` drafts only -- the rule stops at ``gamma``, so the rest
+      never matter, and ``u`` and the keys are sliced, not redrawn, so every bucket
+      decides exactly as the full length would.  Outputs are padded to K."""
+      def run(_):
+        z, hidden, o_cache = _chain_forward(inputs.target, inputs.target_params, inputs.cache,
+                                            inputs.last, x, n)
+        p = probs_from_logits(z, inputs.sampling)  # [B, n+1, V]
+        m = max(n, 1)  # with n = 0 (gamma = 0) the rule reads position 0 only
+        z, p = _pad_axis(z, m + 1, 1), _pad_axis(p, m + 1, 1)
+        res = decide(verifier, z, p, q[:, :m], x[:, :m], u[:, :m], inputs.verify_keys, gamma,
+                     q_node[:, :m])
+        res = dataclasses.replace(res, accepted=_pad_axis(res.accepted, k, 1))
+        hidden = None if hidden is None else _pad_axis(hidden, k + 1, 2)
+        return res, hidden, o_cache, jnp.int32(n + 1)
+      return run
+
+    if inputs.buckets is None:
+      res, hidden, o_cache, processed = verify_first(k)(None)
+    else:
+      buckets = tuple(sorted(set(int(v) for v in inputs.buckets)))
+      res, hidden, o_cache, processed = jax.lax.switch(
+          _bucket_index(gamma, buckets), [verify_first(n) for n in buckets], None)
     nacc = res.num_accepted
     cache = kvc.commit(o_cache, jnp.where(inputs.active, nacc + 1, 0))
     node_ids = jnp.broadcast_to(jnp.arange(k + 1)[None, :], (b, k + 1))
