@@ -33,7 +33,7 @@ from experiments.common.bootstrap import pooled_paired_ratio_gain
 from experiments.common.row_stats import paired_speed_gain, round_cost_in_steps
 from experiments.humaneval import summary as hs
 from experiments.results import paper_claims as pc
-from experiments.results import (compare_tables, propositions_tables, rule_tables,
+from experiments.results import (ab_tables, compare_tables, propositions_tables, rule_tables,
                                  sv_companion_tables, sweep_tables)
 from experiments.results.markdown import RESULTS, ROOT, width_mde80  # noqa: F401 (re-exported)
 from experiments.results.markdown import ci as _ci
@@ -876,3 +876,5 @@ TABLES.update(compare_tables.TABLES)
 TABLES.update(propositions_tables.TABLES)
 # The SV companions' information about acceptance, per early-exit depth.
 TABLES.update(sv_companion_tables.TABLES)
+# Before / after timings of one code change in one process.
+TABLES.update(ab_tables.TABLES)
