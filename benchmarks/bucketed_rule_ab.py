@@ -15,7 +15,7 @@ per round, round-robin, and keeps the median of ``--rounds``; the record has the
 per-prompt medians and the pooled tokens/s of each, so a reader gets
 ``before / after`` and both speedups over target-only from one run.
 
-    python -m benchmarks.bucketed_rule_ab --num_prompts=8 --rounds=5 \
+    python -m benchmarks.bucketed_rule_ab --num_prompts=8 --rounds=3 \
         --output=benchmarks/results/bucketed_rule_ab/lookup_chain.json
 """
 
