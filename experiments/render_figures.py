@@ -1,0 +1,101 @@
+r"""Re-draw the committed figures of ``docs/figures`` from their committed records.
+
+    python -m experiments.render_figures              # every figure of FIGURES
+    python -m experiments.render_figures --only=sweep_k_smollm2 --out=/tmp/figs
+
+Each figure is drawn by the same code its run calls (the run writes the figure
+itself; this re-draws it from the record without re-measuring anything), so a
+change of figure code reaches the docs without a rerun. ``lossy_margins_scatter_*``
+is not here: it is drawn from the raw logits during its run, which no record keeps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from typing import Callable
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = "benchmarks/results"
+
+
+@dataclasses.dataclass(frozen=True)
+class FigureSpec:
+  """One committed figure: the record it is drawn from (relative to the repo) and
+  ``draw(record_path, out_dir) -> [files written]``."""
+
+  name: str
+  record: str
+  draw: Callable[[str, str], list]
+
+
+def _jsonl(path: str) -> list[dict]:
+  with open(path) as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def _compare(record: str, out_dir: str) -> list:
+  from experiments.common.figures import plot_quality_vs_speed
+  return [plot_quality_vs_speed(_jsonl(record),
+                                os.path.join(out_dir, "compare_verifiers_smollm2.png"),
+                                "verifiers")]
+
+
+def _theta(record: str, out_dir: str) -> list:
+  from experiments.common.figures import plot_lines
+  return [plot_lines(_jsonl(record), os.path.join(out_dir, "sweep_theta_smollm2.png"),
+                     "MARS theta sweep", lambda cfg: cfg.get("x", 0.0), "theta")]
+
+
+def _k(record: str, out_dir: str) -> list:
+  from experiments.common.figures import plot_lines
+  return [plot_lines(_jsonl(record), os.path.join(out_dir, "sweep_k_smollm2.png"),
+                     "draft length sweep", lambda cfg: cfg["num_draft"], "K")]
+
+
+def _sv(record: str, out_dir: str) -> list:
+  from experiments.sv.evaluation import write_figures
+  with open(record) as f:
+    return write_figures(json.load(f), out_dir, "smollm2")
+
+
+def _lossy(record: str, out_dir: str) -> list:
+  from experiments.propositions.reports import make_figures
+  return make_figures(_jsonl(record), out_dir, path_of=lambda name: os.path.join(
+      out_dir, f"lossy_{os.path.splitext(name)[0]}_smollm2.png"))
+
+
+FIGURES = {f.name: f for f in (
+    FigureSpec("compare_verifiers_smollm2",
+               f"{RESULTS}/compare_smollm2/compare_verifiers_smollm2.jsonl", _compare),
+    FigureSpec("sweep_theta_smollm2", f"{RESULTS}/sweep_theta_smollm2/sweep_theta_smollm2.jsonl",
+               _theta),
+    FigureSpec("sweep_k_smollm2", f"{RESULTS}/sweep_k_smollm2/sweep_k_smollm2.jsonl", _k),
+    FigureSpec("sv_smollm2", f"{RESULTS}/sv_batch_sweep_smollm2.json", _sv),
+    FigureSpec("lossy_smollm2", f"{RESULTS}/lossy_propositions_smollm2/records.jsonl", _lossy),
+)}
+
+
+def main(argv=None) -> int:
+  """The command line: draw ``--only`` (default: all of :data:`FIGURES`) into ``--out``."""
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--only", default="", help="comma-separated names of FIGURES (default: all)")
+  ap.add_argument("--out", default=os.path.join(ROOT, "docs", "figures"))
+  args = ap.parse_args(argv)
+  names = [n.strip() for n in args.only.split(",") if n.strip()] or list(FIGURES)
+  unknown = [n for n in names if n not in FIGURES]
+  if unknown:
+    ap.error(f"--only={args.only!r}: unknown {unknown}; allowed: {', '.join(FIGURES)}")
+  os.makedirs(args.out, exist_ok=True)
+  for n in names:
+    spec = FIGURES[n]
+    for path in spec.draw(os.path.join(ROOT, spec.record), args.out):
+      print(f"{n}: {os.path.relpath(path, ROOT)} <- {spec.record}")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
