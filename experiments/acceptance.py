@@ -57,6 +57,8 @@ def define_flags() -> None:
   flags.DEFINE_integer("max_new_tokens", 128, "tokens per prompt")
   flags.DEFINE_integer("batch_size", 8, "rows per call")
   flags.DEFINE_string("output_dir", "outputs/acceptance", "JSONL + markdown")
+  from experiments.common import cli
+  cli.define_decision_flag()
 
 
 def _check_flags():
@@ -139,6 +141,8 @@ def run() -> list:
   from experiments.compare.acceptance import CellSettings, run_cell
 
   temps = _check_flags()
+  from experiments.common import cli
+  cli.apply_decision_flag()
   need_draft = "chain" in FLAGS.drafters
   need_eagle = any(d.startswith("eagle") for d in FLAGS.drafters)
   state = {}

@@ -45,6 +45,7 @@ from absl import app, flags
 from experiments.common import cli
 
 REAL_DEFAULT = "smollm2-135m-instruct"
+REAL_MAX_NEW_TOKENS = 96  # --max_new_tokens=0 on a real model (48 on --model=default)
 
 FLAGS = flags.FLAGS
 
@@ -111,6 +112,7 @@ def define_flags() -> None:
                       "(process i > 0 of a multi-process run: under process_<i>/)")
   cli.define_distributed_flags()
   cli.define_layer_stack_flag()
+  cli.define_decision_flag()
 
 
 def _is_default() -> bool:
@@ -202,7 +204,7 @@ def _config():
   d.batch_size = FLAGS.batch_size
   d.prompt_bucket = FLAGS.prompt_bucket if FLAGS.prompt_bucket >= 0 else (
       0 if _is_default() else FLAGS.max_prompt_tokens)
-  d.max_new_tokens = FLAGS.max_new_tokens or (48 if _is_default() else 96)
+  d.max_new_tokens = FLAGS.max_new_tokens or (48 if _is_default() else REAL_MAX_NEW_TOKENS)
   d.prompt_seed = FLAGS.seed
   if not _is_default():
     d.max_prompt_tokens = FLAGS.max_prompt_tokens
@@ -245,6 +247,7 @@ def run() -> dict:
   cli.apply_layer_stack()
   t_start = time.time()
   c = _config()
+  cli.apply_decision_flag()  # after the flag checks, before anything loads
   try:
     rows_lib.validate_config(c)
     rows_lib.parse_rules(c.rules)

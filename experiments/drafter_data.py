@@ -78,6 +78,8 @@ def define_flags() -> None:
   flags.DEFINE_integer("seeds", 1, "runs per prompt at T > 0")
   flags.DEFINE_integer("tau_batch_size", 8, "rows per call (phase tau)")
   flags.DEFINE_string("output_dir", "benchmarks/results/drafter_data", "records")
+  from experiments.common import cli
+  cli.define_decision_flag()
 
 
 def _check_flags() -> list:
@@ -248,6 +250,8 @@ def run() -> dict:
   from experiments.common import sweep
   from specjax.models import registry
   temps = _check_flags()
+  from experiments.common import cli
+  cli.apply_decision_flag()
   lm = registry.load_model(FLAGS.model)
   stores = store_dirs(lm)
   runs_dir = FLAGS.runs_dir or os.path.join(registry.cache_root(), "runs", "drafter_data")

@@ -16,6 +16,13 @@ is visibly so).  Model hashes are the caller's to name (they know which files
 it loaded): :func:`model_hashes` hashes them and :func:`stamped` puts both on a
 record (``"provenance"``, ``"model_sha256"``).  Nothing here reaches the network; git is asked only when the
 working directory is a git checkout.
+
+A record that *decides* something (which head ships, whether a drafter is faster)
+must come from a committed tree: :func:`require_clean_tree` (a binary's
+``--decision`` flag) refuses to start on a checkout with uncommitted changes to
+tracked files, and every stamp the process writes afterwards carries
+``"decision": true``.  Records from a dirty tree stay exploratory; the result
+tables say so.
 """
 
 from __future__ import annotations
@@ -60,6 +67,30 @@ def git_state(cwd: Optional[str] = None) -> dict:
     return {"git_commit": None, "git_dirty": None}
 
 
+class DirtyTreeError(RuntimeError):
+  """A decision run was asked for on a checkout that cannot vouch for its code."""
+
+
+_DECISION = {"on": False}
+
+
+def require_clean_tree(cwd: Optional[str] = None) -> dict:
+  """Refuse (:class:`DirtyTreeError`) unless ``cwd`` is a git checkout without
+  uncommitted changes to tracked files; then mark every later :func:`stamp` of this
+  process ``"decision": True``. Returns the :func:`git_state`."""
+  state = git_state(cwd)
+  if state["git_commit"] is None:
+    raise DirtyTreeError(f"--decision: {cwd or os.getcwd()!r} is not a git checkout (or git "
+                         "failed); a decision record must name the commit it ran")
+  if state["git_dirty"]:
+    raise DirtyTreeError("--decision: the working tree has uncommitted changes to tracked "
+                         "files (git status --untracked-files=no); a decision record must "
+                         "come from a committed tree: commit, or run without --decision "
+                         "(an exploratory record)")
+  _DECISION["on"] = True
+  return state
+
+
 def _load() -> list:
   try:
     return [round(x, 2) for x in os.getloadavg()]
@@ -80,6 +111,7 @@ def stamp(argv: Optional[Sequence[str]] = None, cwd: Optional[str] = None) -> di
       "jax": jax.__version__,
       "backend": jax.default_backend(),
       "devices": jax.device_count(),
+      **({"decision": True} if _DECISION["on"] else {}),
   }
 
 

@@ -67,6 +67,10 @@ def test_greedy_answers_are_generate_and_features_equal_a_second_pass(target, fu
   prompts = _prompts()
   d, m = full_store
   assert [s["temperature"] for s in m["shards"]] == [0.0, 1.0]
+  # every generated shard names its seed, its key and the run that generated it
+  assert [s["generation_seed"] for s in m["shards"]] == [MIX.seed] * 2
+  assert m["shards"][1]["prng"].startswith(f"fold_in(fold_in(key({MIX.seed}), 1)")
+  assert all(s["provenance"]["command"] and "git_dirty" in s["provenance"] for s in m["shards"])
   seqs = _sequences(d)
   assert len(seqs) == len(prompts)
   ref = generate(model, params, [list(p.ids) for p in prompts[:3]],

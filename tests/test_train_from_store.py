@@ -281,6 +281,9 @@ def test_resume_reproduces_uninterrupted_run_and_training_json(tiny, tmp_path):
   assert rec["data"]["store"] == store.dir and rec["data"]["num_shards"] == 2
   assert rec["tokens_seen"] == 2 * n * 2 * T and rec["loss_history"] == ref
   assert 0 < rec["target_positions_seen"] <= rec["tokens_seen"]
+  # provenance of the (resumed) run, and what the store was built from
+  assert rec["provenance"]["command"] and "git_dirty" in rec["provenance"]
+  assert "load_average_end" in rec["provenance"] and "generation" in rec["data"]
   with pytest.raises(ValueError, match="kind='eagle1'.*kind='eagle3'"):
     _trainer(store, target, tp, str(tmp_path), 2 * n, kind="eagle3")
 

@@ -126,3 +126,28 @@ def initialize_distributed() -> bool:
     return distributed.initialize(f.coordinator_address, f.num_processes, f.process_id)
   except ValueError as e:
     raise app.UsageError(f"--{str(e)}") from None
+
+
+def define_decision_flag() -> None:
+  """``--decision`` (idempotent): the run's records decide something, so the run
+  refuses to start from a tree with uncommitted changes (:func:`apply_decision_flag`)."""
+  if "decision" in flags.FLAGS:
+    return
+  flags.DEFINE_bool("decision", False, "the records decide something (which drafter ships, "
+                    "whether a drafter is faster): refuse to run from a git tree with "
+                    "uncommitted changes to tracked files and stamp every record "
+                    "'decision': true (specjax.provenance.require_clean_tree)")
+
+
+def apply_decision_flag() -> None:
+  """With ``--decision``: :func:`specjax.provenance.require_clean_tree`, its refusal an
+  ``app.UsageError`` naming the flag. Call before anything is measured."""
+  from absl import app
+
+  from specjax import provenance
+  if not flags.FLAGS.decision:
+    return
+  try:
+    provenance.require_clean_tree()
+  except provenance.DirtyTreeError as e:
+    raise app.UsageError(str(e)) from None

@@ -33,22 +33,28 @@ def table(head: list[str], rows: list[list[str]]) -> str:
   return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
 
 
-def gain_cell(g: dict) -> str:
+def gain_cell(g: dict, verdict: bool = True) -> str:
   """A paired relative gain (:func:`experiments.common.bootstrap.paired_ratio_gain`'s
   dict) as ``+0.123 [lo, hi], MDE m: verdict``, the verdict better / worse when the
-  interval excludes 0, else inconclusive."""
-  verdict = "better" if g["ci95"][0] > 0 else "worse" if g["ci95"][1] < 0 else "inconclusive"
-  return f"{g['diff']:+.3f} {ci(g['ci95'])}, MDE {g['mde80']:.3f}: {verdict}"
+  interval excludes 0, else inconclusive (``verdict=False``: no verdict)."""
+  out = f"{g['diff']:+.3f} {ci(g['ci95'])}, MDE {g['mde80']:.3f}"
+  if not verdict:
+    return out
+  word = "better" if g["ci95"][0] > 0 else "worse" if g["ci95"][1] < 0 else "inconclusive"
+  return f"{out}: {word}"
 
 
-def speedup_cell(res: dict) -> str:
+def speedup_cell(res: dict, verdict: bool = True) -> str:
   """A row's speedup: with its 95% interval over prompts and a verdict against 1 where
   the record has per-prompt timings (``speedup_pooled``,
   :func:`experiments.common.row_stats.speedup_interval`), else the median over
-  repeats alone."""
+  repeats alone (``verdict=False``: the interval and MDE, no verdict)."""
   sp = res.get("speedup_pooled")
   if sp is None:
     return f"{res['speedup']:.2f}"
   lo, hi = sp["ci95"]
-  verdict = "faster" if lo > 1 else "slower" if hi < 1 else "inconclusive"
-  return f"{sp['speedup']:.2f} {ci(sp['ci95'], '.2f')}, MDE {sp['mde80']:.2f}: {verdict}"
+  out = f"{sp['speedup']:.2f} {ci(sp['ci95'], '.2f')}, MDE {sp['mde80']:.2f}"
+  if not verdict:
+    return out
+  word = "faster" if lo > 1 else "slower" if hi < 1 else "inconclusive"
+  return f"{out}: {word}"

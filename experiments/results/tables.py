@@ -33,6 +33,7 @@ from experiments.common.bootstrap import pooled_paired_ratio_gain
 from experiments.common.row_stats import paired_speed_gain, round_cost_in_steps
 from experiments.humaneval import summary as hs
 from experiments.results import paper_claims as pc
+from experiments.results.commands import benchmark_rerun
 from experiments.results import (ab_tables, compare_tables, propositions_tables, rule_tables,
                                  sv_companion_tables, sweep_tables)
 from experiments.results.markdown import RESULTS, ROOT, width_mde80  # noqa: F401 (re-exported)
@@ -470,14 +471,16 @@ SPEED_RECORD = f"{RESULTS}/speed_smollm2/benchmark.jsonl"
 SPEED_RECORD_ONPOLICY_HEAD = f"{RESULTS}/speed_smollm2_onpolicy_head/benchmark.jsonl"
 
 
-def benchmark_table(rel: str) -> str:
+def benchmark_table(rel: str, verdicts: bool = True) -> str:
   """``experiments/benchmark.py``'s rows from the record ``rel``: tau with its interval
-  over prompts, tokens/s, speedup over target-only (with its interval over prompts
-  when the record has per-prompt timings; one repeat of the old records: none),
-  with per-prompt timings also a lossy row's tokens/s against lossless on the same
-  drafter and each round's cost in target decode steps (the break-even tau:
-  speedup = tau / cost), agreement with target greedy at T = 0, and each row's
-  wall time."""
+  over prompts, tokens/s, the target-only tokens/s the row's speedup divides by (the
+  machine's drift between rows shows there), speedup over target-only (with its
+  interval over prompts when the record has per-prompt timings; one repeat of the old
+  records: none), with per-prompt timings also a lossy row's tokens/s against lossless
+  on the same drafter and each round's cost in target decode steps (the break-even
+  tau: speedup = tau / cost), agreement with target greedy at T = 0, and each row's
+  wall time. ``verdicts=False``: intervals and MDEs without verdicts (a record with
+  too few prompts to decide anything, e.g. the main job's)."""
   recs = _jsonl(rel)
   timed = all("speedup_pooled" in r["result"] for r in recs if r["config"]["kind"] == "spec")
   repeats = sorted({len(r["result"].get("speedup_per_repeat", [])) for r in recs
@@ -491,26 +494,37 @@ def benchmark_table(rel: str) -> str:
     tau = (f"{res['tau']:.2f} {_ci(res['tau_ci'], '.2f')}" if spec and res.get("tau_ci")
            else f"{res['tau']:.2f}" if spec else "-")
     agree = f"{res['agree_exact']:.2f}" if cfg["temperature"] == 0 else "-"
+    target_tps = res.get("target_tokens_per_s", res["tokens_per_s"] if not spec else None)
     row = [cfg["drafter"], cfg["method"], f"{cfg['temperature']:g}", tau,
-           f"{res['tokens_per_s']:.1f}", _speedup_cell(res) if spec else "1"]
+           f"{res['tokens_per_s']:.1f}", "-" if target_tps is None else f"{target_tps:.1f}",
+           _speedup_cell(res, verdicts) if spec else "1"]
     if timed:  # a lossy rule's tokens/s against lossless on the same drafter, prompts, keys
       ref = lossless.get((cfg["drafter"], cfg["temperature"]))
       row.append("-" if not spec or ref is None or cfg["method"] == "lossless"
-                 else _gain_cell(paired_speed_gain(res, ref)))
+                 else _gain_cell(paired_speed_gain(res, ref), verdicts))
       row.append(f"{round_cost_in_steps(res):.2f}" if spec else "-")
     rows.append(row + [agree, f"{res['wall_s']:.0f}"])
   prov = recs[0]["provenance"]
   end = recs[-1]["provenance"]
-  note = (f"\n\nRecord `{rel}`: `{prov['command']}` at commit "
+  cmd = benchmark_rerun(recs)
+  command = (f"`{cmd.rerun}` (recorded as `{cmd.recorded}`; {cmd.why})" if cmd.pinned
+             else f"`{cmd.recorded}`")
+  note = (f"\n\nRecord `{rel}`: {command} at commit "
           f"`{(prov['git_commit'] or '?')[:10]}`, {prov['cpus']} CPUs, load "
           f"{prov['load_average'][0]:.2f} at the start and "
           f"{end['load_average_end'][0]:.2f} at the end (1-minute averages); rows' wall "
           f"times sum to {sum(x['result']['wall_s'] for x in recs):.0f} s.")
-  head = ("speedup [95% CI over prompts], MDE (80% power): verdict vs 1" if timed else
+  verdict = ": verdict vs 1" if verdicts else ""
+  head = (f"speedup [95% CI over prompts], MDE (80% power){verdict}" if timed else
           f"speedup ({'one repeat' if repeats == [1] else 'median of repeats'})")
-  vs = (["tokens/s vs lossless on the same drafter - 1 [95% CI, paired], MDE (80% power): "
-         "verdict", "round cost in target decode steps (= break-even tau)"] if timed else [])
-  return _table(["drafter", "rule", "T", "tau [95% CI over prompts]", "tokens/s", head, *vs,
+  vs = ([f"tokens/s vs lossless on the same drafter - 1 [95% CI, paired], MDE (80% power)"
+         f"{': verdict' if verdicts else ''}",
+         "round cost in target decode steps (= break-even tau)"] if timed else [])
+  if not verdicts:
+    note += (f" {recs[0]['result'].get('num_rows', '?')} prompts: intervals and MDEs only, "
+             "no verdicts (too few prompts to decide anything).")
+  return _table(["drafter", "rule", "T", "tau [95% CI over prompts]", "tokens/s",
+                 "target-only tokens/s beside it", head, *vs,
                  "agrees with target greedy", "row wall s"], rows) + note
 
 
@@ -518,15 +532,18 @@ def main_job_table() -> str:
   """README command 1's rows (``experiments/benchmark.py``, defaults), and the whole
   command's wall time in a fresh clone when the record beside them has it
   (``benchmarks/fresh_clone_main_job.sh``)."""
-  out = benchmark_table(MAIN_JOB)
+  out = benchmark_table(MAIN_JOB, verdicts=False)
   fresh = f"{os.path.dirname(MAIN_JOB)}/fresh_clone.json"
   if os.path.exists(_path(fresh)):
     f = load_json(fresh)
+    by_script = f.get("written_by") == "benchmarks/fresh_clone_main_job.sh"
+    how = ("" if by_script else "; written by hand, not by the script, so exploratory: "
+           + f.get("note", "the record does not say how"))
     out += (f"\n\nREADME command 1 in a fresh clone, venv and caches (`{fresh}`, "
             f"`benchmarks/fresh_clone_main_job.sh`, commit `{f['git_commit'][:10]}`): install "
             f"{f['install_s']} s, main job {f['job_s']} s, **{f['total_s']} s in all** "
             f"({f['total_s'] / 60:.1f} minutes; {f['cpus']} CPUs, load "
-            f"{f['load_average'][0]:.2f} at the start).")
+            f"{f['load_average'][0]:.2f} at the start{how}).")
   return out
 
 
@@ -878,3 +895,7 @@ TABLES.update(propositions_tables.TABLES)
 TABLES.update(sv_companion_tables.TABLES)
 # Before / after timings of one code change in one process.
 TABLES.update(ab_tables.TABLES)
+# Under each table that reads stamped records: their provenance, exploratory or not.
+from experiments.results import provenance_notes  # noqa: E402 (applied to the finished mapping)
+
+TABLES = provenance_notes.with_provenance(TABLES)

@@ -115,6 +115,7 @@ class TrainLoop:
     self.history: list = []
     self.evals: list[dict] = []
     self.timing = dict(timing)
+    self.run_stamp: Optional[dict] = None  # provenance of this process's run (training.json)
     self.resumed_from: Optional[int] = None
 
   # ---- what a trainer supplies --------------------------------------------------------------
@@ -185,10 +186,17 @@ class TrainLoop:
     self.write_training_json()
 
   def write_training_json(self) -> None:
+    """``training.json``: :meth:`summary` and the run's provenance
+    (:func:`specjax.provenance.stamp` of the process that trained since the last
+    resume: command, commit, clean tree, start time and load; and the load now)."""
+    from specjax import provenance
     summary = self.summary() if self.workdir else None
     if summary is not None:
+      if self.run_stamp is None:
+        self.run_stamp = provenance.stamp()
       os.makedirs(self.workdir, exist_ok=True)
-      write_json_atomic(os.path.join(self.workdir, TRAINING_JSON), summary)
+      write_json_atomic(os.path.join(self.workdir, TRAINING_JSON),
+                        dict(summary, provenance=provenance.finish(self.run_stamp)))
 
   def step_key(self, step: int):
     """The PRNG key of train step ``step`` (feature noise, dropout)."""

@@ -21,6 +21,9 @@ Sampling mix (recorded per shard in the manifest): shard ``i`` is generated at
 ``temperatures[i % len(temperatures)]`` (0 = greedy), with PRNG key
 ``fold_in(key(seed), i)`` and per-row streams, so a shard is the same whoever
 computes it and a killed run resumes exactly (:func:`features.extend_store`).
+Each generated shard's manifest entry names its seed and key derivation
+(``generation_seed``, ``prng``) and the provenance of the process that generated
+it (:func:`specjax.provenance.stamp`: command, commit, clean tree, load).
 """
 
 from __future__ import annotations
@@ -265,6 +268,8 @@ def build_onpolicy_store(out_dir: str, model, params, prompts: Iterable, *,
   header = {"format": features._FORMAT, "target_sha256": target_sha256,
             "config": config.to_json(), "source": source, "generation": mix.to_json()}
   base_key = jax.random.key(mix.seed)
+  from specjax import provenance
+  written_by = provenance.stamp()
   transcript_header = {"target_sha256": target_sha256, "generation": mix.to_json(),
                        "source": source}
   if transcripts_dir:
@@ -295,7 +300,10 @@ def build_onpolicy_store(out_dir: str, model, params, prompts: Iterable, *,
           ids=tuple(r.id for r in records),
           answers=tuple(np.asarray(r.tokens)[np.asarray(r.loss_mask) == 1] for r in records),
           temperature=temperature, header=transcript_header))
-    return features.shard_arrays(records), {"temperature": temperature}
+    return features.shard_arrays(records), {
+        "temperature": temperature, "generation_seed": mix.seed,
+        "prng": f"fold_in(fold_in(key({mix.seed}), {index}), batch start row)",
+        "provenance": provenance.finish(written_by)}
 
   return features.extend_store(out_dir, header, prompts, compute_shard,
                                items_per_shard=config.seqs_per_shard, target_name=target_name,

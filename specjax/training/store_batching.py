@@ -269,7 +269,9 @@ class StoreBatcher(_WindowBatcher):
             "eval_permille": self.config.eval_permille, "num_windows": self.num_windows,
             "window_tokens": int(lens.sum()),
             "max_target_tokens": self.config.max_target_tokens,
-            "target_tokens": int(window_targets(self.store, self.windows).sum())}
+            "target_tokens": int(window_targets(self.store, self.windows).sum()),
+            "source": self.store.manifest.get("source", ""),
+            "generation": self.store.manifest.get("generation")}
 
 
 class MixedBatcher(_WindowBatcher):

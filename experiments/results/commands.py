@@ -1,0 +1,61 @@
+"""The command that reruns a record, which is not always the command it recorded.
+
+A record stamps the command line as typed (:func:`specjax.provenance.command_line`).
+When a flag was left at its default and the default has changed since, that command
+no longer reproduces the record. :func:`benchmark_rerun` reads what the record
+itself shows (the token cap its longest answers reached) and pins it, so the
+command printed under a table reruns the record today; the recorded command is
+printed beside it, unedited. The record file is never changed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+
+# experiments/benchmark.py's --max_new_tokens default for a real model; a record that
+# reached another cap without the flag needs it pinned
+from experiments.benchmark import REAL_MAX_NEW_TOKENS as BENCHMARK_MAX_NEW_TOKENS
+
+
+@dataclasses.dataclass(frozen=True)
+class RerunCommand:
+  """``recorded``: the command as stamped; ``rerun``: the command that reproduces the
+  record today; ``pinned``: the flags added and ``why`` (empty when none)."""
+
+  recorded: str
+  rerun: str
+  pinned: tuple = ()
+  why: str = ""
+
+
+def token_cap(records: list[dict]) -> int | None:
+  """The ``max_new_tokens`` a benchmark record ran at: the longest answer of any row
+  with an answer that did not end at EOS (``eos_frac < 1``), from the per-prompt
+  token counts of ``batch_timing``; None when every answer ended at EOS or the record
+  has no per-prompt counts (the cap cannot be read)."""
+  caps = []
+  for r in records:
+    res = r["result"]
+    timing = res.get("batch_timing")
+    if not timing or res.get("eos_frac", 1.0) >= 1.0:
+      continue
+    caps += [n for side in timing.values() for rep in side for n, _ in rep]
+  return max(caps) if caps else None
+
+
+def benchmark_rerun(records: list[dict]) -> RerunCommand:
+  """The rerun command of an ``experiments/benchmark.py`` record (its first record's
+  stamp): ``--max_new_tokens`` pinned when the command lacks it and the record's cap
+  differs from today's default (:data:`BENCHMARK_MAX_NEW_TOKENS`)."""
+  if not records or "provenance" not in records[0]:
+    raise ValueError("records: a non-empty benchmark record with a provenance stamp is needed")
+  cmd = records[0]["provenance"]["command"]
+  flags_given = {a.split("=")[0] for a in shlex.split(cmd)}
+  cap = token_cap(records)
+  if "--max_new_tokens" in flags_given or cap is None or cap == BENCHMARK_MAX_NEW_TOKENS:
+    return RerunCommand(cmd, cmd)
+  flag = f"--max_new_tokens={cap}"
+  why = (f"`{flag}` pinned from the record: its answers that did not end at EOS have "
+         f"{cap} tokens, and the flag's default is {BENCHMARK_MAX_NEW_TOKENS} today")
+  return RerunCommand(cmd, f"{cmd} {flag}", (flag,), why)
