@@ -128,7 +128,7 @@ def test_candidate_table_pairs_cells_of_equal_settings(tmp_path):
   cand = write("cand.jsonl", [rec("draft_lm_chain", t, "/runs/x/asset", better)
                               for t in (0, 1)])
   out = tables.candidate_table(cand, shipped)
-  lines = out.splitlines()
+  lines = [line for line in out.splitlines() if line.startswith("|")]  # the note follows
   assert len(lines) == 2 + 2 + 1  # header, rule, two cells, pooled
   assert all("+0.100" in line and "better" in line for line in lines[2:])
   assert "2 cells" in lines[-1]
@@ -163,7 +163,7 @@ def test_continued_shipped_table_pairs_with_the_head_shipped_at_the_time(tmp_pat
   path = tmp_path / "acceptance.jsonl"
   path.write_text("".join(json.dumps(r) + "\n" for r in recs))
   out = tables.drafter_data_continued_shipped_table(str(path), {"c": "b"})
-  lines = out.splitlines()
+  lines = [line for line in out.splitlines() if line.startswith("|")]  # the note follows
   assert len(lines) == 2 + 2 + 1  # header, rule, two cells, pooled
   assert all(line.startswith("| c |") and "+0.050" in line and "better" in line
              for line in lines[2:])

@@ -190,8 +190,10 @@ def test_theta_sweep_table_pairs_mars_with_lossless(tmp_path, monkeypatch):
           _sweep_row("mars", "eagle_chain", 0.0, 4, secs, [20] * 4, 0.98),
           {"config": {"kind": "target", "drafter": "-", "temperature": 0.0}, "result": {}}]
   monkeypatch.setattr(sweep_tables, "THETA_SWEEP", _write(tmp_path, "theta.jsonl", recs))
-  lines = sweep_tables.theta_sweep_table().splitlines()
+  out = sweep_tables.theta_sweep_table()
+  lines = [line for line in out.splitlines() if line.startswith("|")]
   assert [line.split(" | ")[2] for line in lines[2:]] == ["lossless", "0.8", "0.98"]
+  assert "*tau vs lossless*: MARS at every theta" in out  # the family, defined under it
   # theta 0.8: tau (32+40)/(32+20) - 1 = +0.385 and 1.5x the tokens/s, on every prompt
   assert "| +0.385 [+0.385, +0.385], MDE 0.000: better | +0.500 [+0.500, +0.500]" in lines[3]
   assert "| +0.000 [+0.000, +0.000], MDE 0.000: inconclusive |" in lines[4]

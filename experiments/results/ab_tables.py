@@ -14,7 +14,8 @@ import json
 import numpy as np
 
 from experiments.common.bootstrap import paired_ratio_gain
-from experiments.results.markdown import RESULTS, ci, gain_cell, path, table
+from experiments.results.families import VerdictColumn, family_note
+from experiments.results.markdown import RESULTS, ci, path, table
 
 BUCKETED_RULE_AB = f"{RESULTS}/bucketed_rule_ab/lookup_chain.json"
 
@@ -35,6 +36,8 @@ def bucketed_rule_ab_table(rel: str = BUCKETED_RULE_AB) -> str:
   with open(path(rel)) as f:
     rec = json.load(f)
   rows = []
+  column = VerdictColumn("bucket vs K", "every temperature: the rule over the verify bucket "
+                         "against the rule over all K drafts")
   for r in rec["results"]:
     pp = r["per_prompt"]
     # tau pooled over prompts: tokens per target call in the loop (prefill excluded)
@@ -43,7 +46,8 @@ def bucketed_rule_ab_table(rel: str = BUCKETED_RULE_AB) -> str:
     tps = r["tokens_per_s"]
     rows.append([f"{r['temperature']:g}", f"{len(pp)}", f"{tau:.2f}",
                  f"{tps['target']:.1f}", f"{tps['before']:.1f}", f"{tps['after']:.1f}",
-                 _speedup(pp, "before"), _speedup(pp, "after"), gain_cell(gain)])
+                 _speedup(pp, "before"), _speedup(pp, "after"),
+                 column.cell(r["temperature"], gain)])
   head = ["T", "prompts", "tau", "tokens/s, target-only", "tokens/s, rule over K",
           "tokens/s, rule over the bucket", "speedup, rule over K [95% CI]",
           "speedup, rule over the bucket [95% CI]",
@@ -52,7 +56,7 @@ def bucketed_rule_ab_table(rel: str = BUCKETED_RULE_AB) -> str:
           f"{rec['cpus']} CPUs, load {rec['load_start']:.2f} at the start and "
           f"{rec['load_end']:.2f} at the end (1-minute averages), {rec['wall_s']:.0f} s; "
           "both variants emitted the same tokens on every prompt.")
-  return table(head, rows) + note
+  return table(head, column.fill(rows)) + note + "\n\n" + family_note(column.family())
 
 
 TABLES = {"bucketed_rule_ab": bucketed_rule_ab_table}

@@ -32,6 +32,7 @@ import json
 
 from experiments.common.bootstrap import paired_ratio_difference
 from experiments.results.markdown import RESULTS, ci, path, table
+from experiments.results.families import VerdictColumn, family_note
 from experiments.results.rule_tables import paired_tau_gain
 
 COMPARE = f"{RESULTS}/compare_smollm2/compare_verifiers_smollm2.jsonl"
@@ -75,15 +76,9 @@ def loglik_gap(a: dict, b: dict) -> dict:
                      "records written before they were kept have none") from e
 
 
-def _cell(g: dict, identical: bool) -> str:
-  """A paired contrast as ``+0.123 [lo, hi], MDE m: verdict`` (higher / lower when the
-  interval excludes 0, else inconclusive), or "identical on every prompt" when both rows
-  have the same per-prompt values (e.g. two rules that reduce to greedy at T = 0)."""
-  if identical:
-    return "identical on every prompt"
-  lo, hi = g["ci95"]
-  verdict = "higher" if lo > 0 else "lower" if hi < 0 else "inconclusive"
-  return f"{g['diff']:+.3f} {ci(g['ci95'])}, MDE {g['mde80']:.3f}: {verdict}"
+# The cell of two rows with the same per-prompt values (e.g. two rules that reduce to
+# greedy at T = 0): no test, so not part of the column's family.
+IDENTICAL = "identical on every prompt"
 
 
 def _base_name(base: dict | None) -> str:
@@ -102,6 +97,11 @@ def compare_table(rel: str = COMPARE) -> str:
               if r["config"]["kind"] == "spec" and r["config"]["rule"] == "lossless"
               and not r["config"]["baseline"]}
   rows = []
+  taus = VerdictColumn("tau vs lossless", "every rule's tau against lossless on the same "
+                       "drafter and T (identical rows left out)", up="higher", down="lower")
+  gaps = VerdictColumn("log-likelihood vs baseline", "every row's log-likelihood per token "
+                       "against its matched baseline (identical rows left out)", up="higher",
+                       down="lower")
   spec = [r for r in recs if r["config"]["kind"] == "spec"]
   order = lambda r: (r["config"]["drafter"], r["config"]["temperature"],
                      r["config"]["rule"] != "lossless", r["config"]["rule"],
@@ -114,12 +114,14 @@ def compare_table(rel: str = COMPARE) -> str:
     if ref is not None and res is not ref:
       same = (res["accepted_per_prompt"] == ref["accepted_per_prompt"]
               and res["target_calls_per_prompt"] == ref["target_calls_per_prompt"])
-      tau_gain = _cell(paired_tau_gain(res, ref), same)
+      key = (c["drafter"], t, c["method"])
+      tau_gain = IDENTICAL if same else taus.cell(key, paired_tau_gain(res, ref))
     base = matched_baseline(r, recs)
     gap = "-"
     if base is not None:
-      gap = _cell(loglik_gap(res, base["result"]),
-                  res.get("loglik_per_prompt") == base["result"].get("loglik_per_prompt"))
+      g = loglik_gap(res, base["result"])  # raises, naming the field, on an old record
+      same = res.get("loglik_per_prompt") == base["result"].get("loglik_per_prompt")
+      gap = IDENTICAL if same else gaps.cell((c["drafter"], t, c["method"]), g)
     kl = (f"{res['first_kl']:.4f} / {res['first_tv']:.4f}"
           if res.get("first_kl") is not None else "-")
     agree = (f"{res['agree_exact']:.2f} {ci(res['agree_exact_ci'], '.2f')}"
@@ -134,7 +136,8 @@ def compare_table(rel: str = COMPARE) -> str:
                 "log-likelihood per token under the target [95% CI]", "matched baseline",
                 "log-likelihood minus the baseline's [95% CI, paired], MDE: verdict",
                 "first-token KL / TV to the baseline (exact)",
-                "T = 0: equals target greedy (share of prompts)"], rows)
+                "T = 0: equals target greedy (share of prompts)"], gaps.fill(taus.fill(rows))
+               ) + "\n\n" + family_note(taus.family(), gaps.family())
 
 
 TABLES = {"compare_smollm2": compare_table}

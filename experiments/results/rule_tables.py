@@ -85,10 +85,20 @@ def gain_cells(a: dict, b: dict) -> list[str]:
           f"{g['prompts']} x {a['runs']}", f"{width_mde80(g['ci95']):.3f}"]
 
 
-def direction(ci95) -> str:
-  """Which of two rows the interval favours, with no paper effect to read it against."""
-  lo, hi = ci95
-  return "higher" if lo > 0 else "lower" if hi < 0 else "not resolved"
+def direction_rows(pairs: list, name: str, definition: str) -> tuple[list, str]:
+  """Rows of a two-rule comparison without a paper effect, the verdict ("higher" /
+  "lower" / "not resolved") corrected over the family of every pair in the table.
+
+  ``pairs``: ``(leading cells, a, b)`` per row, ``b`` the reference. Returns the rows
+  (leading cells + :func:`gain_cells` + verdict) and the family's note."""
+  from experiments.results.families import Family, Test, family_note
+  gains = [paired_tau_gain(a, b) for _, a, b in pairs]
+  family = Family(name, definition, tuple(
+      Test(i, g["diff"], tuple(g["ci95"]), 0.0, width_mde80(g["ci95"]))
+      for i, g in enumerate(gains)), up="higher", down="lower", none="not resolved")
+  rows = [list(lead) + gain_cells(a, b) + [family.verdict(i)]
+          for i, (lead, a, b) in enumerate(pairs)]
+  return rows, family_note(family)
 
 
 def block_vs_token_table() -> str:
@@ -134,16 +144,14 @@ def tree_children_table() -> str:
   accepts more (no paper effect: the without-replacement paper compares against i.i.d.
   children, not top-k)."""
   spec = spec_rows(TRAVERSAL_VS_TOKEN)
-  rows = []
-  for (rule, d, k, t), smp in sorted(spec.items(), key=lambda kv: (kv[0][3], kv[0][0])):
-    if d != "rsd_tree" or (rule, "tree", k, t) not in spec:
-      continue
-    g = paired_tau_gain(smp, spec[rule, "tree", k, t])
-    rows.append([rule, f"{t:g}"] + gain_cells(smp, spec[rule, "tree", k, t])
-                + [direction(g["ci95"])])
+  pairs = [((rule, f"{t:g}"), smp, spec[rule, "tree", k, t])
+           for (rule, d, k, t), smp in sorted(spec.items(), key=lambda kv: (kv[0][3], kv[0][0]))
+           if d == "rsd_tree" and (rule, "tree", k, t) in spec]
+  rows, note = direction_rows(pairs, "children", "every rule and T: children without "
+                              "replacement against top-k children")
   return table(["rule", "T", "tau top-k children", "tau children without replacement",
                 "without replacement / top-k - 1 [95% CI, paired over prompts]", "prompts x runs",
-                "MDE (80% power)", "without replacement is"], rows)
+                "MDE (80% power)", "without replacement is"], rows) + "\n\n" + note
 
 
 def mars_block_table() -> str:
@@ -151,18 +159,18 @@ def mars_block_table() -> str:
   EAGLE-3 chain drafts (rows of the block-vs-token record), per K and T: tau of each,
   the paired gain and its MDE, and the lossless rows' tau beside them."""
   spec = spec_rows(BLOCK_VS_TOKEN)
-  rows = []
+  pairs = []
   for (rule, d, k, t), mb in sorted(spec.items(), key=lambda kv: (kv[0][3], kv[0][2])):
     if rule != "mars_block" or ("mars", d, k, t) not in spec:
       continue
-    g = paired_tau_gain(mb, spec["mars", d, k, t])
     lossless = [f"{spec[r, d, k, t]['tau']:.2f}" if (r, d, k, t) in spec else "-"
                 for r in ("lossless", "block")]
-    rows.append([f"{t:g}", str(k)] + lossless + gain_cells(mb, spec["mars", d, k, t])
-                + [direction(g["ci95"])])
+    pairs.append(([f"{t:g}", str(k)] + lossless, mb, spec["mars", d, k, t]))
+  rows, note = direction_rows(pairs, "MARS + block", "every K and T: MARS with block "
+                              "verification against MARS token-level")
   return table(["T", "K", "tau lossless token-level", "tau block", "tau MARS",
                 "tau MARS + block", "MARS + block / MARS - 1 [95% CI, paired over prompts]",
-                "prompts x runs", "MDE (80% power)", "MARS + block is"], rows)
+                "prompts x runs", "MDE (80% power)", "MARS + block is"], rows) + "\n\n" + note
 
 
 TABLES = {

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 
 from experiments.common.row_stats import paired_speedup_gain
+from experiments.results.families import Family, Test, family_note
 from experiments.results.markdown import RESULTS, ci, gain_cell, path, speedup_cell, table
 from experiments.results.rule_tables import paired_tau_gain
 
@@ -50,13 +51,60 @@ def _quality(res: dict, t: float) -> str:
   return f"{res['loglik']:.3f} {ci(res['loglik_ci'], '.3f')}"
 
 
+def _key(r: dict) -> tuple:
+  c = r["config"]
+  return (c["drafter"], c["temperature"], c["method"], c["num_draft"])
+
+
+def _target_tps(res: dict) -> str:
+  """The target-only tokens/s timed beside this row (its speedup's denominator; the
+  machine's drift between rows shows here)."""
+  v = res.get("target_tokens_per_s")
+  return "-" if v is None else f"{v:.1f}"
+
+
+def speedup_family(recs: list[dict], definition: str) -> Family:
+  """Every row's speedup over target-only against 1."""
+  return Family("speedup vs 1", definition, tuple(
+      Test(_key(r), r["result"]["speedup_pooled"]["speedup"],
+           tuple(r["result"]["speedup_pooled"]["ci95"]), 1.0,
+           r["result"]["speedup_pooled"]["mde80"]) for r in recs), up="faster", down="slower")
+
+
+def _corrected(cell: str, family: Family, key) -> str:
+  """A cell rendered with its verdict replaced by the family-corrected one."""
+  return cell.rsplit(": ", 1)[0] + f": {family.verdict(key)}"
+
+
+def _theta_families(recs: list[dict], lossless: dict) -> tuple:
+  """Speedup vs 1 over every row; MARS' tau and speedup vs lossless over every theta,
+  drafter and T."""
+  tau, speed = [], []
+  for r in recs:
+    ref = lossless.get((r["config"]["drafter"], r["config"]["temperature"]))
+    if r["config"]["rule"] != "mars" or ref is None:
+      continue
+    for out, g in ((tau, paired_tau_gain(r["result"], ref)),
+                   (speed, paired_speedup_gain(r["result"], ref))):
+      out.append(Test(_key(r), g["diff"], tuple(g["ci95"]), 0.0, g["mde80"]))
+  return (speedup_family(recs, "every row (lossless and MARS at every theta, both drafters "
+                         "and temperatures)"),
+          Family("tau vs lossless", "MARS at every theta against lossless on the same "
+                 "drafter and T", tuple(tau)),
+          Family("speedup vs lossless", "MARS at every theta against lossless's speedup on "
+                 "the same drafter and T", tuple(speed)))
+
+
 def theta_sweep_table() -> str:
   """MARS at every theta beside lossless on the same drafter, per drafter and T: tau,
-  speedup over target-only, and MARS' tau and tokens/s against lossless (paired),
-  with the quality column (greedy agreement at T = 0, log-likelihood at T > 0)."""
+  the target-only tokens/s timed beside the row, speedup over target-only, and MARS'
+  tau and tokens/s against lossless (paired), with the quality column (greedy
+  agreement at T = 0, log-likelihood at T > 0); verdicts corrected over the
+  families of :func:`_theta_families`."""
   recs = spec_records(THETA_SWEEP)
   lossless = {(r["config"]["drafter"], r["config"]["temperature"]): r["result"] for r in recs
               if r["config"]["rule"] == "lossless"}
+  fam = _theta_families(recs, lossless)
   rows = []
 
   def order(r):
@@ -70,18 +118,21 @@ def theta_sweep_table() -> str:
     mars = c["rule"] == "mars"
     if not mars and c["rule"] != "lossless":
       continue
-    versus = ([gain_cell(paired_tau_gain(res, ref)), gain_cell(paired_speedup_gain(res, ref))]
+    versus = ([gain_cell(paired_tau_gain(res, ref), False) + f": {fam[1].verdict(_key(r))}",
+               gain_cell(paired_speedup_gain(res, ref), False) + f": {fam[2].verdict(_key(r))}"]
               if mars and ref is not None else ["-", "-"])
     rows.append([c["drafter"], f"{c['temperature']:g}",
                  f"{c['hparams']['theta']:g}" if mars else "lossless", _tau(res),
-                 speedup_cell(res), *versus, f"{res.get('relaxed_rate', 0.0):.3f}",
-                 _quality(res, c["temperature"])])
+                 _target_tps(res), _corrected(speedup_cell(res), fam[0], _key(r)), *versus,
+                 f"{res.get('relaxed_rate', 0.0):.3f}", _quality(res, c["temperature"])])
   return table(["drafter", "T", "theta", "tau [95% CI over prompts]",
+                "target-only tokens/s beside it",
                 "speedup [95% CI over prompts], MDE: verdict vs 1",
                 "tau vs lossless - 1 [95% CI, paired], MDE: verdict",
                 "speedup vs lossless's - 1 [95% CI, paired], MDE: verdict",
                 "relaxed acceptances per draft", "quality (T = 0: agreement with target "
-                "greedy; T > 0: target log-likelihood per token [95% CI])"], rows)
+                "greedy; T > 0: target log-likelihood per token [95% CI])"], rows) + (
+                    "\n\n" + family_note(*fam))
 
 
 def _peak_cell(fastest: dict, neighbours: list[dict]) -> str:
@@ -102,6 +153,7 @@ def k_sweep_table() -> str:
   speedup against the neighbouring K's (paired): whether it peaks there, and at a
   middle K."""
   recs = spec_records(K_SWEEP)
+  speed = speedup_family(recs, "every row (both rules, every K, both temperatures)")
   groups: dict = {}
   for r in recs:
     c = r["config"]
@@ -118,10 +170,13 @@ def k_sweep_table() -> str:
         peak = _peak_cell(r, nbs) + ("" if 0 < i < len(rs) - 1 else " (at the end of the "
                                                                   "grid)")
       rows.append([d, f"{t:g}", method, str(r["config"]["num_draft"]), _tau(res),
-                   speedup_cell(res), peak])
+                   _target_tps(res), _corrected(speedup_cell(res), speed, _key(r)), peak])
   return table(["drafter", "T", "rule", "K", "tau [95% CI over prompts]",
+                "target-only tokens/s beside it",
                 "speedup [95% CI over prompts], MDE: verdict vs 1",
-                "fastest K: speedup vs the neighbouring K's - 1 [95% CI, paired]"], rows)
+                "fastest K: speedup vs the neighbouring K's - 1 [95% CI, paired]"], rows) + (
+                    "\n\n" + family_note(speed) + " The fastest-K column is one exploratory "
+                    "comparison per rule and T, uncorrected.")
 
 
 TABLES = {

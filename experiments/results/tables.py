@@ -34,6 +34,8 @@ from experiments.common.row_stats import paired_speed_gain, round_cost_in_steps
 from experiments.humaneval import summary as hs
 from experiments.results import paper_claims as pc
 from experiments.results.commands import benchmark_rerun
+from experiments.results.families import (Family, Test, VerdictColumn, family_note,
+                                           single_verdict)
 from experiments.results import (ab_tables, compare_tables, propositions_tables, rule_tables,
                                  sv_companion_tables, sweep_tables)
 from experiments.results.markdown import RESULTS, ROOT, width_mde80  # noqa: F401 (re-exported)
@@ -471,6 +473,34 @@ SPEED_RECORD = f"{RESULTS}/speed_smollm2/benchmark.jsonl"
 SPEED_RECORD_ONPOLICY_HEAD = f"{RESULTS}/speed_smollm2_onpolicy_head/benchmark.jsonl"
 
 
+def _row_key(r: dict) -> tuple:
+  c = r["config"]
+  return (c["drafter"], c["method"], c["temperature"])
+
+
+@functools.lru_cache(maxsize=None)
+def speed_families(rel: str) -> tuple:
+  """The two families of a timed ``experiments/benchmark.py`` record: every
+  speculative row's speedup against 1, and every lossy row's tokens/s against
+  lossless on the same drafter and T (:mod:`experiments.results.families`)."""
+  recs = [r for r in _jsonl(rel) if r["config"]["kind"] == "spec"]
+  lossless = {(r["config"]["drafter"], r["config"]["temperature"]): r["result"] for r in recs
+              if r["config"]["method"] == "lossless"}
+  speed = [Test(_row_key(r), r["result"]["speedup_pooled"]["speedup"],
+                tuple(r["result"]["speedup_pooled"]["ci95"]), 1.0,
+                r["result"]["speedup_pooled"]["mde80"]) for r in recs]
+  gains = []
+  for r in recs:
+    ref = lossless.get((r["config"]["drafter"], r["config"]["temperature"]))
+    if ref is not None and r["config"]["method"] != "lossless":
+      g = paired_speed_gain(r["result"], ref)
+      gains.append(Test(_row_key(r), g["diff"], tuple(g["ci95"]), 0.0, g["mde80"]))
+  return (Family("speedup vs 1", "every speculative row's speedup over target-only, both "
+                 "temperatures", tuple(speed), up="faster", down="slower"),
+          Family("vs lossless", "every lossy row's tokens/s against lossless on the same "
+                 "drafter and T", tuple(gains)))
+
+
 def benchmark_table(rel: str, verdicts: bool = True) -> str:
   """``experiments/benchmark.py``'s rows from the record ``rel``: tau with its interval
   over prompts, tokens/s, the target-only tokens/s the row's speedup divides by (the
@@ -483,6 +513,7 @@ def benchmark_table(rel: str, verdicts: bool = True) -> str:
   too few prompts to decide anything, e.g. the main job's)."""
   recs = _jsonl(rel)
   timed = all("speedup_pooled" in r["result"] for r in recs if r["config"]["kind"] == "spec")
+  families = speed_families(rel) if timed and verdicts else None
   repeats = sorted({len(r["result"].get("speedup_per_repeat", [])) for r in recs
                     if r["config"]["kind"] == "spec"})
   lossless = {(r["config"]["drafter"], r["config"]["temperature"]): r["result"] for r in recs
@@ -497,11 +528,14 @@ def benchmark_table(rel: str, verdicts: bool = True) -> str:
     target_tps = res.get("target_tokens_per_s", res["tokens_per_s"] if not spec else None)
     row = [cfg["drafter"], cfg["method"], f"{cfg['temperature']:g}", tau,
            f"{res['tokens_per_s']:.1f}", "-" if target_tps is None else f"{target_tps:.1f}",
-           _speedup_cell(res, verdicts) if spec else "1"]
+           _speedup_cell(res, verdicts and not families) if spec else "1"]
+    if spec and families:
+      row[-1] += f": {families[0].verdict(_row_key(r))}"
     if timed:  # a lossy rule's tokens/s against lossless on the same drafter, prompts, keys
       ref = lossless.get((cfg["drafter"], cfg["temperature"]))
       row.append("-" if not spec or ref is None or cfg["method"] == "lossless"
-                 else _gain_cell(paired_speed_gain(res, ref), verdicts))
+                 else _gain_cell(paired_speed_gain(res, ref), False)
+                 + (f": {families[1].verdict(_row_key(r))}" if families else ""))
       row.append(f"{round_cost_in_steps(res):.2f}" if spec else "-")
     rows.append(row + [agree, f"{res['wall_s']:.0f}"])
   prov = recs[0]["provenance"]
@@ -523,6 +557,8 @@ def benchmark_table(rel: str, verdicts: bool = True) -> str:
   if not verdicts:
     note += (f" {recs[0]['result'].get('num_rows', '?')} prompts: intervals and MDEs only, "
              "no verdicts (too few prompts to decide anything).")
+  if families:
+    note += "\n\n" + family_note(*families)
   return _table(["drafter", "rule", "T", "tau [95% CI over prompts]", "tokens/s",
                  "target-only tokens/s beside it", head, *vs,
                  "agrees with target greedy", "row wall s"], rows) + note
@@ -572,7 +608,9 @@ def claims_speed() -> str:
     rows += _speed_record_rows(SPEED_RECORD_ONPOLICY_HEAD,
                                "EAGLE-3 head continued on on-policy text")
   return _table(["measurement", "record", "result (interval over prompts and MDE where the "
-                 "record has per-prompt timings; else one run, no interval)"], rows)
+                 "record has per-prompt timings, the verdict corrected over the record's "
+                 f"family '{speed_families(SPEED_RECORD)[0].name}' as in its own table; "
+                 "else one run, no interval)"], rows)
 
 
 def _speed_record_rows(rel: str, what: str) -> list[list[str]]:
@@ -583,8 +621,10 @@ def _speed_record_rows(rel: str, what: str) -> list[list[str]]:
   n = recs[0]["result"]["speedup_pooled"]["batches"]
   rows = []
   for t in sorted({r["config"]["temperature"] for r in recs}):
-    cells = [f"{r['config']['drafter']} {_speedup_cell(r['result'])} (tau "
-             f"{r['result']['tau']:.2f})" for r in recs if r["config"]["temperature"] == t]
+    family = speed_families(rel)[0]
+    cells = [f"{r['config']['drafter']} {_speedup_cell(r['result'], False)}: "
+             f"{family.verdict(_row_key(r))} (tau {r['result']['tau']:.2f})"
+             for r in recs if r["config"]["temperature"] == t]
     rows.append([f"SmolLM2, {what}, lossless, {n} prompts, main-job settings at 128 new tokens, "
                  f"T = {t:g}", f"`{rel}`", "; ".join(cells)])
   return rows
@@ -640,9 +680,15 @@ def drafter_data_heldout_table() -> str:
 CONTINUED_BASELINES = {"continued35": "continued23", "continued44": "continued35"}
 
 
-def _continued_rows(cell: dict, heads: list, baseline_of) -> list:
+POOLED_NOTE = ("A **pooled** row is one test per head (the geometric mean of the cells' "
+               "paired ratios), the test a replacement decision reads: it is outside the "
+               "per-cell family and is not corrected.")
+
+
+def _continued_rows(cell: dict, heads: list, baseline_of, column: VerdictColumn) -> list:
   """Rows of both continued-head tables: per head, one row per cell it shares with its
-  baseline (``baseline_of(head)``, a head name in ``cell``) and one pooled row."""
+  baseline (``baseline_of(head)``, a head name in ``cell``; its verdict corrected over
+  ``column``) and one pooled row (one pre-registered test, :data:`POOLED_NOTE`)."""
   from experiments.compare.acceptance import paired_tau_gain
   rows = []
   for head in heads:
@@ -658,12 +704,12 @@ def _continued_rows(cell: dict, heads: list, baseline_of) -> list:
       rows.append([head, kind.replace("eagle_", ""), pset, f"{t:g}",
                    f"{ref['tau']:.2f} {_ci(ref['tau_ci'], '.2f')}",
                    f"{new['tau']:.2f} {_ci(new['tau_ci'], '.2f')}",
-                   _gain_cell(paired_tau_gain(new, ref))])
+                   column.cell((head, kind, pset, t), paired_tau_gain(new, ref))])
     if groups:
       pooled = pooled_paired_ratio_gain(list(groups.values()))
       rows.append([head, "**pooled**", " + ".join(sorted(groups)), "all",
                    f"{pooled['cells']} cells", "geometric mean of the cells' ratios",
-                   f"**{_gain_cell(pooled)}**"])
+                   f"**{_gain_cell(pooled, False)}: {single_verdict(pooled)}**"])
   return rows
 
 
@@ -682,10 +728,13 @@ def drafter_data_continued_table(rel: str = f"{DRAFTER_DATA}/acceptance.jsonl",
   baselines = CONTINUED_BASELINES if baselines is None else baselines
   cell = _acceptance_cells(rel)
   extra = sorted({k[0] for k in cell} - set(DATA_ARMS) - {"reference"} - set(baselines))
+  column = VerdictColumn("cells vs first shipped head", "every cell of every head in this "
+                         "table against the first shipped head")
+  rows = _continued_rows(cell, extra, lambda head: "reference", column)
   return _table(["head", "drafter", "prompts", "T", "tau, first shipped head [95% CI]",
                  "tau, this head [95% CI]", "this / first - 1 [95% CI, paired], MDE "
-                 "(80% power): verdict"],
-                _continued_rows(cell, extra, lambda head: "reference"))
+                 "(80% power): verdict"], column.fill(rows)) + (
+                     f"\n\n{family_note(column.family())} {POOLED_NOTE}")
 
 
 def drafter_data_continued_shipped_table(rel: str = f"{DRAFTER_DATA}/acceptance.jsonl",
@@ -696,10 +745,13 @@ def drafter_data_continued_shipped_table(rel: str = f"{DRAFTER_DATA}/acceptance.
   baselines = CONTINUED_BASELINES if baselines is None else baselines
   cell = _acceptance_cells(rel)
   heads = sorted(h for h in baselines if any(k[0] == h for k in cell))
+  column = VerdictColumn("cells vs shipped head", "every cell of every head in this table "
+                         "against the head shipped when it was measured")
+  rows = _continued_rows(cell, heads, baselines.__getitem__, column)
   return _table(["head", "drafter", "prompts", "T", "tau, shipped head [95% CI]",
                  "tau, this head [95% CI]", "this / shipped - 1 [95% CI, paired], MDE "
-                 "(80% power): verdict"],
-                _continued_rows(cell, heads, baselines.__getitem__))
+                 "(80% power): verdict"], column.fill(rows)) + (
+                     f"\n\n{family_note(column.family())} {POOLED_NOTE}")
 
 
 def drafter_data_tau_table() -> str:
@@ -709,6 +761,9 @@ def drafter_data_tau_table() -> str:
   recs = _jsonl(f"{DRAFTER_DATA}/acceptance.jsonl")
   cell = {(r["config"]["head"], r["config"]["kind"], r["config"]["prompt_set"],
            r["config"]["temperature"]): r["result"] for r in recs}
+  columns = {arm: VerdictColumn(f"{arm} vs ShareGPT", f"the {arm} arm's head against the "
+                                "ShareGPT-text arm's, every drafter, prompt set and T")
+             for arm in ("onpolicy", "mix")}
   rows = []
   for kind, pset, t in sorted({k[1:] for k in cell}, key=lambda k: (k[0], k[2], k[1])):
     base = cell.get(("sharegpt", kind, pset, t))
@@ -721,14 +776,16 @@ def drafter_data_tau_table() -> str:
       if other is None:
         row += ["-", "-"]
         continue
-      row += [f"{other['tau']:.2f}", _gain_cell(paired_tau_gain(other, base))]
+      row += [f"{other['tau']:.2f}",
+              columns[arm].cell((kind, pset, t), paired_tau_gain(other, base))]
     ref = cell.get(("reference", kind, pset, t))
     row.append(f"{ref['tau']:.2f}" if ref else "-")
     rows.append(row)
   return _table(["drafter", "prompts", "T", "tau, ShareGPT text [95% CI]", "tau, on-policy",
                  "on-policy / ShareGPT - 1 [95% CI, paired], MDE (80% power): verdict",
                  "tau, mix", "mix / ShareGPT - 1 [95% CI, paired], MDE: verdict",
-                 "tau, first shipped head"], rows)
+                 "tau, first shipped head"], columns["mix"].fill(columns["onpolicy"].fill(rows))
+                ) + "\n\n" + family_note(*(c.family() for c in columns.values()))
 
 
 # ---------------------------------------------------------------- acceptance of every drafter
@@ -751,20 +808,22 @@ def acceptance_table(rel: str = ACCEPTANCE) -> str:
   cell = {(r["config"]["drafter"], r["config"]["prompt_set"], r["config"]["temperature"]):
           r["result"] for r in recs}
   rank = lambda d: ACCEPTANCE_ORDER.index(d) if d in ACCEPTANCE_ORDER else -1
+  column = VerdictColumn(f"vs {ACCEPTANCE_REFERENCE}", "every other drafter, prompt set and T "
+                         f"against {ACCEPTANCE_REFERENCE} on the same prompts and keys")
   rows = []
   for (d, pset, t) in sorted(cell, key=lambda k: (k[1], k[2], rank(k[0]), k[0])):
     res = cell[d, pset, t]
     acc = " / ".join(f"{a:.2f}" for a in res["accept_rate_per_position"][:3])
     ref = cell.get((ACCEPTANCE_REFERENCE, pset, t))
     gain = ("-" if d == ACCEPTANCE_REFERENCE or ref is None
-            else _gain_cell(paired_tau_gain(res, ref)))
+            else column.cell((d, pset, t), paired_tau_gain(res, ref)))
     runs = f"{res['num_prompts']} x {res.get('seeds', 1)}"
     rows.append([d, pset, f"{t:g}", f"{res['tau']:.2f} {_ci(res['tau_ci'], '.2f')}", acc,
                  runs, gain])
   return _table(["drafter", "prompts", "T", "tau [95% CI over prompts]",
                  "acceptance at draft positions 1 / 2 / 3", "prompts x runs",
                  f"vs {ACCEPTANCE_REFERENCE}: tau ratio - 1 [95% CI, paired], MDE (80% power): "
-                 "verdict"], rows)
+                 "verdict"], column.fill(rows)) + "\n\n" + family_note(column.family())
 
 
 # The shipped draft LM continued on the target's own text, measured with the settings of
@@ -791,6 +850,8 @@ def candidate_table(candidate_rel: str = DRAFT_CONTINUED, shipped_rel: str = ACC
   shipped = {_settings(r["key"]): r["result"] for r in _jsonl(shipped_rel)
              if r["config"]["drafter"] == drafter}
   rows, groups = [], {}
+  column = VerdictColumn("candidate cells", "every cell of the candidate against the shipped "
+                         "drafter's cell of the same settings")
   recs = sorted((r for r in _jsonl(candidate_rel) if r["config"]["drafter"] == drafter),
                 key=lambda r: (r["config"]["prompt_set"], r["config"]["temperature"]))
   for r in recs:
@@ -804,14 +865,16 @@ def candidate_table(candidate_rel: str = DRAFT_CONTINUED, shipped_rel: str = ACC
                  f"{new['num_prompts']} x {new.get('seeds', 1)}",
                  f"{ref['tau']:.2f} {_ci(ref['tau_ci'], '.2f')}",
                  f"{new['tau']:.2f} {_ci(new['tau_ci'], '.2f')}",
-                 _gain_cell(paired_tau_gain(new, ref))])
+                 column.cell((c["prompt_set"], c["temperature"]), paired_tau_gain(new, ref))])
   if groups:
     pooled = pooled_paired_ratio_gain(list(groups.values()))
     rows.append(["**pooled**: " + " + ".join(sorted(groups)), "all", f"{pooled['cells']} cells",
-                 "", "geometric mean of the cells' ratios", f"**{_gain_cell(pooled)}**"])
+                 "", "geometric mean of the cells' ratios",
+                 f"**{_gain_cell(pooled, False)}: {single_verdict(pooled)}**"])
   return _table(["prompts", "T", "prompts x runs", "tau, shipped [95% CI]",
                  "tau, candidate [95% CI]", "candidate / shipped - 1 [95% CI, paired], MDE "
-                 "(80% power): verdict"], rows)
+                 "(80% power): verdict"], column.fill(rows)) + (
+                     f"\n\n{family_note(column.family())} {POOLED_NOTE}")
 
 
 # ---------------------------------------------------------------- drafters, raw text outputs
