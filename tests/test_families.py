@@ -81,3 +81,29 @@ def test_committed_speed_record_reads_the_lookup_speedup_as_exploratory():
              if line.startswith("| lookup_chain | lossless | 0 |"))
   assert "1.14 [1.02, 1.28], MDE 0.21: faster, exploratory; estimate below its MDE" in row
   assert "*speedup vs 1*: every speculative row's speedup" in text
+
+
+def test_range_verdict_reads_the_whole_paper_range():
+  """The broken variant: reading only the range's midpoint called an interval that
+  holds 0 and +2.2% (the low end of +2.2% to +5.7%) "differ"."""
+  rng = (0.022, 0.057)
+  assert fam.range_verdict((-0.051, 0.033), rng) == "inconclusive"  # holds 0 and +2.2%
+  assert fam.range_verdict((-0.05, 0.01), rng) == "differ"           # holds 0, misses it
+  assert fam.range_verdict((0.01, 0.09), rng) == "agree"
+  assert fam.range_verdict((-0.09, -0.01), rng) == "differ"
+  with pytest.raises(ValueError, match="one sign"):
+    fam.range_verdict((0.0, 0.1), (-0.1, 0.1))
+
+
+def test_paper_family_marks_verdicts_bonferroni_does_not_keep():
+  lo, hi = fam.widened(0.0, (-0.1, 0.1), 8)
+  assert lo == pytest.approx(-0.1 * 2.7344 / 1.96, rel=1e-3) and hi == pytest.approx(-lo)
+  read = lambda ci: fam.range_verdict(ci, (0.07, 0.10))
+  f = fam.PaperFamily("block", "eight cells", tuple(
+      [("near", 0.032, (-0.009, 0.066), read), ("far", -0.04, (-0.08, -0.02), read)]
+      + [(i, 0.0, (-0.05, 0.08), read) for i in range(6)]))
+  assert f.verdict("near") == "differ, exploratory"  # widened, it reaches +7%
+  assert f.verdict("far") == "differ" and f.verdict(0) == "inconclusive"
+  assert "m = 8" in f.note() and "2 verdict(s) other than inconclusive, 1 stand" in f.note()
+  with pytest.raises(ValueError, match="m=0"):
+    fam.widened(0.0, (-1, 1), 0)

@@ -178,3 +178,64 @@ def single_verdict(gain: dict, up: str = "better", down: str = "worse") -> str:
   its one decision): no correction, the MDE flag as in :meth:`Family.verdict`."""
   test = Test(0, gain["diff"], tuple(gain["ci95"]), 0.0, gain["mde80"])
   return Family("single", "one test", (test,), up=up, down=down).verdict(0)
+
+
+# ---------------------------------------------------------------- verdicts against a paper's effect
+
+
+def widened(estimate: float, ci95, m: int) -> tuple:
+  """``ci95`` widened to the Bonferroni level ``1 - 0.05 / m``: each side's half-width
+  (estimate to bound) scaled by ``z(1 - 0.025 / m) / z(0.975)``."""
+  from statistics import NormalDist
+  if m < 1:
+    raise ValueError(f"m={m!r}: a family has at least one test")
+  lo, hi = ci95
+  scale = NormalDist().inv_cdf(1 - ALPHA / (2 * m)) / Z95
+  return (estimate - (estimate - lo) * scale, estimate + (hi - estimate) * scale)
+
+
+@dataclasses.dataclass(frozen=True)
+class PaperFamily:
+  """Cells read against a paper's effect (agree / differ / inconclusive,
+  :func:`experiments.humaneval.summary.verdict`), corrected by Bonferroni: a verdict
+  stands when the interval widened to ``1 - 0.05 / m`` (:func:`widened`) gives the same
+  verdict, else it is ``<verdict>, exploratory``. ``cells``: ``(key, estimate, ci95,
+  read)`` with ``read(interval) -> verdict``."""
+
+  name: str
+  definition: str
+  cells: tuple
+
+  def verdict(self, key) -> str:
+    cell = next((c for c in self.cells if c[0] == key), None)
+    if cell is None:
+      raise KeyError(f"family {self.name!r} has no cell {key!r}")
+    _, est, ci95, read = cell
+    raw = read(tuple(ci95))
+    if raw == "inconclusive":
+      return raw
+    return raw if read(widened(est, ci95, len(self.cells))) == raw else f"{raw}, exploratory"
+
+  def note(self) -> str:
+    verdicts = [self.verdict(c[0]) for c in self.cells]
+    decided = [v for v in verdicts if v != "inconclusive"]
+    kept = [v for v in decided if not v.endswith("exploratory")]
+    return (f"Family *{self.name}*: {self.definition} (m = {len(self.cells)}; each verdict "
+            f"re-read on its interval widened to the Bonferroni level 1 - 0.05/m; "
+            f"{len(decided)} verdict(s) other than inconclusive, {len(kept)} stand after the "
+            "correction, the others are marked *exploratory*).")
+
+
+def range_verdict(ci95, effect_range) -> str:
+  """agree / differ / inconclusive of an interval against a paper's effect given as a
+  range (``(low, high)``, one sign): inconclusive when the interval holds 0 and
+  reaches the range, agree when it excludes 0 on the range's side, differ otherwise
+  (it holds 0 but misses the whole range, or lies on the other side of 0)."""
+  lo, hi = ci95
+  rlo, rhi = effect_range
+  if lo > hi or rlo > rhi or (rlo < 0 < rhi) or rlo == rhi == 0:
+    raise ValueError(f"ci95={tuple(ci95)!r} / effect_range={tuple(effect_range)!r}: need "
+                     "low <= high and a range of one sign")
+  if lo <= 0 <= hi:
+    return "inconclusive" if lo <= rhi and hi >= rlo else "differ"
+  return "agree" if (lo > 0) == (rlo > 0) else "differ"

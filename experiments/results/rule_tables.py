@@ -104,38 +104,51 @@ def direction_rows(pairs: list, name: str, definition: str) -> tuple[list, str]:
 def block_vs_token_table() -> str:
   """Block verification vs token-level (lossless) on the same EAGLE-3 chain drafts,
   per K and T: tau of each, the paired gain with its interval, MDE and verdict
-  against the paper's +7-10%."""
+  against the paper's +7-10% (:func:`~experiments.results.families.range_verdict`,
+  corrected over the table's rows)."""
+  from experiments.results.families import PaperFamily, range_verdict
   spec = spec_rows(BLOCK_VS_TOKEN)
-  rows = []
+  rows, cells = [], []
+  read = lambda interval: range_verdict(interval, pc.BLOCK_GAIN_RANGE)
   for (rule, d, k, t), blk in sorted(spec.items(), key=lambda kv: (kv[0][3], kv[0][2])):
     if rule != "block" or ("lossless", d, k, t) not in spec:
       continue
     g = paired_tau_gain(blk, spec["lossless", d, k, t])
-    rows.append([f"{t:g}", str(k)] + gain_cells(blk, spec["lossless", d, k, t])
-                + [hs.verdict(g["ci95"], pc.block_gain_mean())])
+    cells.append(((k, t), g["diff"], g["ci95"], read))
+    rows.append([f"{t:g}", str(k)] + gain_cells(blk, spec["lossless", d, k, t]) + [(k, t)])
+  family = PaperFamily("block vs token-level", "every K and T of this table, read against "
+                       "the paper's effect", tuple(cells))
+  rows = [r[:-1] + [family.verdict(r[-1])] for r in rows]
   return table(["T", "K", "tau token-level", "tau block", "block / token-level - 1 "
                 "[95% CI, paired over prompts]", "prompts x runs", "MDE (80% power)",
-                "verdict (paper +7% to +10%)"], rows)
+                "verdict (paper +7% to +10%)"], rows) + "\n\n" + family.note()
 
 
 def traversal_vs_token_table() -> str:
   """Traversal verification vs token-level lossless verification of the same trees
   (dynamic EAGLE-2 and static, children top-k or sampled without replacement), per T:
-  tau, paired gain, MDE, verdict against the paper's +2.2-5.7%."""
+  tau, paired gain, MDE, verdict against the paper's +2.2-5.7%
+  (:func:`~experiments.results.families.range_verdict`, corrected over the table's rows)."""
+  from experiments.results.families import PaperFamily, range_verdict
   spec = spec_rows(TRAVERSAL_VS_TOKEN)
-  rows = []
+  rows, cells = [], []
+  read = lambda interval: range_verdict(interval, pc.TRAVERSAL_GAIN_RANGE)
   for d in TREES:
     for (rule, dd, k, t), trav in sorted(spec.items(), key=lambda kv: kv[0][3]):
       if rule != "traversal" or dd != d or ("lossless", d, k, t) not in spec:
         continue
       g = paired_tau_gain(trav, spec["lossless", d, k, t])
       theory = "0" if TREES[d][1] == "top-k" else ">= 0"
+      cells.append(((d, k, t), g["diff"], g["ci95"], read))
       rows.append(list(TREES[d]) + [f"{t:g}"] + gain_cells(trav, spec["lossless", d, k, t])
-                  + [theory, hs.verdict(g["ci95"], pc.traversal_gain_mean())])
+                  + [theory, (d, k, t)])
+  family = PaperFamily("traversal vs token-level", "every tree and T of this table, read "
+                       "against the paper's effect", tuple(cells))
+  rows = [r[:-1] + [family.verdict(r[-1])] for r in rows]
   return table(["drafter and tree", "children", "T", "tau token-level", "tau traversal",
                 "traversal / token-level - 1 [95% CI, paired over prompts]", "prompts x runs",
                 "MDE (80% power)", "exact gain per round on the same tree",
-                "verdict (paper +2.2% to +5.7%)"], rows)
+                "verdict (paper +2.2% to +5.7%)"], rows) + "\n\n" + family.note()
 
 
 def tree_children_table() -> str:
