@@ -107,3 +107,15 @@ def test_paper_family_marks_verdicts_bonferroni_does_not_keep():
   assert "m = 8" in f.note() and "2 verdict(s) other than inconclusive, 1 stand" in f.note()
   with pytest.raises(ValueError, match="m=0"):
     fam.widened(0.0, (-1, 1), 0)
+
+
+def test_humaneval_claims_are_corrected_over_their_family():
+  from experiments.humaneval import summary as hs
+  row = lambda lo, hi: {"diff": {"diff": (lo + hi) / 2, "ci95": (lo, hi)}, "paper_effect": 0.0,
+                        "margin": 0.01, "verdict": hs.verdict((lo, hi), 0.0, 0.01)}
+  prows = [row(-0.079, -0.018)] + [row(-0.04, 0.04) for _ in range(11)]
+  assert prows[0]["verdict"] == "differ"
+  assert hs.correct_verdicts(prows)[0]["verdict"] == "differ, exploratory"
+  assert hs.correct_verdicts(prows[:1])[0]["verdict"] == "differ"  # alone, it stands
+  text = tables.TABLES["claims_humaneval"]()
+  assert "Family *paper claims on HumanEval*: every row of this table (m = 12)" in text

@@ -257,13 +257,28 @@ def _read_claim(claim, diff: dict, reference: float) -> dict:
           "verdict": verdict(tuple(diff["ci95"]), effect, margin)}
 
 
-def power_rows(rows: list[dict], contrasts: list[dict] = ()) -> list[dict]:
+def correct_verdicts(prows: list[dict]) -> list[dict]:
+  """``prows`` with every verdict re-read over the family of its rows that carry one
+  (Bonferroni, :class:`experiments.results.families.PaperFamily`): a verdict that does
+  not survive the correction becomes ``"<verdict>, exploratory"``."""
+  from experiments.results.families import PaperFamily
+  claimed = [i for i, p in enumerate(prows) if p["verdict"] is not None]
+  family = PaperFamily("paper claims", "rows with a claim", tuple(
+      (i, prows[i]["diff"]["diff"], tuple(prows[i]["diff"]["ci95"]),
+       lambda ci, p=prows[i]: verdict(ci, p["paper_effect"], p["margin"])) for i in claimed))
+  return [dict(p, verdict=family.verdict(i)) if i in claimed else p
+          for i, p in enumerate(prows)]
+
+
+def power_rows(rows: list[dict], contrasts: list[dict] = (), correct: bool = True) -> list[dict]:
   """Every comparison with its power and, where a paper makes a claim
   (:func:`experiments.results.paper_claims.claim_for`), the verdict: one row per non-target
   method (its :func:`_comparison`) and one per gap contrast (read against the paper's
   EAGLE-3 gap minus its plain-SD gap). Fields: ``method, temperature, compared_with,
   diff`` (the paired difference, with ``sd`` and ``mde80``), ``reference`` (pass@1 of
-  the compared method), ``claim, paper_effect, margin, verdict``."""
+  the compared method), ``claim, paper_effect, margin, verdict``. ``correct``: the
+  verdicts corrected over the rows that carry one (:func:`correct_verdicts`; a caller
+  that pools several grids into one family corrects over that family instead)."""
   from experiments.results.paper_claims import claim_for, contrast_on_our_scale
   pass1 = {(r["method"], r["temperature"]): r["pass@1"] for r in rows}
   out = []
@@ -287,7 +302,7 @@ def power_rows(rows: list[dict], contrasts: list[dict] = ()) -> list[dict]:
     out.append({"method": f"{c['second']} gap - {c['first']} gap",
                 "temperature": c["temperature"], "compared_with": "(gap contrast)",
                 "diff": c["contrast"], "reference": ref, **read})
-  return out
+  return correct_verdicts(out) if correct else out
 
 
 def power_markdown(prows: list[dict]) -> list[str]:
@@ -348,7 +363,10 @@ def markdown(rows: list[dict], title: str, contrasts: list[dict] = ()) -> str:
               "at 80% power, two-sided alpha 0.05: 2.80 x SD / sqrt(problems); the paper's "
               "effect is a relative loss put on our scale (experiments/results/paper_claims.py); "
               "verdict: inconclusive when the interval holds both 0 and the paper's effect, or "
-              "for a no-loss claim reaches past its margin):", "", *power_markdown(prows)]
+              "for a no-loss claim reaches past its margin; each verdict re-read on its "
+              "interval widened to the Bonferroni level 1 - 0.05/m over the m rows with a "
+              "verdict, and marked exploratory when it does not survive):", "",
+              *power_markdown(prows)]
   if contrasts:
     lines += ["", "Gap contrasts (Revisiting Lossy Verification, Tables 2/3: the rule's gap to "
               "its matched baseline under one drafter minus under another):", "",
