@@ -67,7 +67,9 @@ def test_claims_read_their_configurations(tmp_path):
   assert lines[4].endswith("| agree (exact) |")
   assert "KL(P ‖ p_A) inf, TV 0.0270" in lines[6]
   assert "+0.011 (0.05), +0.008 (0.15), +0.006 (0.25)" in lines[7]
-  assert "agree in sign (exact)" in lines[7]
+  # a sign read from means over sampled contexts: no interval over conversations
+  assert "agree in sign, exploratory (means of exact per-context values" in lines[7]
+  assert "no interval over conversations" in lines[3]
   assert "differ: the gain does not shrink" in lines[8]  # min-p: +0.017 -> +0.029
   assert "+0.009 (0), +0.571 (0.5), +1.000 (1)" in lines[9]
   assert "(p_A, q): negative throughout" in lines[9]
@@ -78,7 +80,7 @@ def test_verdicts_turn_with_the_numbers(tmp_path):
   accepting less than lossless each turn their verdict."""
   lines = _table(tmp_path, _records(eta_deltas=(0.001, -0.002, 0.003),
                                     sd_kl_at_q_equals_p=0.01, mars_accept=0.2))
-  assert "differ (exact)" in lines[7]
+  assert "differ, exploratory (means of exact per-context values" in lines[7]
   assert lines[4].endswith("| differ (exact) |")
   assert "differ in sign" in lines[3]
 

@@ -6,8 +6,11 @@ draft-target alignment.
 
 Every number is an exact per-context quantity averaged over the record's held-out
 assistant positions (SmolLM2 at T = 0.7, its shipped draft LM at T = 0.7): there is no
-sampling, so no interval over draws; where a claim compares a proportion with the
-paper's, positions are treated as independent and the interval says so.
+sampling, so no interval over draws; but the contexts are a sample of conversations and
+the record keeps only their means, so a reading that rests on a mean (a sign, a trend)
+has no interval over conversations and is marked exploratory (:data:`NO_INTERVAL`); where
+a claim compares a proportion with the paper's, positions are treated as independent and
+the interval says so.
 
 Record: ``benchmarks/results/lossy_propositions_smollm2/records.jsonl``
 (``experiments.lossy_propositions``, ``experiments/configs/propositions.py:smollm2``).
@@ -25,6 +28,11 @@ from experiments.results.markdown import RESULTS, ci, path, table
 from experiments.results.proportions import two_proportions
 
 PROPOSITIONS = f"{RESULTS}/lossy_propositions_smollm2/records.jsonl"
+# A reading of means over the record's sampled contexts: exact per context, but the
+# contexts come from a sample of conversations and the record keeps only the means, so
+# there is no interval over conversations and the reading stays exploratory.
+NO_INTERVAL = (", exploratory (means of exact per-context values over sampled contexts; "
+               "no interval over conversations)")
 
 
 def load(rel: str = PROPOSITIONS) -> list[dict]:
@@ -77,7 +85,7 @@ def _mars_row(recs: list[dict], theta: float = 0.9) -> list[str]:
   lo, hi = pc.mars_tau_gain_range()
   return [f"MARS at theta {theta:g} raises first-token acceptance (exact)",
           f"tau {100 * lo:+.0f}% to {100 * hi:+.0f}% (Table 1)", "; ".join(cells),
-          "agree in sign (exact; first token only)" if raises else "differ in sign (exact)"]
+          ("agree in sign" if raises else "differ in sign") + NO_INTERVAL]
 
 
 def _prop1_rows(recs: list[dict]) -> list[list[str]]:
@@ -112,10 +120,10 @@ def _lemma1_rows(recs: list[dict]) -> list[list[str]]:
     d = r["delta_be_paqa"]
     cells = ", ".join(f"{x:+.3f} ({v:g})" for v, x in zip(r["values"], d))
     if kind == "eta":
-      verdict = "agree in sign (exact)" if min(d) > 0 else "differ (exact)"
+      verdict = ("agree in sign" if min(d) > 0 else "differ") + NO_INTERVAL
     else:
-      verdict = ("agree (exact)" if abs(d[-1]) < abs(d[0]) else
-                 "differ: the gain does not shrink towards p_base 0.9 (exact)")
+      verdict = ("agree" if abs(d[-1]) < abs(d[0]) else
+                 "differ: the gain does not shrink towards p_base 0.9") + NO_INTERVAL
     rows.append([f"Lemma 1 / Fig. 5, {kind.replace('_', '-')}: block-efficiency change of "
                  f"(p_A, q_A), gamma = {r['gamma']}", claim,
                  f"{cells}; BE(p, q) = {r['be_pq']:.3f}", verdict + "; changes of "

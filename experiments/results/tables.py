@@ -367,7 +367,7 @@ def claims_sv() -> str:
        f"ShareGPT {100 * sh['ig_frac']:.1f}%, HumanEval {100 * he['ig_frac']:.1f}% "
        f"(plug-in bias of the {int(np.prod(sh['num_bins']))} bins: {100 * bias['sharegpt']:.1f}% "
        f"/ {100 * bias['humaneval']:.1f}%)",
-       f"differ (no interval for this run, whose calibration records are not committed; the "
+       f"differ, exploratory (no interval for this run, whose calibration records are not committed; the "
        f"committed records of the same companion, section 4's depth table, put every interval "
        f"below the paper; the paper's gain is "
        f"{paper['chat'] / sh['ig_frac']:.1f}x ours on chat, {paper['code'] / he['ig_frac']:.1f}x "
@@ -385,7 +385,8 @@ def claims_sv() -> str:
        f"processed tokens per emitted token: SV {_span([r['processed_per_emitted'] for r in sv], '.1f')}"
        f" at B = 4 / 8 and {_span([r['processed_per_emitted'] for r in sv1], '.1f')} at B = 1, "
        f"fixed K = 7 {_span([r['processed_per_emitted'] for r in k7], '.1f')}",
-       "agree against K = 7 (by construction: SV verifies at most K; counts of one run)"],
+       "no verdict: true by construction (SV verifies at most K), counts of one run, "
+       "no interval"],
       ["acceptance among verified drafts rises", "e.g. 0.56 -> 0.62",
        f"(tau - 1) / verified per call, ShareGPT: fixed K = 7 "
        f"{acc(sh_rows[('fixed_7', 4)]):.2f} -> SV {acc(sh_rows[('sv_SA', 4)]):.2f} (B = 4) / "
