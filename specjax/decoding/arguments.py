@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.checks import ArgumentTypeError
-from specjax.models.transformer import Model
+from specjax.models.transformer import Model, split_projections
 
 LONG_PROMPT_ACTIONS = ("warn", "error", "ignore")
 
@@ -51,11 +51,16 @@ def check_model_params(name: str, model, params) -> None:
                     f"load_pretrained) after the model")
   want = _expected_shapes(model)
   if isinstance(params, dict) and isinstance(params.get("layers"), tuple) and params["layers"]:
-    # Model.decode_params form: per-layer trees, checked as the stack they came from.
+    # Model.decode_params form: per-layer trees (gate / up fused), checked as the stack
+    # they came from.
     layers = params["layers"]
+    try:
+      layer0 = jax.eval_shape(lambda lp: split_projections(lp, model.config), layers[0])
+    except Exception:  # noqa: BLE001  (not a layer tree: reported below as missing leaves)
+      layer0 = layers[0]
     params = {**params, "layers": jax.tree.map(
         lambda leaf: jax.ShapeDtypeStruct((len(layers),) + tuple(np.shape(leaf)), jnp.float32),
-        layers[0])}
+        layer0)}
   try:
     leaves = jax.tree_util.tree_flatten_with_path(params)[0]
   except Exception:  # noqa: BLE001  (any unflattenable object)

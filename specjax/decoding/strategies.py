@@ -135,13 +135,13 @@ def _pad_axis(x, size: int, axis: int):
   return jnp.pad(x, pad)
 
 
-def _chain_forward(target, target_params, t_cache, last, x, n: int):
-  """Target forward over ``[last, x_1..x_n]`` (``n`` static, ``<= K``): ``(logits
-  [B, n+1, V], hidden [n_sel, B, n+1, H] or None, cache)``."""
+def _chain_forward(target, target_params, t_cache, last, x, n: int, write_cache: bool = True):
+  """Target forward over ``[last, x_1..x_n]`` (``n`` static, ``<= K``): the model's
+  output (``logits [B, n+1, V]``, ``hidden_states [n_sel, B, n+1, H]`` or None, the
+  cache written -- or, ``write_cache=False``, the new keys and values in ``new_kv``)."""
   t_in = jnp.concatenate([last[:, None], x[:, :n]], axis=1)  # [B, n+1]
   pos = t_cache.lengths[:, None] + jnp.arange(n + 1)[None, :]
-  o = target.apply(target_params, t_in, pos, t_cache)
-  return o.logits, o.hidden_states, o.cache
+  return target.apply(target_params, t_in, pos, t_cache, write_cache=write_cache)
 
 
 def _bucket_index(gamma, buckets: tuple):
@@ -231,10 +231,18 @@ class ChainStrategy:
       forward over ``n + 1`` tokens, then the target's distributions and the rule over
       the first ``max(n, 1)`` drafts only -- the rule stops at ``gamma``, so the rest
       never matter, and ``u`` and the keys are sliced, not redrawn, so every bucket
-      decides exactly as the full length would.  Outputs are padded to K."""
+      decides exactly as the full length would.  Outputs are padded to K.
+
+      Inside a bucket switch the forward does not write the cache: each branch
+      returns its new keys and values padded to K + 1 tokens and the cache is
+      written once after the switch (in place in the loop's carry; a branch that
+      wrote it would make XLA copy the whole cache into and out of the switch)."""
       def run(_):
-        z, hidden, o_cache = _chain_forward(inputs.target, inputs.target_params, inputs.cache,
-                                            inputs.last, x, n)
+        o = _chain_forward(inputs.target, inputs.target_params, inputs.cache, inputs.last, x,
+                           n, write_cache=not switched)
+        z, hidden = o.logits, o.hidden_states
+        o_kv = (o.cache if not switched
+                else tuple(_pad_axis(kv, k + 1, 2) for kv in o.new_kv))  # [L, B, K+1, ..]
         p = probs_from_logits(z, inputs.sampling)  # [B, n+1, V]
         m = max(n, 1)  # with n = 0 (gamma = 0) the rule reads position 0 only
         z, p = _pad_axis(z, m + 1, 1), _pad_axis(p, m + 1, 1)
@@ -242,15 +250,18 @@ class ChainStrategy:
                      q_node[:, :m])
         res = dataclasses.replace(res, accepted=_pad_axis(res.accepted, k, 1))
         hidden = None if hidden is None else _pad_axis(hidden, k + 1, 2)
-        return res, hidden, o_cache, jnp.int32(n + 1)
+        return res, hidden, o_kv, jnp.int32(n + 1)
       return run
 
-    if inputs.buckets is None:
+    buckets = (None if inputs.buckets is None
+               else tuple(sorted(set(int(v) for v in inputs.buckets))))
+    switched = buckets is not None and len(buckets) > 1  # (K,) alone: no switch
+    if not switched:
       res, hidden, o_cache, processed = verify_first(k)(None)
     else:
-      buckets = tuple(sorted(set(int(v) for v in inputs.buckets)))
-      res, hidden, o_cache, processed = jax.lax.switch(
+      res, hidden, (k_new, v_new), processed = jax.lax.switch(
           _bucket_index(gamma, buckets), [verify_first(n) for n in buckets], None)
+      o_cache = kvc.write_layers(inputs.cache, k_new, v_new)
     nacc = res.num_accepted
     cache = kvc.commit(o_cache, jnp.where(inputs.active, nacc + 1, 0))
     node_ids = jnp.broadcast_to(jnp.arange(k + 1)[None, :], (b, k + 1))

@@ -211,7 +211,7 @@ class _Layer(nn.Module):
       attn_in = h  # the published EAGLE-1 layer 0 has no input norm
     else:
       attn_in = jnp.concatenate([norm("input_layernorm")(emb), norm("hidden_norm")(h)], -1)
-    a, k_all, v_all = Attention(lc, name="self_attn")(attn_in, cos, sin, k_buf[None],
+    a, k_all, v_all, _ = Attention(lc, name="self_attn")(attn_in, cos, sin, k_buf[None],
                                                       v_buf[None], 0, lengths, mask)
     k_buf, v_buf = k_all[0], v_all[0]
     x = h + a

@@ -58,6 +58,18 @@ def write_tokens(buf: jax.Array, layer, new: jax.Array, offsets: jax.Array) -> j
   return buf.at[layer, rows, slots].set(new.astype(buf.dtype), mode="drop")
 
 
+def write_layers(cache: KVCache, k_new: jax.Array, v_new: jax.Array) -> KVCache:
+  """Write ``k_new, v_new [L, B, T, KVH, D]`` (every layer's keys and values of T new
+  tokens, ``Model.apply(write_cache=False)``) at each row's cursor, slots
+  ``lengths[b] + t``, not committed; slots past S are dropped.  In a loop that
+  carries the cache the update is in place."""
+  b, t = k_new.shape[1:3]
+  rows = jnp.arange(b)[:, None]  # [B, 1]
+  slots = cache.lengths[:, None] + jnp.arange(t)[None, :]  # [B, T]
+  put = lambda buf, new: buf.at[:, rows, slots].set(new.astype(buf.dtype), mode="drop")
+  return dataclasses.replace(cache, k=put(cache.k, k_new), v=put(cache.v, v_new))
+
+
 def commit(cache: KVCache, num_tokens: jax.Array) -> KVCache:
   """Keep the first ``num_tokens[b]`` written-but-uncommitted tokens of each row."""
   return dataclasses.replace(cache, lengths=cache.lengths + num_tokens.astype(jnp.int32))

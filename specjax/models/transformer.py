@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import os
 from typing import NamedTuple, Optional
 
@@ -30,7 +31,7 @@ import jax.numpy as jnp
 
 from specjax.models import kv_cache as kvc
 from specjax.models import sharding
-from specjax.models.config import ModelConfig, llama3_inv_freq
+from specjax.models.config import ModelConfig, llama3_inv_freq, resolve_dtype
 
 # Every param declares its logical axes where it is declared (the initializers
 # below carry them, ``nn.with_logical_partitioning``); ``Model.logical_axes``
@@ -46,12 +47,60 @@ def _declared(init, *axes: str):
   return nn.with_logical_partitioning(init, axes)
 
 
-def _dense(features: int, axes: tuple, bias: bool, c: ModelConfig, name: str) -> nn.Dense:
+def matmul(x: jax.Array, w: jax.Array, dtype, w_contract: int = 0) -> jax.Array:
+  """``x [..., in] @ w`` (``w [in, out]``; ``w_contract=1``: ``w [out, in]``) in ``dtype``.
+
+  Same precision as the stored weights: weights in ``dtype`` multiply as
+  ``nn.Dense`` does (operands promoted to ``dtype``).  *Narrower* weights
+  (bfloat16 weights of a float32 model, :func:`cast_weights`) are read as
+  they are stored -- the activations are rounded to the weights' dtype and the
+  products accumulate in float32 (``preferred_element_type``), the mixed
+  precision of accelerator matmuls -- so a forward reads half the bytes
+  instead of materialising a float32 copy of every weight.  On XLA:CPU that
+  mixed dot runs a slow path for a single row (M = 1: ~9x the time of two
+  rows, ``benchmarks/verify_matmul.py``), so a single row is padded to two.
+  """
+  dims = (((x.ndim - 1,), (w_contract,)), ((), ()))
+  if jnp.dtype(w.dtype).itemsize >= jnp.dtype(dtype).itemsize:
+    return jax.lax.dot_general(x.astype(dtype), w.astype(dtype), dims)
+  xw = x.astype(w.dtype)
+  rows = math.prod(x.shape[:-1])
+  if rows == 1 and jax.default_backend() == "cpu":
+    flat = jnp.concatenate([xw.reshape(1, -1)] * 2, axis=0)
+    y = jax.lax.dot_general(flat, w, (((1,), (w_contract,)), ((), ())),
+                            preferred_element_type=jnp.float32)[:1]
+    return y.reshape(x.shape[:-1] + y.shape[-1:]).astype(dtype)
+  return jax.lax.dot_general(xw, w, dims, preferred_element_type=jnp.float32).astype(dtype)
+
+
+class Linear(nn.Module):
+  """``nn.Dense`` (same params: ``kernel [in, out]``, optional ``bias [out]``, XLA's
+  default initializers) whose product is :func:`matmul`: the same values as
+  ``nn.Dense`` when the weights are in the compute dtype, mixed precision when
+  they are narrower."""
+
+  features: int
+  use_bias: bool
+  dtype: jnp.dtype
+  param_dtype: jnp.dtype
+  kernel_axes: tuple
+
+  @nn.compact
+  def __call__(self, x):
+    kernel = self.param("kernel", _declared(nn.linear.default_kernel_init, *self.kernel_axes),
+                        (x.shape[-1], self.features), self.param_dtype)
+    y = matmul(x, kernel, self.dtype)
+    if self.use_bias:
+      bias = self.param("bias", _declared(nn.initializers.zeros_init(), self.kernel_axes[1]),
+                        (self.features,), self.param_dtype)
+      y = y + bias.astype(self.dtype)
+    return y
+
+
+def _dense(features: int, axes: tuple, bias: bool, c: ModelConfig, name: str) -> Linear:
   """A projection whose kernel has logical axes ``axes`` (in, out); its bias has
-  the output axis.  XLA's default initializers, as ``nn.Dense``."""
-  return nn.Dense(features, use_bias=bias, dtype=c.compute_dtype, param_dtype=c.params_dtype,
-                  kernel_init=_declared(nn.linear.default_kernel_init, *axes),
-                  bias_init=_declared(nn.initializers.zeros_init(), axes[1]), name=name)
+  the output axis."""
+  return Linear(features, bias, c.compute_dtype, c.params_dtype, axes, name=name)
 
 
 CACHE_AXES = ("layers", "batch", "length", "kv_heads", "head_dim")  # KVCache.k / .v
@@ -61,6 +110,7 @@ class ModelOutput(NamedTuple):
   logits: jax.Array
   hidden_states: Optional[jax.Array]
   cache: kvc.KVCache
+  new_kv: Optional[tuple] = None  # write_cache=False: the new (k, v) [L, B, T, KVH, D]
 
 
 class RMSNorm(nn.Module):
@@ -155,7 +205,21 @@ def full_attention(qg, k_buf, v_buf, mask, dt):
   return jnp.einsum("bkgts,bskd->btkgd", w, v_buf.astype(dt))
 
 
-def chunked_attention(qg, k_all, v_all, layer, mask, extent, chunk: int, dt):
+def overlay_new(buf: jax.Array, start, new: jax.Array, lengths: jax.Array) -> jax.Array:
+  """Cache slots ``start .. start + c`` of ``buf [B, c, KVH, D]`` as they would read
+  had ``new [B, T, KVH, D]`` been written at each row's cursor (slots ``lengths[b]
+  + t``, :func:`kv_cache.write_tokens`): the same values in the same places, so
+  attention over the overlaid slots equals attention after the write bit for bit,
+  while the cache itself stays unwritten (``Model.apply(write_cache=False)``)."""
+  c, t = buf.shape[1], new.shape[1]
+  rel = start + jnp.arange(c)[None, :] - lengths[:, None]  # [B, c]
+  is_new = (rel >= 0) & (rel < t)
+  idx = jnp.clip(rel, 0, t - 1)[:, :, None, None]
+  taken = jnp.take_along_axis(new.astype(buf.dtype), idx, axis=1)  # [B, c, KVH, D]
+  return jnp.where(is_new[:, :, None, None], taken, buf)
+
+
+def chunked_attention(qg, k_all, v_all, layer, mask, extent, chunk: int, dt, new_kv=None):
   """:func:`full_attention` of layer ``layer`` of the whole cache ``k_all, v_all [L, B, S,
   KVH, D]`` (each chunk is sliced from it directly: slicing the layer out first copies
   all S slots of it on CPU) over the first ``extent`` slots only (a traced scalar, e.g.
@@ -166,7 +230,9 @@ def chunked_attention(qg, k_all, v_all, layer, mask, extent, chunk: int, dt):
   over every chunk of the cache whose body is a ``lax.cond`` that skips the chunks
   at or past ``extent``, so the forward stays differentiable and vmappable. The
   last chunk is clamped to end at S and ignores the slots an earlier chunk covered.
-  Equal to :func:`full_attention` up to float rounding."""
+  Equal to :func:`full_attention` up to float rounding.  ``new_kv = (k, v [B, T, KVH,
+  D], lengths [B])``: the new tokens' keys and values, not yet written, overlaid on
+  each chunk (:func:`overlay_new`)."""
   b, t, kvh, g, d = qg.shape
   s = k_all.shape[2]
   n = -(-s // chunk)
@@ -177,8 +243,11 @@ def chunked_attention(qg, k_all, v_all, layer, mask, extent, chunk: int, dt):
     m, l, acc = carry
     start = jnp.minimum(c * chunk, s - chunk)
     at, size = (jnp.asarray(layer, jnp.int32), zero, start, zero, zero), (1, b, chunk, kvh, d)
-    ks = jax.lax.dynamic_slice(k_all, at, size)[0].astype(dt)  # [B, c, KVH, D]
-    vs = jax.lax.dynamic_slice(v_all, at, size)[0].astype(dt)
+    ks = jax.lax.dynamic_slice(k_all, at, size)[0]  # [B, c, KVH, D]
+    vs = jax.lax.dynamic_slice(v_all, at, size)[0]
+    if new_kv is not None:
+      ks, vs = (overlay_new(buf, start, new, new_kv[2]) for buf, new in zip((ks, vs), new_kv[:2]))
+    ks, vs = ks.astype(dt), vs.astype(dt)
     ok = jax.lax.dynamic_slice_in_dim(mask, start, chunk, axis=2)  # [B, T, c]
     ok = ok & (start + jnp.arange(chunk) >= c * chunk)[None, None, :]
     ok = ok[:, None, None, :, :]  # [B, 1, 1, T, c]
@@ -208,12 +277,16 @@ def chunked_attention(qg, k_all, v_all, layer, mask, extent, chunk: int, dt):
 
 class Attention(nn.Module):
   config: ModelConfig
+  write_cache: bool = True
 
   @nn.compact
   def __call__(self, x, cos, sin, k_all, v_all, layer, lengths, mask):
     """k_all, v_all: the whole cache ``[L, B, S, KVH, D]`` (scan carry): the T new
     keys/values are scattered into layer ``layer`` in place, and attention reads
-    that layer's slice."""
+    that layer's slice.  Returns ``(out [B, T, H], k_all, v_all, new)``: ``new`` is
+    None, or -- with ``write_cache=False`` -- the new ``(k, v) [B, T, KVH, D]``,
+    which attention overlays on the cache it reads (:func:`overlay_new`) while the
+    cache is returned unwritten."""
     c = self.config
     dt, pdt = c.compute_dtype, c.params_dtype
     b, t, _ = x.shape
@@ -229,19 +302,26 @@ class Attention(nn.Module):
       k = RMSNorm(c.rms_norm_eps, dt, pdt, "head_dim", name="k_norm")(k)
     q = apply_rope(q, cos, sin)
     k = apply_rope(k, cos, sin)
-    k_all = kvc.write_tokens(k_all, layer, k, lengths)  # [L, B, S, KVH, D]
-    v_all = kvc.write_tokens(v_all, layer, v, lengths)
+    new_kv = None
+    if self.write_cache:
+      k_all = kvc.write_tokens(k_all, layer, k, lengths)  # [L, B, S, KVH, D]
+      v_all = kvc.write_tokens(v_all, layer, v, lengths)
+    else:
+      new_kv = (k, v, lengths)
     groups = c.num_attention_heads // c.num_key_value_heads
     qg = q.reshape(b, t, c.num_key_value_heads, groups, c.head_dim)
     chunk = resolve_attention_chunk()
     if chunk and t <= MAX_CHUNKED_QUERIES:
       out = chunked_attention(qg, k_all, v_all, layer, mask, jnp.max(lengths) + t,
-                              min(chunk, k_all.shape[2]), dt)
+                              min(chunk, k_all.shape[2]), dt, new_kv)
     else:
-      out = full_attention(qg, k_all[layer], v_all[layer], mask, dt)  # [B, S, KVH, D] each
+      k_buf, v_buf = k_all[layer], v_all[layer]  # [B, S, KVH, D] each
+      if new_kv is not None:
+        k_buf, v_buf = (overlay_new(buf, 0, new, lengths) for buf, new in ((k_buf, k), (v_buf, v)))
+      out = full_attention(qg, k_buf, v_buf, mask, dt)
     out = out.reshape(b, t, c.num_attention_heads * c.head_dim)
     o_proj = _dense(c.hidden_size, ("heads", "embed"), c.o_bias, c, "o_proj")  # row-parallel
-    return o_proj(out), k_all, v_all
+    return o_proj(out), k_all, v_all, (None if new_kv is None else new_kv[:2])
 
 
 class MLP(nn.Module):
@@ -250,9 +330,12 @@ class MLP(nn.Module):
   @nn.compact
   def __call__(self, x):
     c, f = self.config, self.config.intermediate_size
+    down = _dense(c.hidden_size, ("mlp", "embed"), False, c, "down_proj")  # row-parallel
+    if self.has_variable("params", "gate_up_proj"):  # decode form (Model.decode_params)
+      gate_up = _dense(2 * f, ("embed", "gate_up"), False, c, "gate_up_proj")(x)
+      return down(nn.silu(gate_up[..., :f]) * gate_up[..., f:])
     gate = _dense(f, ("embed", "mlp"), False, c, "gate_proj")  # column-parallel
     up = _dense(f, ("embed", "mlp"), False, c, "up_proj")
-    down = _dense(c.hidden_size, ("mlp", "embed"), False, c, "down_proj")  # row-parallel
     return down(nn.silu(gate(x)) * up(x))
 
 
@@ -260,42 +343,56 @@ class DecoderLayer(nn.Module):
   """Pre-norm block: x + attn(norm(x)); x + mlp(norm(x)). Scanned over layers."""
 
   config: ModelConfig
+  write_cache: bool = True
 
   @nn.compact
   def __call__(self, carry, layer, cos, sin, lengths, mask):
+    """``carry = (x, k_all, v_all)`` -> ``(carry, (layer input, new))``: ``new`` is
+    the layer's new ``(k, v)`` when it does not write the cache, else None."""
     c = self.config
     x, k_all, v_all = carry
     norm = lambda name: RMSNorm(c.rms_norm_eps, c.compute_dtype, c.params_dtype, name=name)
-    h, k_all, v_all = Attention(c, name="self_attn")(norm("input_layernorm")(x), cos, sin,
-                                                     k_all, v_all, layer, lengths, mask)
+    h, k_all, v_all, new = Attention(c, self.write_cache, name="self_attn")(
+        norm("input_layernorm")(x), cos, sin, k_all, v_all, layer, lengths, mask)
     layer_input = x
     x = x + h
     x = x + MLP(c, name="mlp")(norm("post_attention_layernorm")(x))
-    return (x, k_all, v_all), layer_input
+    return (x, k_all, v_all), (layer_input, new)
 
 
-def run_layers(c: ModelConfig, layer_params, carry, cos, sin, lengths, mask):
+def run_layers(c: ModelConfig, layer_params, carry, cos, sin, lengths, mask,
+               write_cache: bool = True):
   """The decoder layers over ``carry = (x [B,T,H], k [L,B,S,KVH,D], v)``.
 
   ``layer_params`` as stored -- one tree whose leaves stack the layers on a
   leading dim -- runs *rolled* (``lax.scan``, one compiled layer body), or as a
   tuple of per-layer trees (:meth:`Model.decode_params`) runs *unrolled* (a
   Python loop, L copies of the body).  Same modules, same values.  Returns
-  the final carry and the layers' inputs (stacked ``[L, B, T, H]`` or a list).
+  the final carry, the layers' inputs (stacked ``[L, B, T, H]`` or a list) and
+  -- with ``write_cache=False``, where the cache is read, never written -- the
+  new keys and values ``(k, v) [L, B, T, KVH, D]`` (else None).
   """
-  layer = DecoderLayer(c, parent=None)
+  layer = DecoderLayer(c, write_cache, parent=None)
+  _, k_all, v_all = carry
 
   def step(carry, lp, i):
-    return layer.apply({"params": lp}, carry, i, cos, sin, lengths, mask)
+    if not write_cache:  # only x is carried: the cache is a constant of the layers
+      carry = (carry, k_all, v_all)
+    out, (layer_input, new) = layer.apply({"params": lp}, carry, i, cos, sin, lengths, mask)
+    return (out if write_cache else out[0]), (layer_input, new)
 
+  start = carry if write_cache else carry[0]
   if isinstance(layer_params, tuple):
-    inputs = []
+    ys = []
     for i, lp in enumerate(layer_params):
-      carry, layer_input = step(carry, lp, i)
-      inputs.append(layer_input)
-    return carry, inputs
-  return jax.lax.scan(lambda cr, xs: step(cr, *xs), carry,
-                      (layer_params, jnp.arange(c.num_hidden_layers)))
+      start, y = step(start, lp, i)
+      ys.append(y)
+    inputs = [y[0] for y in ys]
+    new_kv = None if write_cache else tuple(jnp.stack([y[1][j] for y in ys]) for j in (0, 1))
+  else:
+    start, (inputs, new_kv) = jax.lax.scan(lambda cr, xs: step(cr, *xs), start,
+                                           (layer_params, jnp.arange(c.num_hidden_layers)))
+  return (start if write_cache else (start, k_all, v_all)), inputs, new_kv
 
 
 class Transformer(nn.Module):
@@ -309,7 +406,8 @@ class Transformer(nn.Module):
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, tokens, positions, cache: kvc.KVCache, attn_mask=None, logits_index=None):
+  def __call__(self, tokens, positions, cache: kvc.KVCache, attn_mask=None, logits_index=None,
+               write_cache: bool = True):
     c = self.config
     dt, pdt = c.compute_dtype, c.params_dtype
     embed = nn.Embed(c.vocab_size, c.hidden_size, dtype=dt, param_dtype=pdt, name="embed_tokens",
@@ -325,11 +423,12 @@ class Transformer(nn.Module):
       stack = nn.scan(DecoderLayer, variable_axes={"params": 0}, split_rngs={"params": True},
                       in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
                       length=c.num_hidden_layers, metadata_params={nn.PARTITION_NAME: "layers"})
-      carry, layer_inputs = stack(c, name="layers")(carry, jnp.arange(c.num_hidden_layers), cos,
-                                                    sin, cache.lengths, mask)
+      new_kv = None
+      carry, (layer_inputs, _) = stack(c, name="layers")(
+          carry, jnp.arange(c.num_hidden_layers), cos, sin, cache.lengths, mask)
     else:
-      carry, layer_inputs = run_layers(c, self.variables["params"]["layers"], carry, cos, sin,
-                                       cache.lengths, mask)
+      carry, layer_inputs, new_kv = run_layers(c, self.variables["params"]["layers"], carry,
+                                               cos, sin, cache.lengths, mask, write_cache)
     x, k_new, v_new = carry
     x = RMSNorm(c.rms_norm_eps, dt, pdt, name="norm")(x)
     hidden = None
@@ -338,12 +437,68 @@ class Transformer(nn.Module):
                           for i in c.hidden_layers], axis=0)
     if logits_index is not None:
       x = jnp.take_along_axis(x, logits_index[:, :, None], axis=1)
-    if c.tie_word_embeddings:
-      logits = embed.attend(x)
+    if c.tie_word_embeddings:  # x @ embedding.T, in the embedding's own precision
+      logits = matmul(x, embed.embedding, dt, w_contract=1)
     else:
       logits = _dense(c.vocab_size, ("embed", "vocab"), False, c, "lm_head")(x)  # vocab-parallel
-    return ModelOutput(logits.astype(jnp.float32), hidden, kvc.KVCache(k_new, v_new,
-                                                                       cache.lengths))
+    return ModelOutput(logits.astype(jnp.float32), hidden,
+                       kvc.KVCache(k_new, v_new, cache.lengths), new_kv)
+
+
+# (block, fused name, parts) of the decode form.  q / k / v stay apart: one
+# [H, q + 2 kv] matmul rounds differently from three on XLA:CPU (1e-6 relative on
+# the test models), and the decode step is no faster for it; gate | up gives the
+# same bits and saves ~5% of a SmolLM2 decode step (benchmarks/verify_matmul.py).
+_FUSED = (("mlp", "gate_up_proj", ("gate_proj", "up_proj")),)
+
+
+def fuse_projections(layer: dict) -> dict:
+  """One decoder layer's params with ``gate/up_proj`` concatenated along the output
+  dim into ``gate_up_proj`` (a layer already fused is returned as it is).
+  :class:`MLP` splits the fused output back, so the values are those of the
+  separate projections: one matmul reads both kernels."""
+  out = dict(layer)
+  for block, fused, parts in _FUSED:
+    mods = dict(out[block])
+    if fused in mods:
+      continue
+    pieces = [mods.pop(name) for name in parts]
+    mods[fused] = {leaf: jnp.concatenate([p[leaf] for p in pieces], axis=-1)
+                   for leaf in pieces[0]}
+    out[block] = mods
+  return out
+
+
+def _is_fused(layer: dict) -> bool:
+  return all(fused in layer[block] for block, fused, _ in _FUSED)
+
+
+def split_projections(layer: dict, c: ModelConfig) -> dict:
+  """The inverse of :func:`fuse_projections` (a layer not fused is returned as it is)."""
+  q_dim, kv_dim = c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
+  sizes = {"qkv_proj": (q_dim, q_dim + kv_dim), "gate_up_proj": (c.intermediate_size,)}
+  out = dict(layer)
+  for block, fused, parts in _FUSED:
+    mods = dict(out[block])
+    if fused not in mods:
+      continue
+    whole = mods.pop(fused)
+    pieces = {leaf: jnp.split(w, sizes[fused], axis=-1) for leaf, w in whole.items()}
+    for i, name in enumerate(parts):
+      mods[name] = {leaf: pieces[leaf][i] for leaf in whole}
+    out[block] = mods
+  return out
+
+
+def cast_weights(model: "Model", params, param_dtype: str) -> tuple["Model", dict]:
+  """``(model, params)`` with every param stored in ``param_dtype`` and the
+  activations kept in the model's compute dtype: e.g. bfloat16 weights of a
+  float32 model, whose matmuls read bfloat16 and accumulate in float32
+  (:func:`matmul`).  A different target from the float32 one (its weights are
+  rounded), so compare it with target-only decoding of the same cast model."""
+  dt = resolve_dtype(param_dtype)
+  cfg = model.config.replace(param_dtype=jnp.dtype(dt).name)
+  return dataclasses.replace(model, config=cfg), jax.tree.map(lambda w: w.astype(dt), params)
 
 
 def resolve_layer_stack(layer_stack: str = "auto") -> str:
@@ -371,7 +526,13 @@ def _declared_axes(config: ModelConfig) -> dict:
   specs = nn.get_partition_spec(shapes["params"])
   flat = jax.tree_util.tree_flatten_with_path(
       specs, is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))[0]
-  return {"/".join(str(k.key) for k in path): tuple(spec) for path, spec in flat}
+  axes = {"/".join(str(k.key) for k in path): tuple(spec) for path, spec in flat}
+  for block, fused, parts in _FUSED:  # the decode form's fused projections: replicated
+    for leaf in ("kernel", "bias"):   # (no rule splits a concatenation of q | k | v)
+      if f"layers/{block}/{parts[0]}/{leaf}" in axes:
+        first = axes[f"layers/{block}/{parts[0]}/{leaf}"]
+        axes[f"layers/{block}/{fused}/{leaf}"] = first[:-1] + (fused.removesuffix("_proj"),)
+  return axes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -452,13 +613,21 @@ class Model:
 
     return jax.tree_util.tree_map_with_path(names, params)
 
-  def apply(self, params, tokens, positions, cache, attn_mask=None, logits_index=None
-            ) -> ModelOutput:
+  def apply(self, params, tokens, positions, cache, attn_mask=None, logits_index=None,
+            write_cache: bool = True) -> ModelOutput:
     """Pure forward pass; see the module docstring for shapes.  ``params`` as
     stored (the layers run rolled) or from :meth:`decode_params` (per-layer
-    trees: unrolled); same values either way."""
+    trees: unrolled); same values either way.
+
+    ``write_cache=False``: the cache is only read -- the new tokens' keys and
+    values are returned in ``out.new_kv`` (``[L, B, T, KVH, D]`` each) and
+    ``out.cache`` is the cache as given -- with the same logits and hidden
+    states bit for bit.  A caller that picks among forwards of several lengths
+    (``lax.switch``) writes the keys and values after the choice
+    (:func:`kv_cache.write_layers`), so the cache is updated in place instead of
+    copied in and out of the switch."""
     return self.module.apply({"params": params}, tokens, positions, cache, attn_mask,
-                             logits_index)
+                             logits_index, write_cache)
 
   def unrolls_layers(self) -> bool:
     """Whether :meth:`decode_params` splits the layer stack: ``layer_stack``, where
@@ -471,21 +640,28 @@ class Model:
 
     Unrolled (:meth:`unrolls_layers`): the layer stack split into a tuple of
     per-layer trees (one copy of the layer weights per call), which
-    :meth:`apply` runs as L copies of the layer.  XLA:CPU copies every weight
-    matrix out of the stacked array before its matmul on *each* scanned
-    forward -- for SmolLM2-135M, 425 MB copied per decode step, over half of
-    the step's time -- while per-layer arrays are read in place.  The price is
-    compile time and the memory of one copy of the layer weights.  Rolled:
-    ``params`` as stored (per-layer trees are stacked back).
+    :meth:`apply` runs as L copies of the layer, each with its gate / up
+    kernels concatenated into one ``gate_up_proj`` (:func:`fuse_projections`:
+    one matmul fewer per layer, the same values).  XLA:CPU copies every weight matrix out of the stacked
+    array before its matmul on *each* scanned forward -- for SmolLM2-135M,
+    425 MB copied per decode step, over half of the step's time -- while
+    per-layer arrays are read in place.  The price is compile time and the
+    memory of one copy of the layer weights.  Rolled: ``params`` as stored
+    (per-layer trees are stacked back, their projections split again).
     """
     unrolled = isinstance(params["layers"], tuple)
-    if self.unrolls_layers() == unrolled:
+    if self.unrolls_layers():
+      layers = params["layers"]
+      if unrolled and all(_is_fused(lp) for lp in layers):
+        return params
+      if not unrolled:
+        n = self.config.num_hidden_layers
+        layers = tuple(jax.tree.map(lambda w, i=i: w[i], layers) for i in range(n))
+      return {**params, "layers": tuple(fuse_projections(lp) for lp in layers)}
+    if not unrolled:
       return params
-    if unrolled:
-      return {**params, "layers": jax.tree.map(lambda *w: jnp.stack(w), *params["layers"])}
-    n = self.config.num_hidden_layers
-    layers = tuple(jax.tree.map(lambda w, i=i: w[i], params["layers"]) for i in range(n))
-    return {**params, "layers": layers}
+    layers = [split_projections(lp, self.config) for lp in params["layers"]]
+    return {**params, "layers": jax.tree.map(lambda *w: jnp.stack(w), *layers)}
 
   def embed(self, params, tokens):
     """Token embeddings ``[..., H]`` (used by EAGLE heads)."""
@@ -501,5 +677,7 @@ class Model:
   def lm_head(self, params, x):
     """The LM head applied to features ``x [..., H]`` -> float32 logits."""
     w = self.lm_head_kernel(params)
+    if jnp.dtype(w.dtype).itemsize < jnp.dtype(self.config.compute_dtype).itemsize:
+      return matmul(x, w, self.config.compute_dtype).astype(jnp.float32)
     return jnp.dot(x.astype(self.config.compute_dtype), w.astype(self.config.compute_dtype),
                    preferred_element_type=jnp.float32)
