@@ -1,4 +1,5 @@
-r"""Re-draw the committed figures of ``docs/figures`` from their committed records.
+r"""Re-draw the committed figures from their committed records: ``docs/figures`` and
+the main job's / speed records' ``benchmark.png`` beside their records.
 
     python -m experiments.render_figures              # every figure of FIGURES
     python -m experiments.render_figures --only=sweep_k_smollm2 --out=/tmp/figs
@@ -62,6 +63,18 @@ def _sv(record: str, out_dir: str) -> list:
     return write_figures(json.load(f), out_dir, "smollm2")
 
 
+def _benchmark(record: str, out_dir: str) -> list:
+  """An ``experiments/benchmark.py`` record's figure, written beside its record (the
+  run writes it there): ``out_dir`` is ignored unless it is not the docs' figures."""
+  from experiments.common.figures import plot_quality_vs_speed
+  default = os.path.join(ROOT, "docs", "figures")
+  here = os.path.dirname(record) if os.path.abspath(out_dir) == default else out_dir
+  name = os.path.basename(os.path.dirname(record))
+  out = os.path.join(here, "benchmark.png" if here == os.path.dirname(record)
+                     else f"{name}_benchmark.png")
+  return [plot_quality_vs_speed(_jsonl(record), out, "main verifiers, smollm2-135m-instruct")]
+
+
 def _lossy(record: str, out_dir: str) -> list:
   from experiments.propositions.reports import make_figures
   return make_figures(_jsonl(record), out_dir, path_of=lambda name: os.path.join(
@@ -76,6 +89,8 @@ FIGURES = {f.name: f for f in (
     FigureSpec("sweep_k_smollm2", f"{RESULTS}/sweep_k_smollm2/sweep_k_smollm2.jsonl", _k),
     FigureSpec("sv_smollm2", f"{RESULTS}/sv_batch_sweep_smollm2.json", _sv),
     FigureSpec("lossy_smollm2", f"{RESULTS}/lossy_propositions_smollm2/records.jsonl", _lossy),
+    *(FigureSpec(f"{d}_benchmark", f"{RESULTS}/{d}/benchmark.jsonl", _benchmark)
+      for d in ("benchmark_smollm2", "speed_smollm2", "speed_smollm2_onpolicy_head")),
 )}
 
 

@@ -88,12 +88,23 @@ def _legend_right(fig, handles: list, fontsize: float = 8):
   fig.legend(handles=handles, loc="outside right center", fontsize=fontsize, frameon=False)
 
 
+def _x_of(res: dict, xfield: str):
+  """The x value and its error bar: a speedup timed per prompt is the pooled one the
+  tables show, with its interval (``speedup_pooled``); any other field as recorded."""
+  pooled = res.get("speedup_pooled") if xfield == "speedup" else None
+  if pooled:
+    x = pooled["speedup"]
+    return x, [[max(x - pooled["ci95"][0], 0.0)], [max(pooled["ci95"][1] - x, 0.0)]]
+  x = res.get(xfield)
+  return x, (None if x is None else _interval(res, xfield, x))
+
+
 def _scatter_point(ax, res: dict, cfg: dict, xfield: str, colour: str):
   """One row: its marker (hollow for a matched baseline) and its intervals."""
-  x, y = res.get(xfield), res.get("loglik")
+  (x, xerr), y = _x_of(res, xfield), res.get("loglik")
   if x is None or y is None:
     return
-  xerr, yerr = _interval(res, xfield, x), _interval(res, "loglik", y)
+  yerr = _interval(res, "loglik", y)
   if xerr or yerr:
     ax.errorbar([x], [y], xerr=xerr, yerr=yerr, fmt="none", ecolor=colour, alpha=0.35,
                 lw=0.8)
