@@ -80,3 +80,18 @@ def test_main_job_table_has_no_verdicts():
   for word in ("faster", "slower", "inconclusive", "better", "worse"):
     assert word not in body, word
   assert "target-only tokens/s beside it" in body
+
+
+def test_a_moved_record_reruns_into_its_own_directory():
+  """The broken variant: the acceptance record's command that names the directory its
+  rows were first written to, which a rerun would fill instead of this record's."""
+  rel = "benchmarks/results/acceptance_smollm2/acceptance.jsonl"
+  moved = commands.moved_output_rerun(
+      "python -m experiments.acceptance --output_dir=benchmarks/results/zero_cost", rel)
+  assert moved.rerun.endswith("--output_dir=benchmarks/results/acceptance_smollm2")
+  assert "moved into `benchmarks/results/acceptance_smollm2`" in moved.why
+  same = commands.moved_output_rerun(
+      "python -m experiments.acceptance --output_dir=benchmarks/results/acceptance_smollm2/", rel)
+  assert same.pinned == () and commands.moved_output_rerun("python -m x", rel).pinned == ()
+  text = tables.TABLES["acceptance_smollm2"]()
+  assert "recorded as `python -m experiments.acceptance --drafters=lookup_chain," in text

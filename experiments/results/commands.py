@@ -5,12 +5,15 @@ When a flag was left at its default and the default has changed since, that comm
 no longer reproduces the record. :func:`benchmark_rerun` reads what the record
 itself shows (the token cap its longest answers reached) and pins it, so the
 command printed under a table reruns the record today; the recorded command is
-printed beside it, unedited. The record file is never changed.
+printed beside it, unedited. :func:`moved_output_rerun` does the same for a record
+whose rows were moved to another directory after the run. The record file is never
+changed.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import shlex
 
 # experiments/benchmark.py's --max_new_tokens default for a real model; a record that
@@ -59,3 +62,30 @@ def benchmark_rerun(records: list[dict]) -> RerunCommand:
   why = (f"`{flag}` pinned from the record: its answers that did not end at EOS have "
          f"{cap} tokens, and the flag's default is {BENCHMARK_MAX_NEW_TOKENS} today")
   return RerunCommand(cmd, f"{cmd} {flag}", (flag,), why)
+
+
+def moved_output_rerun(command: str, rel: str) -> RerunCommand:
+  """The rerun command of a record whose rows were moved after the run: the recorded
+  ``--output_dir`` replaced by the directory the record is committed in (``rel``'s
+  directory); unchanged when they agree or the command names none."""
+  here = os.path.dirname(rel)
+  args = shlex.split(command)
+  old = next((a.split("=", 1)[1] for a in args if a.startswith("--output_dir=")), None)
+  if old is None or os.path.normpath(old) == os.path.normpath(here):
+    return RerunCommand(command, command)
+  rerun = " ".join(shlex.quote(f"--output_dir={here}") if a.startswith("--output_dir=")
+                   else shlex.quote(a) for a in args)
+  return RerunCommand(command, rerun, (f"--output_dir={here}",),
+                      f"its rows were written to `{old}` and moved into `{here}`")
+
+
+def rerun_lines(records: list[dict], rel: str) -> str:
+  """``Commands: `...`; `...`.`` -- every distinct recorded command of ``records`` in
+  order, each as it reruns (:func:`moved_output_rerun`), with what was changed."""
+  seen = dict.fromkeys(r["provenance"]["command"] for r in records if r.get("provenance"))
+  parts = []
+  for cmd in seen:
+    rc = moved_output_rerun(cmd, rel)
+    parts.append(f"`{rc.rerun}`" + (f" (recorded as `{rc.recorded}`: {rc.why})" if rc.pinned
+                                    else ""))
+  return "Commands: " + "; ".join(parts) + "." if parts else ""

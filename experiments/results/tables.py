@@ -33,7 +33,7 @@ from experiments.common.bootstrap import pooled_paired_ratio_gain
 from experiments.common.row_stats import paired_speed_gain, round_cost_in_steps
 from experiments.humaneval import summary as hs
 from experiments.results import paper_claims as pc
-from experiments.results.commands import benchmark_rerun
+from experiments.results.commands import benchmark_rerun, rerun_lines
 from experiments.results.families import (Family, Test, VerdictColumn, family_note,
                                            single_verdict)
 from experiments.results import (ab_tables, compare_tables, propositions_tables, rule_tables,
@@ -833,7 +833,8 @@ def acceptance_table(rel: str = ACCEPTANCE) -> str:
   return _table(["drafter", "prompts", "T", "tau [95% CI over prompts]",
                  "acceptance at draft positions 1 / 2 / 3", "prompts x runs",
                  f"vs {ACCEPTANCE_REFERENCE}: tau ratio - 1 [95% CI, paired], MDE (80% power): "
-                 "verdict"], column.fill(rows)) + "\n\n" + family_note(column.family())
+                 "verdict"], column.fill(rows)) + "\n\n" + family_note(column.family()) + (
+                     "\n\n" + rerun_lines(recs, rel))
 
 
 # The shipped draft LM continued on the target's own text, measured with the settings of
