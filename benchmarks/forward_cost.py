@@ -1,16 +1,24 @@
 r"""Forward cost curve of a target: t(T) / t(1) for T new tokens per row.
 
 Speculative decoding pays where verifying T = K + 1 tokens costs little more
-than decoding one: this table says, for each batch size, how many tokens one
-forward can score before the cost grows. Each cell is the median of
-``--repeats`` timings of a jitted loop of 4 forwards carrying the KV cache, per
-forward (``benchmarks.common.forward_latency``: cache writes in place, logits
-fed back; ``--context`` committed tokens in a cache of ``--context + 64``
-slots), compile excluded; the machine's 1-minute load
-average is printed with the table. ``--output``: also a JSON record of the cells
-with the weights' sha256 and the run's provenance (:mod:`specjax.provenance`).
+than decoding one: this table says, for each weights dtype, context and batch
+size, how many tokens one forward can score before the cost grows. Each cell is
+the median of ``--repeats`` timings of a jitted loop of forwards carrying the
+KV cache, per forward (``benchmarks.common.forward_timer``: cache writes in
+place, logits fed back; ``C`` committed tokens in a cache of ``C + 64`` slots),
+compile excluded; every cell's timer runs once per round, round-robin
+(``interleaved_medians``), so the ratios within one run compare like with like.
+The machine's 1-minute load average is printed with the table. ``--output``:
+also a JSON record of the cells with the weights' sha256 and the run's
+provenance (:mod:`specjax.provenance`).
+
+``--param_dtypes=float32,bfloat16`` times the float32 model and the same model
+with bfloat16 weights (``cast_weights``: activations float32, matmuls reading
+bfloat16 and accumulating in float32) side by side.
 
   python -m benchmarks.forward_cost                                # SmolLM2-135M
+  python -m benchmarks.forward_cost --batch_sizes=1 --contexts=128,450,900 \
+      --tokens=1,2,3,5,9 --param_dtypes=float32,bfloat16 --repeats=7
   python -m benchmarks.forward_cost --model=default --batch_sizes=1,8
 """
 
@@ -24,6 +32,7 @@ from absl import app, flags
 from benchmarks.records import positive_ints, write_record
 
 FLAGS = flags.FLAGS
+DTYPES = ("float32", "bfloat16")
 
 
 def define_flags():
@@ -31,9 +40,13 @@ def define_flags():
                       "HF dir, or 'default' (the embedded small target)")
   flags.DEFINE_list("tokens", ["1", "2", "4", "8", "16", "32", "64"], "new tokens per row (T)")
   flags.DEFINE_list("batch_sizes", ["1", "4", "16"], "rows per forward")
-  flags.DEFINE_integer("context", 128, "committed tokens per row before the forward")
+  flags.DEFINE_list("contexts", ["128"], "committed tokens per row before the forward")
   flags.DEFINE_integer("repeats", 5, "timed forwards per cell (median)")
-  flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "params and activations")
+  flags.DEFINE_enum("dtype", "float32", list(DTYPES), "activations (and weights, unless "
+                    "--param_dtypes says otherwise)")
+  flags.DEFINE_list("param_dtypes", [], "weights' storage dtypes timed side by side "
+                    "(default: --dtype); bfloat16 weights of a float32 model multiply in "
+                    "mixed precision (specjax.models.transformer.cast_weights)")
   flags.DEFINE_string("output", "", "also write the cells as a JSON record here ('' = no)")
 
 
@@ -41,12 +54,18 @@ def main(argv):
   del argv
   tokens = positive_ints("tokens", FLAGS.tokens)
   batches = positive_ints("batch_sizes", FLAGS.batch_sizes)
-  if FLAGS.context < 1 or FLAGS.repeats < 1:
-    raise app.UsageError("--context and --repeats must be >= 1")
+  contexts = positive_ints("contexts", FLAGS.contexts)
+  weights = FLAGS.param_dtypes or [FLAGS.dtype]
+  bad = [w for w in weights if w not in DTYPES]
+  if bad:
+    raise app.UsageError(f"--param_dtypes={','.join(weights)}: {bad} not in {DTYPES}")
+  if FLAGS.repeats < 1:
+    raise app.UsageError(f"--repeats={FLAGS.repeats} must be >= 1")
   import jax
 
-  from benchmarks.common import forward_latency
+  from benchmarks.common import forward_timer, interleaved_medians
   from specjax import provenance
+  from specjax.models.transformer import cast_weights
   stamp = provenance.stamp()
   if FLAGS.model == "default":
     from specjax.models.defaults import default_model_dir, load_default
@@ -56,31 +75,36 @@ def main(argv):
     from specjax.models import registry
     lm = registry.load_model(FLAGS.model, dtype=FLAGS.dtype)
     model, params, name, source = lm.model, lm.params, lm.name, lm.path
-  cfg = model.config
-  print(f"model: {name} ({cfg.num_params() / 1e6:.1f}M params, {FLAGS.dtype}), context "
-        f"{FLAGS.context}, jax {jax.__version__} on {jax.default_backend()} "
-        f"({os.cpu_count()} CPUs); median of {FLAGS.repeats} forwards per cell")
+  models = {w: ((model, params) if w == FLAGS.dtype else cast_weights(model, params, w))
+            for w in weights}
+  print(f"model: {name} ({model.config.num_params() / 1e6:.1f}M params, {FLAGS.dtype} "
+        f"activations; weights {', '.join(weights)}), jax {jax.__version__} on "
+        f"{jax.default_backend()} ({os.cpu_count()} CPUs); median of {FLAGS.repeats} "
+        f"round-robin rounds per cell")
   load0, t0 = os.getloadavg()[0], time.perf_counter()
-  table = {}
-  for b in batches:
-    for t in tokens:
-      table[b, t] = forward_latency(model, params, b, t, FLAGS.context, FLAGS.context + 64,
-                                    repeats=FLAGS.repeats)
+  timers = {(w, c, b, t): forward_timer(*models[w], b, t, c, c + 64, inner=4)
+            for w in weights for c in contexts for b in batches for t in tokens}
+  table = interleaved_medians(timers, FLAGS.repeats)
   load1 = os.getloadavg()[0]
   print(f"1-min load average {load0:.1f} before, {load1:.1f} after; "
         f"{time.perf_counter() - t0:.0f} s\n")
-  print("| batch | " + " | ".join(f"T={t}" for t in tokens) + " |")
-  print("|---:|" + "---:|" * len(tokens))
-  for b in batches:
-    base = table[b, tokens[0]]
-    cells = [f"{table[b, t] * 1e3:.1f} ms ({table[b, t] / base:.2f}x)" for t in tokens]
-    print(f"| {b} | " + " | ".join(cells) + " |")
-  print(f"\ncells: median forward time (ratio to T={tokens[0]} at the same batch)")
+  base = table[weights[0], contexts[0], batches[0], 1] if 1 in tokens else None
+  print("| weights | context | batch | " + " | ".join(f"T={t}" for t in tokens) + " |")
+  print("|---|---:|---:|" + "---:|" * len(tokens))
+  for (w, c, b) in dict.fromkeys(k[:3] for k in table):
+    ref = table[w, c, b, tokens[0]]
+    cells = [f"{table[w, c, b, t] * 1e3:.1f} ms ({table[w, c, b, t] / ref:.2f}x)" for t in tokens]
+    print(f"| {w} | {c} | {b} | " + " | ".join(cells) + " |")
+  print(f"\ncells: median forward time (ratio to T={tokens[0]} of the same row)")
+  if base is not None:
+    print(f"first row's T=1 = {base * 1e3:.1f} ms")
   if FLAGS.output:
-    cells = [{"batch": b, "tokens": t, "forward_s": table[b, t]} for b in batches for t in tokens]
+    cells = [{"param_dtype": w, "context": c, "batch": b, "tokens": t, "forward_s": v}
+             for (w, c, b, t), v in table.items()]
     record = provenance.stamped({"benchmark": "forward_cost", "model": name, "dtype": FLAGS.dtype,
-                                 "context": FLAGS.context, "repeats": FLAGS.repeats,
-                                 "cells": cells}, stamp, {"target": source})
+                                 "param_dtypes": weights, "contexts": contexts,
+                                 "repeats": FLAGS.repeats, "cells": cells}, stamp,
+                                {"target": source})
     write_record(FLAGS.output, record)
 
 
