@@ -77,6 +77,8 @@ def main(argv):
     model, params, name, source = lm.model, lm.params, lm.name, lm.path
   models = {w: ((model, params) if w == FLAGS.dtype else cast_weights(model, params, w))
             for w in weights}
+  # decode form once per weights dtype (a timer given stored params makes its own copy)
+  models = {w: (m, m.decode_params(p)) for w, (m, p) in models.items()}
   print(f"model: {name} ({model.config.num_params() / 1e6:.1f}M params, {FLAGS.dtype} "
         f"activations; weights {', '.join(weights)}), jax {jax.__version__} on "
         f"{jax.default_backend()} ({os.cpu_count()} CPUs); median of {FLAGS.repeats} "
