@@ -150,8 +150,9 @@ def test_companion_table_from_records(tmp_path):
   out = sct.companions_table(str(tmp_path), companions=(("lm", "shallow", "draft_ee4"),
                                                          ("lm", "deep", "draft_ee8")),
                              num_resamples=200)
-  lines = out.splitlines()
+  lines = [line for line in out.splitlines() if line.startswith("|")]  # the family note follows
   assert len(lines) == 2 + 2 * 3  # header, rule, 3 sets (sharegpt, humaneval, all) x 2
+  assert "Family *against the paper*" in out
   deep_all = next(line for line in lines if line.startswith("| lm | deep | all"))
   diff = deep_all.split(" | ")[9]
   assert diff.startswith("+") and float(diff.split("[")[1].split(",")[0]) > 0

@@ -194,6 +194,11 @@ def widened(estimate: float, ci95, m: int) -> tuple:
   return (estimate - (estimate - lo) * scale, estimate + (hi - estimate) * scale)
 
 
+def _undecided(verdict: str) -> bool:
+  """An inconclusive reading (possibly with a parenthesis after it) or no reading."""
+  return verdict.startswith("inconclusive") or verdict in ("", "-")
+
+
 @dataclasses.dataclass(frozen=True)
 class PaperFamily:
   """Cells read against a paper's effect (agree / differ / inconclusive,
@@ -212,13 +217,13 @@ class PaperFamily:
       raise KeyError(f"family {self.name!r} has no cell {key!r}")
     _, est, ci95, read = cell
     raw = read(tuple(ci95))
-    if raw == "inconclusive":
+    if _undecided(raw):
       return raw
     return raw if read(widened(est, ci95, len(self.cells))) == raw else f"{raw}, exploratory"
 
   def note(self) -> str:
     verdicts = [self.verdict(c[0]) for c in self.cells]
-    decided = [v for v in verdicts if v != "inconclusive"]
+    decided = [v for v in verdicts if not _undecided(v)]
     kept = [v for v in decided if not v.endswith("exploratory")]
     return (f"Family *{self.name}*: {self.definition} (m = {len(self.cells)}; each verdict "
             f"re-read on its interval widened to the Bonferroni level 1 - 0.05/m; "

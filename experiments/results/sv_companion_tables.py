@@ -104,7 +104,8 @@ def companions_table(root: str = SV_COMPANIONS, companions=COMPANIONS,
     if drafter not in bases:
       report, records = runs[run]
       bases[drafter] = (label, run, by_prompt_set(records, report["prompt_sets"]))
-  rows, cells = [], set()
+  from experiments.results.families import PaperFamily
+  rows, cells, claims = [], set(), []
   for drafter, label, run in companions:
     base_label, base_run, base_sets = bases[drafter]
     report, records = runs[run]
@@ -122,16 +123,26 @@ def companions_table(root: str = SV_COMPANIONS, companions=COMPANIONS,
         d = paired_gain_difference(rec, base_sets[set_name], se, ae, "SA", num_resamples)
         diff = (f"{100 * d['corrected']:+.1f} {ci([100 * v for v in d['ci']], '+.1f')} "
                 f"(vs {base_label})")
+      paper = _paper_frac(set_name)
+      key = (drafter, label, set_name)
+      if paper is not None:
+        lo, hi = sa["ig_frac_ci"]
+        claims.append((key, (lo + hi) / 2, (lo, hi),
+                       lambda interval, paper=paper: paper_verdict(interval, paper)))
       rows.append([drafter, label, set_name, f"{sa['prompts']} / {sa['n']:,}",
                    f"{rec.accepted.mean():.3f}", f"{sa['H_X']:.3f}", _gain(s_only), _gain(sa),
-                   _pct(bias), diff, paper_verdict(sa["ig_frac_ci"], _paper_frac(set_name))])
+                   _pct(bias), diff, key if paper is not None else "-"])
+  family = PaperFamily("against the paper", "every drafter, companion and prompt set with a "
+                       "paper share to read against", tuple(claims))
+  rows = [r[:-1] + [family.verdict(r[-1]) if r[-1] != "-" else "-"] for r in rows]
   return table(["drafter", "companion", "prompt set", "prompts / records", "accept rate",
                 "H(X) bits",
                 "IG(S)/H(X): plug-in, corrected [95% CI over prompts]",
                 "IG(S,A)/H(X): plug-in, corrected [95% CI]",
                 f"Miller-Madow bias of the {' / '.join(map(str, sorted(cells)))} bins (of H(X))",
                 "IG(S,A)/H(X) minus the drafter's first companion's, corrected, points "
-                "[95% CI, paired]", "vs the paper's IG(S,A)/H(X)"], rows)
+                "[95% CI, paired]", "vs the paper's IG(S,A)/H(X)"], rows) + (
+                    "\n\n" + family.note())
 
 
 TABLES = {"sv_companions_smollm2": companions_table}
