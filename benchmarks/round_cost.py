@@ -1,0 +1,209 @@
+r"""Where one speculative round's time goes, in target decode steps, per drafter and rule;
+and the decode-phase speedup beside the end-to-end one.
+
+For each (temperature, drafter, rule), batch 1, on the main job's held-out chat
+prompts (ShareGPT and HumanEval, one prompt per call, EOS off so every call emits
+exactly ``--max_new_tokens``), with ``n = --max_new_tokens``:
+
+    step    = (gen(n) - gen(1)) / (n - 1)           target-only decode step
+    round   = (spec(n) - spec(1)) / rounds          one speculative loop iteration
+    draft   = one draft step and its commit         (benchmarks.common.draft_timer)
+    verify  = the target forward over what the rounds verified: each round's length
+              (a chain: its verify bucket + 1 -- K + 1 without buckets; a tree: N + 1)
+              timed by benchmarks.common.forward_timer, averaged over the rounds
+    other   = round - draft - verify                the rule, the commits, the loop
+
+all in units of ``step``, where ``gen(m)`` / ``spec(m)`` is the wall time of
+target-only / speculative generation of m tokens (the m = 1 call is the prefill and
+the first token: the decode phase is the difference).  Speedups: decode phase
+``(gen(n) - gen(1)) / (spec(n) - spec(1))``, end to end ``gen(n) / spec(n)``, both
+summed over the prompts.  Every timer runs once per round, round-robin
+(``interleaved_medians``), and reports the median of ``--repeats`` rounds; forwards
+are timed at the prompts' mean context + n / 2 in the loops' cache length.
+
+``--param_dtype=bfloat16`` runs everything -- target-only included -- with the
+target's weights in bfloat16 (``cast_weights``: float32 activations and
+accumulation), the comparison that option calls for.
+
+    python -m benchmarks.round_cost                      # float32, T = 0, 4 prompts
+    python -m benchmarks.round_cost --param_dtype=bfloat16 \
+        --output=benchmarks/results/round_cost/smollm2_bfloat16.json
+"""
+
+from __future__ import annotations
+
+import os
+
+from absl import app, flags
+import numpy as np
+
+FLAGS = flags.FLAGS
+
+RULES = {"lossless": {}, "mars": {"theta": 0.9}}  # the main job's two rules
+
+
+def define_flags() -> None:
+  flags.DEFINE_string("target", "smollm2-135m-instruct", "registered real model (its shipped "
+                      "drafters are the rows' drafters)")
+  flags.DEFINE_list("rows", ["lookup_chain:lossless", "suffix_tree:24:lossless",
+                             "lm_chain:lossless", "eagle3_chain:lossless", "eagle3_chain:mars",
+                             "eagle3_tree:24:lossless"],
+                    "DRAFTER:RULE entries (drafters as benchmarks.speculative --drafters; rules: "
+                    "lossless, mars (theta 0.9))")
+  flags.DEFINE_list("temperatures", ["0"], "sampling temperatures")
+  flags.DEFINE_integer("k", 4, "draft length K (a tree's depth)")
+  flags.DEFINE_integer("prompts", 4, "held-out chat prompts (half ShareGPT, half HumanEval)")
+  flags.DEFINE_integer("max_new_tokens", 64, "tokens generated per prompt")
+  flags.DEFINE_integer("max_prompt_tokens", 256, "longest rendered chat prompt")
+  flags.DEFINE_integer("repeats", 3, "timed rounds (median; round-robin)")
+  flags.DEFINE_enum("param_dtype", "float32", ["float32", "bfloat16"],
+                    "the target's weights (activations stay float32)")
+  flags.DEFINE_string("output", "", "JSON record ('' = print only)")
+
+
+def parse_rows(entries) -> list[tuple[str, str]]:
+  """``[(drafter, rule)]`` of ``--rows``; ``UsageError`` naming a bad entry."""
+  from benchmarks.speculative import check_drafter_names
+  rows = []
+  for entry in entries:
+    drafter, _, rule = entry.rpartition(":")
+    if not drafter or rule not in RULES:
+      raise app.UsageError(f"--rows entry {entry!r} must be DRAFTER:RULE with RULE one of "
+                           f"{sorted(RULES)}")
+    check_drafter_names([drafter])
+    rows.append((drafter, rule))
+  return rows
+
+
+def verify_lengths(drafter, gamma_counts) -> dict[int, int]:
+  """``{forward length: rounds}`` of a batch-1 run from its ``gamma_counts [1, G+1]``:
+  a tree verifies N + 1 tokens every round; a chain ``bucket(gamma) + 1``, the
+  smallest of ``drafter.verify_buckets`` covering gamma (K without buckets)."""
+  counts = np.asarray(gamma_counts).sum(0)
+  if drafter.tree:
+    return {drafter.tokens_per_step: int(counts.sum())}
+  buckets = sorted(drafter.verify_buckets or (drafter.num_draft,))
+  out: dict[int, int] = {}
+  for g, c in enumerate(counts):
+    if c:
+      n = next(b for b in buckets if b >= g)
+      out[n + 1] = out.get(n + 1, 0) + int(c)
+  return out
+
+
+def main(_):
+  import jax
+
+  from benchmarks.common import call_timer, draft_timer, forward_timer, interleaved_medians
+  from benchmarks.speculative import make_drafter
+  from experiments.common.model_sets import load_model_set
+  from experiments.common.prompts import load_chat_prompts
+  from specjax import provenance, verifiers
+  from specjax.decoding.autoregressive import generate
+  from specjax.decoding.prompts import prepare_prompts
+  from specjax.decoding.speculative import speculative_generate
+  from specjax.distributions import SamplingConfig
+  from specjax.models.transformer import Model, cast_weights
+
+  rows_spec = parse_rows(FLAGS.rows)
+  stamp = provenance.stamp()
+  needs_eagle = any(d.startswith("eagle") for d, _ in rows_spec)
+  ms = load_model_set(FLAGS.target, eagle="eagle3" if needs_eagle else "")
+  target, tp = ms.target, ms.target_params
+  if FLAGS.param_dtype != "float32":
+    target, tp = cast_weights(target, tp, FLAGS.param_dtype)
+  decoded = target.decode_params(tp)  # once: a timer given stored params copies them
+  prompts = [list(p.ids) for p in load_chat_prompts(ms.encode_chat, FLAGS.prompts,
+                                                    max_tokens=FLAGS.max_prompt_tokens)]
+  n, k = FLAGS.max_new_tokens, FLAGS.k
+  bucket = max(len(p) for p in prompts)
+  ctx = int(np.mean([len(p) for p in prompts])) + n // 2
+  out_rows = []
+  for temp in map(float, FLAGS.temperatures):
+    samp = SamplingConfig(temperature=temp)
+    key = jax.random.key(0)
+    drafters = {d: make_drafter(d, k, samp, ms.draft, ms.draft_params, target, tp, ms)
+                for d in dict.fromkeys(d for d, _ in rows_spec)}
+    cache_len = bucket + n + max(dr.tokens_per_step for dr, _ in drafters.values())
+    gen = lambda p, m: generate(target, tp, [p], max_new_tokens=m, sampling=samp, key=key,
+                                eos_token_id=None, cache_length=cache_len, prompt_bucket=bucket)
+    timers = {}
+    for i, p in enumerate(prompts):
+      timers["gen", i, n], timers["gen", i, 1] = call_timer(gen, p, n), call_timer(gen, p, 1)
+    runs, forwards = {}, {}
+    for dname, rule in rows_spec:
+      drafter, dparams = drafters[dname]
+      verifier = verifiers.get(rule, **RULES[rule])
+      spec = lambda p, m, d=drafter, dp=dparams, v=verifier: speculative_generate(
+          target, tp, d, dp, v, [p], max_new_tokens=m, sampling=samp, key=key,
+          eos_token_id=None, cache_length=cache_len, prompt_bucket=bucket)
+      runs[dname, rule] = [spec(p, n) for p in prompts]
+      for i, p in enumerate(prompts):
+        timers[dname, rule, i, n] = call_timer(spec, p, n)
+        timers[dname, rule, i, 1] = call_timer(spec, p, 1)
+      t_target = target
+      if drafter.target_hidden_layers:
+        t_target = Model(target.config.replace(
+            hidden_layers=tuple(drafter.target_hidden_layers)))
+      p_tok, p_len = prepare_prompts(prompts[:1], target.config.vocab_size)
+      timers["draft", dname] = draft_timer(drafter, dparams, t_target, tp, p_tok, p_len,
+                                           cache_len)
+      lengths = {}
+      for res in runs[dname, rule]:
+        for length, c in verify_lengths(drafter, res.stats.gamma_counts).items():
+          lengths[length] = lengths.get(length, 0) + c
+      forwards[dname, rule] = lengths
+      for length in lengths:
+        if ("fwd", length) not in timers:
+          timers["fwd", length] = forward_timer(target, decoded, 1, length, ctx, cache_len,
+                                                inner=4)
+    load0 = os.getloadavg()[0]
+    med = interleaved_medians(timers, FLAGS.repeats)
+    load1 = os.getloadavg()[0]
+    gen_n = sum(med["gen", i, n] for i in range(len(prompts)))
+    gen_1 = sum(med["gen", i, 1] for i in range(len(prompts)))
+    step = (gen_n - gen_1) / (len(prompts) * (n - 1))
+    for dname, rule in rows_spec:
+      res = runs[dname, rule]
+      rounds = int(sum(np.sum(r.stats.target_calls) for r in res))
+      accepted = int(sum(np.sum(r.stats.accepted) for r in res))
+      spec_n = sum(med[dname, rule, i, n] for i in range(len(prompts)))
+      spec_1 = sum(med[dname, rule, i, 1] for i in range(len(prompts)))
+      round_s = (spec_n - spec_1) / rounds
+      lengths = forwards[dname, rule]
+      verify_s = sum(c * med["fwd", length] for length, c in lengths.items()) / rounds
+      draft_s = med["draft", dname]
+      row = dict(temperature=temp, drafter=dname, rule=rule, k=k, prompts=len(prompts),
+                 max_new_tokens=n, rounds=rounds, tau=(accepted + rounds) / rounds,
+                 step_ms=step * 1e3, round_steps=round_s / step, draft_steps=draft_s / step,
+                 verify_steps=verify_s / step, other_steps=(round_s - draft_s - verify_s) / step,
+                 verify_lengths={str(length): c for length, c in sorted(lengths.items())},
+                 forward1_steps=med["fwd", 1] / step if ("fwd", 1) in med else None,
+                 speedup_decode=(gen_n - gen_1) / (spec_n - spec_1),
+                 speedup_end_to_end=gen_n / spec_n,
+                 prefill_share_target_only=gen_1 / gen_n,
+                 load_before=load0, load_after=load1)
+      out_rows.append(row)
+  print(f"{FLAGS.target}, {FLAGS.param_dtype} weights, batch 1, {len(prompts)} prompts x "
+        f"{n} new tokens, K = {k}; 1-min load {load0:.1f} -> {load1:.1f}\n")
+  print("| T | drafter | rule | tau | round | draft | verify | other | speedup decode | "
+        "speedup end to end |")
+  print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+  for r in out_rows:
+    print(f"| {r['temperature']:g} | {r['drafter']} | {r['rule']} | {r['tau']:.2f} | "
+          f"{r['round_steps']:.2f} | {r['draft_steps']:.2f} | {r['verify_steps']:.2f} | "
+          f"{r['other_steps']:.2f} | {r['speedup_decode']:.2f}x | "
+          f"{r['speedup_end_to_end']:.2f}x |")
+  print(f"\ncosts in target decode steps (step = {out_rows[0]['step_ms']:.1f} ms at T = "
+        f"{out_rows[0]['temperature']:g})")
+  if FLAGS.output:
+    from benchmarks.records import write_record
+    record = provenance.stamped(dict(benchmark="round_cost", target=FLAGS.target,
+                                     param_dtype=FLAGS.param_dtype, rows=out_rows), stamp,
+                                dict(ms.sources))
+    write_record(FLAGS.output, record)
+
+
+if __name__ == "__main__":
+  define_flags()
+  app.run(main)
