@@ -92,6 +92,8 @@ def define_flags():
   flags.DEFINE_string("output_dir", "outputs/humaneval", "JSONL + markdown + JSON summary")
   flags.DEFINE_bool("summarize_only", False, "run nothing: summarize the finished batches of "
                     "these settings in --output_dir (e.g. a grid stopped part-way)")
+  from experiments.common import cli
+  cli.define_decision_flag()
 
 
 def check_flags() -> tuple[list[float], list[Method]]:
@@ -192,6 +194,8 @@ def _write_summary(records, configs, ms, num_problems: int, settings: str,
 
 def main():
   temps, methods = check_flags()
+  from experiments.common import cli
+  cli.apply_decision_flag()
   results_path = os.path.join(FLAGS.output_dir, "humaneval.jsonl")
   if FLAGS.summarize_only and not os.path.exists(results_path):
     raise app.UsageError(f"--summarize_only: no records at {results_path} "
