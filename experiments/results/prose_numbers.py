@@ -100,12 +100,28 @@ ALLOWED = (
 )
 
 
+def _files(root: str, patterns: tuple) -> list[str]:
+  """The files under ``root`` matching ``patterns`` (recursive globs relative to
+  ``root``): the ones git tracks when ``root`` is a checkout -- a clean clone sees only
+  those, so an uncommitted doc or record neither fails nor backs anything -- else every
+  match."""
+  import subprocess
+  try:
+    r = subprocess.run(["git", "-C", root, "ls-files", "--",
+                        *(f":(glob){p}" for p in patterns)], capture_output=True, text=True,
+                       timeout=30)
+    if r.returncode == 0 and r.stdout.strip():
+      return sorted(line for line in r.stdout.splitlines() if line)
+  except (OSError, subprocess.TimeoutExpired):
+    pass
+  return sorted(os.path.relpath(p, root) for pat in patterns
+                for p in glob.glob(os.path.join(root, pat), recursive=True))
+
+
 def docs(root: str = ROOT) -> list[str]:
   """The prose checked: README.md, benchmarks/RESULTS.md, docs/*.md, the assets READMEs."""
-  out = ["README.md", "benchmarks/RESULTS.md"]
-  out += sorted(os.path.relpath(p, root) for p in glob.glob(os.path.join(root, "docs", "*.md")))
-  out += sorted(os.path.relpath(p, root) for p in glob.glob(
-      os.path.join(root, "specjax", "models", "assets", "*", "README.md")))
+  out = _files(root, ("README.md", "benchmarks/RESULTS.md", "docs/*.md",
+                      "specjax/models/assets/*/README.md"))
   return [d for d in out if os.path.isfile(os.path.join(root, d))]
 
 
@@ -150,10 +166,10 @@ def _derived(records: list[dict]) -> list:
 def record_leaves(root: str = ROOT) -> list:
   """``(key path, value)`` of every number in the committed records (and the derived
   spans of :func:`_derived`)."""
-  files = glob.glob(os.path.join(root, "benchmarks", "results", "**", "*.json*"), recursive=True)
-  files += glob.glob(os.path.join(root, "specjax", "models", "assets", "*", "*", "training.json"))
+  files = _files(root, ("benchmarks/results/**/*.json", "benchmarks/results/**/*.jsonl",
+                       "specjax/models/assets/*/*/training.json"))
   out: list = []
-  for path in sorted(files):
+  for path in (os.path.join(root, f) for f in files):
     with open(path) as f:
       if path.endswith(".jsonl"):
         records = [json.loads(line) for line in f if line.strip()]
