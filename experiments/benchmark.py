@@ -233,7 +233,8 @@ def _context(c):
 
 COLUMNS = [("method", "method", None), ("drafter", "drafter", None), ("T", "temperature", "g"),
            ("K", "num_draft", "d"), ("tau", "tau", ".2f"), ("tok/s", "tokens_per_s", ".1f"),
-           ("speedup", "speedup", ".2f"), ("relaxed", "relaxed_rate", ".3f"),
+           ("speedup", "speedup", ".2f"), ("decode speedup", "speedup_decode", ".2f"),
+           ("relaxed", "relaxed_rate", ".3f"),
            ("loglik/tok", "loglik", ".3f"), ("agree (T=0)", "agree_exact", ".2f"),
            ("parse", "parse_frac", ".2f"), ("KL1 vs base", "first_kl", ".3f"),
            ("note", "skipped", None)]

@@ -21,7 +21,7 @@ import os
 import re
 import sys
 
-DOCS = ("docs/results.md", "benchmarks/RESULTS.md")
+DOCS = ("docs/results.md", "docs/speed.md", "benchmarks/RESULTS.md")
 MARKER = re.compile(r"^(<!-- table:([\w.-]+) -->\n)(.*?)^(<!-- /table -->)$", re.S | re.M)
 OPENING = re.compile(r"^<!-- table:[\w.-]+ -->$", re.M)
 

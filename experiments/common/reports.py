@@ -23,6 +23,7 @@ def _fmt(x, spec=".3f"):
 
 COLUMNS = [("method", "method", None), ("drafter", "drafter", None), ("T", "temperature", "g"),
            ("K", "num_draft", "d"), ("tau", "tau", ".2f"), ("speedup", "speedup", ".2f"),
+           ("decode speedup", "speedup_decode", ".2f"),
            ("relaxed", "relaxed_rate", ".3f"), ("loglik/tok", "loglik", ".3f"),
            ("parse", "parse_frac", ".2f"), ("agree (T=0)", "agree_exact", ".2f"),
            ("KL1 vs base", "first_kl", ".3f"), ("TV1 vs base", "first_tv", ".3f"),

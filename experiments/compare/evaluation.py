@@ -153,6 +153,39 @@ def _paired_repeats(ctx: Context, keys: list, batches: list, bs: int, run_target
   return out
 
 
+def _prefill_seconds(ctx: Context, batches: list, keys: list, max_new: int, bucket) -> list:
+  """``[repeat][batch]`` seconds of the target's prefill and first token of each batch,
+  in the cache length of the batch's full generation (``generate`` with one new token:
+  prefill only, no loop step); shared by every row of the context (the prefill does
+  not depend on the row).  Subtracted from both sides' times it leaves the decode
+  phase; the speculative side's drafter prefill stays in its decode phase (a
+  conservative split: it makes the speculative decode phase slightly slower)."""
+  from specjax.decoding.autoregressive import generate
+  from specjax.decoding.prompts import prepare_prompts, resolve_cache_length
+  out = []
+  for ri, key in enumerate(keys):
+    out.append([])
+    for bi, b in enumerate(batches):
+      if ("prefill", ri, bi) not in ctx.cache:
+        tokens, lengths = prepare_prompts(b, ctx.target.config.vocab_size, min_bucket=bucket)
+        cache_length, _ = resolve_cache_length(lengths, tokens.shape[1], max_new, None)
+        run = lambda: generate(ctx.target, ctx.target_params, b, max_new_tokens=1, key=key,
+                               prompt_bucket=bucket, cache_length=cache_length, mesh=ctx.mesh,
+                               eos_token_id=None)
+        if ("prefill_compiled", bi) not in ctx.cache:
+          _timed(run)  # compile once per batch shape
+          ctx.cache["prefill_compiled", bi] = True
+        ctx.cache["prefill", ri, bi] = _timed(run)[1]
+      out[-1].append(ctx.cache["prefill", ri, bi])
+  return out
+
+
+def _minus_prefill(batch_timing: list, prefill: list) -> list:
+  """``[repeat][batch]`` (tokens, seconds) pairs with each batch's prefill seconds taken
+  off: the decode phase."""
+  return [[(n, s - p) for (n, s), p in zip(row, prow)] for row, prow in zip(batch_timing, prefill)]
+
+
 def evaluate_row(ctx: Context, row: dict) -> dict:
   """Run one row; returns its JSON-able result (see module docstring)."""
   import jax
@@ -200,6 +233,7 @@ def evaluate_row(ctx: Context, row: dict) -> dict:
   sums = row_stats.SpecSums(n)
   rep = _paired_repeats(ctx, keys, batches, bs, run_target, run_spec, ("target_run", samp_json),
                         sums)
+  prefill = _prefill_seconds(ctx, batches, keys, max_new, bucket)
   outs = rep.outs_spec if spec else rep.outs_target
   flat = [row_ for batch in outs for row_ in batch]  # [repeat][prompt], repeat-major
   res: dict[str, Any] = {
@@ -214,8 +248,14 @@ def evaluate_row(ctx: Context, row: dict) -> dict:
     res.update({"spec_time_s": float(np.median(rep.t_spec)), "compile_spec_s": compile_spec,
                 "speedup": float(np.median(rep.ratios)), "speedup_per_repeat": rep.ratios,
                 "batch_timing": {"spec": rep.batch_spec, "target": rep.batch_target}})
+    decode_spec, decode_target = (_minus_prefill(b, prefill) for b in (rep.batch_spec,
+                                                                        rep.batch_target))
+    res.update({"prefill_s": prefill, "speedup_decode": float(np.median(
+        [sum(t for _, t in bt) / sum(t for _, t in bs_) for bs_, bt in zip(decode_spec,
+                                                                           decode_target)]))})
     if len(batches) >= 2:
       res["speedup_pooled"] = row_stats.speedup_interval(rep.batch_spec, rep.batch_target)
+      res["speedup_decode_pooled"] = row_stats.speedup_interval(decode_spec, decode_target)
   res.update(_quality(ctx, row, flat, rep.outs_target[:len(batches)], n))
   # The first-token law is the node rules' induced law; path rules (block) have their
   # own exact analysis (specjax.analysis.path_law), not wired into this table yet; a

@@ -37,7 +37,7 @@ from experiments.results.commands import benchmark_rerun, rerun_lines
 from experiments.results.families import (Family, Test, VerdictColumn, family_note,
                                            single_verdict)
 from experiments.results import (ab_tables, compare_tables, propositions_tables, rule_tables,
-                                 sv_companion_tables, sweep_tables)
+                                 speed_profile_tables, sv_companion_tables, sweep_tables)
 from experiments.results.markdown import RESULTS, ROOT, width_mde80  # noqa: F401 (re-exported)
 from experiments.results.markdown import ci as _ci
 from experiments.results.markdown import gain_cell as _gain_cell
@@ -969,6 +969,8 @@ TABLES.update(propositions_tables.TABLES)
 TABLES.update(sv_companion_tables.TABLES)
 # Before / after timings of one code change in one process.
 TABLES.update(ab_tables.TABLES)
+# The forward cost curve and one speculative round's parts, in target decode steps.
+TABLES.update(speed_profile_tables.TABLES)
 # Under each table that reads stamped records: their provenance, exploratory or not.
 from experiments.results import provenance_notes  # noqa: E402 (applied to the finished mapping)
 

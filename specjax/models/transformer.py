@@ -57,8 +57,8 @@ def matmul(x: jax.Array, w: jax.Array, dtype, w_contract: int = 0) -> jax.Array:
   products accumulate in float32 (``preferred_element_type``), the mixed
   precision of accelerator matmuls -- so a forward reads half the bytes
   instead of materialising a float32 copy of every weight.  On XLA:CPU that
-  mixed dot runs a slow path for a single row (M = 1: ~9x the time of two
-  rows, ``benchmarks/verify_matmul.py``), so a single row is padded to two.
+  mixed dot runs a slow path for a single row (M = 1: several times the time
+  of two rows, ``benchmarks/verify_matmul.py``), so a single row is padded to two.
   """
   dims = (((x.ndim - 1,), (w_contract,)), ((), ()))
   if jnp.dtype(w.dtype).itemsize >= jnp.dtype(dtype).itemsize:
@@ -448,7 +448,7 @@ class Transformer(nn.Module):
 # (block, fused name, parts) of the decode form.  q / k / v stay apart: one
 # [H, q + 2 kv] matmul rounds differently from three on XLA:CPU (1e-6 relative on
 # the test models), and the decode step is no faster for it; gate | up gives the
-# same bits and saves ~5% of a SmolLM2 decode step (benchmarks/verify_matmul.py).
+# same bits and a slightly faster SmolLM2 decode step (docs/speed.md).
 _FUSED = (("mlp", "gate_up_proj", ("gate_proj", "up_proj")),)
 
 
@@ -475,8 +475,7 @@ def _is_fused(layer: dict) -> bool:
 
 def split_projections(layer: dict, c: ModelConfig) -> dict:
   """The inverse of :func:`fuse_projections` (a layer not fused is returned as it is)."""
-  q_dim, kv_dim = c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
-  sizes = {"qkv_proj": (q_dim, q_dim + kv_dim), "gate_up_proj": (c.intermediate_size,)}
+  sizes = {"gate_up_proj": (c.intermediate_size,)}  # where each fused output splits
   out = dict(layer)
   for block, fused, parts in _FUSED:
     mods = dict(out[block])
@@ -528,7 +527,7 @@ def _declared_axes(config: ModelConfig) -> dict:
       specs, is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))[0]
   axes = {"/".join(str(k.key) for k in path): tuple(spec) for path, spec in flat}
   for block, fused, parts in _FUSED:  # the decode form's fused projections: replicated
-    for leaf in ("kernel", "bias"):   # (no rule splits a concatenation of q | k | v)
+    for leaf in ("kernel", "bias"):   # (no rule splits a concatenation of gate | up)
       if f"layers/{block}/{parts[0]}/{leaf}" in axes:
         first = axes[f"layers/{block}/{parts[0]}/{leaf}"]
         axes[f"layers/{block}/{fused}/{leaf}"] = first[:-1] + (fused.removesuffix("_proj"),)

@@ -1,0 +1,101 @@
+"""Where decode time goes on this machine: the forward cost curve per weights dtype and
+context (``benchmarks/forward_cost.py``), and one speculative round split into draft,
+verify and everything else, in target decode steps, with decode-phase and end-to-end
+speedups (``benchmarks/round_cost.py``).
+
+Records: ``benchmarks/results/forward_cost/smollm2_b1.json``,
+``benchmarks/results/round_cost/smollm2_{float32,bfloat16}.json``, and the matmul
+formulations and XLA:CPU backends tried for the verify forward,
+``benchmarks/results/verify_matmul/*.json`` (``benchmarks/verify_matmul.py``).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+from experiments.results.markdown import RESULTS, path, table
+
+FORWARD_COST = f"{RESULTS}/forward_cost/smollm2_b1.json"
+ROUND_COST = tuple(f"{RESULTS}/round_cost/smollm2_{w}.json" for w in ("float32", "bfloat16"))
+
+
+def _load(rel: str) -> dict:
+  with open(path(rel)) as f:
+    return json.load(f)
+
+
+def forward_cost_table(rel: str = FORWARD_COST) -> str:
+  """One row per (weights, context) at batch 1: each T's median forward time, its ratio
+  to T = 1 of the same row, and -- for bfloat16 weights -- to the float32 model's
+  T = 1 at the same context (a bfloat16 verify against a float32 decode step)."""
+  rec = _load(rel)
+  cells = {(c["param_dtype"], c["context"], c["tokens"]): c["forward_s"]
+           for c in rec["cells"] if c["batch"] == 1}
+  tokens = sorted({t for _, _, t in cells})
+  rows = []
+  for w in rec["param_dtypes"]:
+    for ctx in rec["contexts"]:
+      one = cells[w, ctx, 1]
+      f32 = cells.get(("float32", ctx, 1))
+      row = [w, str(ctx)]
+      for t in tokens:
+        s = cells[w, ctx, t]
+        cell = f"{s * 1e3:.1f} ms ({s / one:.2f}x)"
+        if w != "float32" and f32:
+          cell += f" / {s / f32:.2f}x f32"
+        row.append(cell)
+      rows.append(row)
+  return table(["weights", "context", *[f"T={t}" for t in tokens]], rows)
+
+
+def round_cost_table(rels: tuple = ROUND_COST) -> str:
+  """One row per (weights, temperature, drafter, rule): tau, the round and its parts in
+  target decode steps of the same weights, the decode-phase and end-to-end speedups
+  over target-only decoding of the same weights, and the target step in ms."""
+  rows = []
+  for rel in rels:
+    if not os.path.exists(path(rel)):
+      continue
+    rec = _load(rel)
+    for r in rec["rows"]:
+      rows.append([rec["param_dtype"], f"{r['temperature']:g}", r["drafter"], r["rule"],
+                   f"{r['tau']:.2f}", f"{r['round_steps']:.2f}", f"{r['draft_steps']:.2f}",
+                   f"{r['verify_steps']:.2f}", f"{r['other_steps']:+.2f}",
+                   f"{r['speedup_decode']:.2f}x", f"{r['speedup_end_to_end']:.2f}x",
+                   f"{r['step_ms']:.1f}"])
+  return table(["weights", "T", "drafter", "rule", "tau", "round (steps)", "draft", "verify",
+                "other", "decode speedup", "end-to-end speedup", "step ms"], rows)
+
+
+VERIFY_MATMUL = f"{RESULTS}/verify_matmul"
+
+
+def verify_matmul_table(rel: str = VERIFY_MATMUL) -> str:
+  """One row per (XLA flags, formulation) of every record in ``rel``: each T's median
+  time, its ratio to T = 1 of the row and to float32 ``x @ W`` at T = 1 of the same
+  record (the float32 decode step's matmuls)."""
+  rows = []
+  for f in sorted(glob.glob(os.path.join(path(rel), "*.json"))):
+    with open(f) as fh:
+      rec = json.load(fh)
+    cells = {(c["formulation"], c["tokens"]): c["seconds"] for c in rec["cells"]}
+    tokens = sorted({t for _, t in cells})
+    ref = cells.get(("f32", 1))
+    for kind in dict.fromkeys(k for k, _ in cells):
+      one = cells[kind, tokens[0]]
+      row = [f"`{rec['xla_flags']}`" if rec["xla_flags"] else "(default)", kind]
+      for t in tokens:
+        s = cells[kind, t]
+        row.append(f"{s * 1e3:.1f} ms ({s / one:.2f}x" + (f"; {s / ref:.2f}x f32 T=1)" if ref
+                                                           else ")"))
+      rows.append(row)
+  return table(["XLA flags", "formulation", *[f"T={t}" for t in tokens]], rows)
+
+
+TABLES = {
+    "verify_matmul": verify_matmul_table,
+    "forward_cost_b1": forward_cost_table,
+    "round_cost_smollm2": round_cost_table,
+}
