@@ -32,7 +32,9 @@ accumulation), the comparison that option calls for.
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from typing import Any
 
 from absl import app, flags
 import numpy as np
@@ -91,116 +93,150 @@ def verify_lengths(drafter, gamma_counts) -> dict[int, int]:
   return out
 
 
-def main(_):
+@dataclasses.dataclass
+class Setup:
+  """What every row of one temperature shares: the target (weights as run), its
+  decode-form params, the prompts, the cache and prompt bucket, the forwards'
+  context, and the sampling key."""
+
+  model_set: Any
+  target: Any
+  target_params: Any
+  decoded: Any
+  prompts: list
+  bucket: int
+  ctx: int
+  key: Any
+
+
+def load_setup() -> Setup:
   import jax
 
-  from benchmarks.common import call_timer, draft_timer, forward_timer, interleaved_medians
-  from benchmarks.speculative import make_drafter
   from experiments.common.model_sets import load_model_set
   from experiments.common.prompts import load_chat_prompts
-  from specjax import provenance, verifiers
-  from specjax.decoding.autoregressive import generate
-  from specjax.decoding.prompts import prepare_prompts
-  from specjax.decoding.speculative import speculative_generate
-  from specjax.distributions import SamplingConfig
-  from specjax.models.transformer import Model, cast_weights
-
-  rows_spec = parse_rows(FLAGS.rows)
-  stamp = provenance.stamp()
-  needs_eagle = any(d.startswith("eagle") for d, _ in rows_spec)
+  from specjax.models.transformer import cast_weights
+  needs_eagle = any(d.startswith("eagle") for d, _ in parse_rows(FLAGS.rows))
   ms = load_model_set(FLAGS.target, eagle="eagle3" if needs_eagle else "")
   target, tp = ms.target, ms.target_params
   if FLAGS.param_dtype != "float32":
     target, tp = cast_weights(target, tp, FLAGS.param_dtype)
-  decoded = target.decode_params(tp)  # once: a timer given stored params copies them
   prompts = [list(p.ids) for p in load_chat_prompts(ms.encode_chat, FLAGS.prompts,
                                                     max_tokens=FLAGS.max_prompt_tokens)]
-  n, k = FLAGS.max_new_tokens, FLAGS.k
-  bucket = max(len(p) for p in prompts)
-  ctx = int(np.mean([len(p) for p in prompts])) + n // 2
-  out_rows = []
-  for temp in map(float, FLAGS.temperatures):
-    samp = SamplingConfig(temperature=temp)
-    key = jax.random.key(0)
-    drafters = {d: make_drafter(d, k, samp, ms.draft, ms.draft_params, target, tp, ms)
-                for d in dict.fromkeys(d for d, _ in rows_spec)}
-    cache_len = bucket + n + max(dr.tokens_per_step for dr, _ in drafters.values())
-    gen = lambda p, m: generate(target, tp, [p], max_new_tokens=m, sampling=samp, key=key,
-                                eos_token_id=None, cache_length=cache_len, prompt_bucket=bucket)
-    timers = {}
-    for i, p in enumerate(prompts):
-      timers["gen", i, n], timers["gen", i, 1] = call_timer(gen, p, n), call_timer(gen, p, 1)
-    runs, forwards = {}, {}
-    for dname, rule in rows_spec:
-      drafter, dparams = drafters[dname]
-      verifier = verifiers.get(rule, **RULES[rule])
-      spec = lambda p, m, d=drafter, dp=dparams, v=verifier: speculative_generate(
-          target, tp, d, dp, v, [p], max_new_tokens=m, sampling=samp, key=key,
-          eos_token_id=None, cache_length=cache_len, prompt_bucket=bucket)
-      runs[dname, rule] = [spec(p, n) for p in prompts]
-      for i, p in enumerate(prompts):
-        timers[dname, rule, i, n] = call_timer(spec, p, n)
-        timers[dname, rule, i, 1] = call_timer(spec, p, 1)
-      t_target = target
-      if drafter.target_hidden_layers:
-        t_target = Model(target.config.replace(
-            hidden_layers=tuple(drafter.target_hidden_layers)))
-      p_tok, p_len = prepare_prompts(prompts[:1], target.config.vocab_size)
-      timers["draft", dname] = draft_timer(drafter, dparams, t_target, tp, p_tok, p_len,
-                                           cache_len)
-      lengths = {}
-      for res in runs[dname, rule]:
-        for length, c in verify_lengths(drafter, res.stats.gamma_counts).items():
-          lengths[length] = lengths.get(length, 0) + c
-      forwards[dname, rule] = lengths
-      for length in lengths:
-        if ("fwd", length) not in timers:
-          timers["fwd", length] = forward_timer(target, decoded, 1, length, ctx, cache_len,
-                                                inner=4)
-    load0 = os.getloadavg()[0]
-    med = interleaved_medians(timers, FLAGS.repeats)
-    load1 = os.getloadavg()[0]
-    gen_n = sum(med["gen", i, n] for i in range(len(prompts)))
-    gen_1 = sum(med["gen", i, 1] for i in range(len(prompts)))
-    step = (gen_n - gen_1) / (len(prompts) * (n - 1))
-    for dname, rule in rows_spec:
-      res = runs[dname, rule]
-      rounds = int(sum(np.sum(r.stats.target_calls) for r in res))
-      accepted = int(sum(np.sum(r.stats.accepted) for r in res))
-      spec_n = sum(med[dname, rule, i, n] for i in range(len(prompts)))
-      spec_1 = sum(med[dname, rule, i, 1] for i in range(len(prompts)))
-      round_s = (spec_n - spec_1) / rounds
-      lengths = forwards[dname, rule]
-      verify_s = sum(c * med["fwd", length] for length, c in lengths.items()) / rounds
-      draft_s = med["draft", dname]
-      row = dict(temperature=temp, drafter=dname, rule=rule, k=k, prompts=len(prompts),
-                 max_new_tokens=n, rounds=rounds, tau=(accepted + rounds) / rounds,
-                 step_ms=step * 1e3, round_steps=round_s / step, draft_steps=draft_s / step,
-                 verify_steps=verify_s / step, other_steps=(round_s - draft_s - verify_s) / step,
-                 verify_lengths={str(length): c for length, c in sorted(lengths.items())},
-                 forward1_steps=med["fwd", 1] / step if ("fwd", 1) in med else None,
-                 speedup_decode=(gen_n - gen_1) / (spec_n - spec_1),
-                 speedup_end_to_end=gen_n / spec_n,
-                 prefill_share_target_only=gen_1 / gen_n,
-                 load_before=load0, load_after=load1)
-      out_rows.append(row)
-  print(f"{FLAGS.target}, {FLAGS.param_dtype} weights, batch 1, {len(prompts)} prompts x "
-        f"{n} new tokens, K = {k}; 1-min load {load0:.1f} -> {load1:.1f}\n")
+  return Setup(ms, target, tp, target.decode_params(tp),  # decoded once: a timer copies
+               prompts, max(len(p) for p in prompts),
+               int(np.mean([len(p) for p in prompts])) + FLAGS.max_new_tokens // 2,
+               jax.random.key(0))
+
+
+def build_timers(st: Setup, rows_spec, samp) -> tuple[dict, dict, dict]:
+  """``(timers, runs, lengths)``: every timer of one temperature (target-only and
+  speculative calls per prompt at n and 1 tokens, each drafter's step, the target
+  forward at every length the rounds verified), the speculative results of the
+  n-token runs, and per row ``{verify length: rounds}``."""
+  from benchmarks.common import call_timer, draft_timer, forward_timer
+  from benchmarks.speculative import make_drafter
+  from specjax import verifiers
+  from specjax.decoding.autoregressive import generate
+  from specjax.decoding.prompts import prepare_prompts
+  from specjax.decoding.speculative import speculative_generate
+  from specjax.models.transformer import Model
+  n, ms, target, tp = FLAGS.max_new_tokens, st.model_set, st.target, st.target_params
+  drafters = {d: make_drafter(d, FLAGS.k, samp, ms.draft, ms.draft_params, target, tp, ms)
+              for d in dict.fromkeys(d for d, _ in rows_spec)}
+  cache_len = st.bucket + n + max(dr.tokens_per_step for dr, _ in drafters.values())
+  common = dict(sampling=samp, key=st.key, eos_token_id=None, cache_length=cache_len,
+                prompt_bucket=st.bucket)
+  gen = lambda p, m: generate(target, tp, [p], max_new_tokens=m, **common)
+  timers, runs, lengths = {}, {}, {}
+  for i, p in enumerate(st.prompts):
+    timers["gen", i, n], timers["gen", i, 1] = call_timer(gen, p, n), call_timer(gen, p, 1)
+  for dname, rule in rows_spec:
+    drafter, dparams = drafters[dname]
+    verifier = verifiers.get(rule, **RULES[rule])
+    spec = lambda p, m, d=drafter, dp=dparams, v=verifier: speculative_generate(
+        target, tp, d, dp, v, [p], max_new_tokens=m, **common)
+    runs[dname, rule] = [spec(p, n) for p in st.prompts]
+    for i, p in enumerate(st.prompts):
+      timers[dname, rule, i, n], timers[dname, rule, i, 1] = (call_timer(spec, p, n),
+                                                              call_timer(spec, p, 1))
+    t_target = target
+    if drafter.target_hidden_layers:
+      t_target = Model(target.config.replace(hidden_layers=tuple(drafter.target_hidden_layers)))
+    p_tok, p_len = prepare_prompts(st.prompts[:1], target.config.vocab_size)
+    timers["draft", dname] = draft_timer(drafter, dparams, t_target, tp, p_tok, p_len, cache_len)
+    counted: dict[int, int] = {}
+    for res in runs[dname, rule]:
+      for length, c in verify_lengths(drafter, res.stats.gamma_counts).items():
+        counted[length] = counted.get(length, 0) + c
+    lengths[dname, rule] = counted
+    for length in counted:
+      if ("fwd", length) not in timers:
+        timers["fwd", length] = forward_timer(target, st.decoded, 1, length, st.ctx, cache_len,
+                                              inner=4)
+  return timers, runs, lengths
+
+
+def row_result(temp: float, dname: str, rule: str, med: dict, runs: list, lengths: dict,
+               num_prompts: int) -> dict:
+  """One output row from the timers' medians (module docstring: step, round, draft,
+  verify, other; the two speedups)."""
+  n, p = FLAGS.max_new_tokens, range(num_prompts)
+  gen_n, gen_1 = sum(med["gen", i, n] for i in p), sum(med["gen", i, 1] for i in p)
+  step = (gen_n - gen_1) / (num_prompts * (n - 1))
+  rounds = int(sum(np.sum(r.stats.target_calls) for r in runs))
+  accepted = int(sum(np.sum(r.stats.accepted) for r in runs))
+  spec_n = sum(med[dname, rule, i, n] for i in p)
+  spec_1 = sum(med[dname, rule, i, 1] for i in p)
+  round_s = (spec_n - spec_1) / rounds
+  verify_s = sum(c * med["fwd", length] for length, c in lengths.items()) / rounds
+  draft_s = med["draft", dname]
+  return dict(temperature=temp, drafter=dname, rule=rule, k=FLAGS.k, prompts=num_prompts,
+              max_new_tokens=n, rounds=rounds, tau=(accepted + rounds) / rounds,
+              step_ms=step * 1e3, round_steps=round_s / step, draft_steps=draft_s / step,
+              verify_steps=verify_s / step, other_steps=(round_s - draft_s - verify_s) / step,
+              verify_lengths={str(length): c for length, c in sorted(lengths.items())},
+              speedup_decode=(gen_n - gen_1) / (spec_n - spec_1),
+              speedup_end_to_end=gen_n / spec_n, prefill_share_target_only=gen_1 / gen_n)
+
+
+def print_table(rows: list, num_prompts: int) -> None:
+  print(f"{FLAGS.target}, {FLAGS.param_dtype} weights, batch 1, {num_prompts} prompts x "
+        f"{FLAGS.max_new_tokens} new tokens, K = {FLAGS.k}\n")
   print("| T | drafter | rule | tau | round | draft | verify | other | speedup decode | "
         "speedup end to end |")
   print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
-  for r in out_rows:
+  for r in rows:
     print(f"| {r['temperature']:g} | {r['drafter']} | {r['rule']} | {r['tau']:.2f} | "
           f"{r['round_steps']:.2f} | {r['draft_steps']:.2f} | {r['verify_steps']:.2f} | "
           f"{r['other_steps']:.2f} | {r['speedup_decode']:.2f}x | "
           f"{r['speedup_end_to_end']:.2f}x |")
-  print(f"\ncosts in target decode steps (step = {out_rows[0]['step_ms']:.1f} ms at T = "
-        f"{out_rows[0]['temperature']:g})")
+  print(f"\ncosts in target decode steps (step = {rows[0]['step_ms']:.1f} ms at T = "
+        f"{rows[0]['temperature']:g})")
+
+
+def main(_):
+  from benchmarks.common import interleaved_medians
+  from specjax import provenance
+  from specjax.distributions import SamplingConfig
+  rows_spec = parse_rows(FLAGS.rows)
+  stamp = provenance.stamp()
+  st = load_setup()
+  out_rows = []
+  for temp in map(float, FLAGS.temperatures):
+    timers, runs, lengths = build_timers(st, rows_spec, SamplingConfig(temperature=temp))
+    load0 = os.getloadavg()[0]
+    med = interleaved_medians(timers, FLAGS.repeats)
+    load1 = os.getloadavg()[0]
+    for dname, rule in rows_spec:
+      row = row_result(temp, dname, rule, med, runs[dname, rule], lengths[dname, rule],
+                       len(st.prompts))
+      out_rows.append({**row, "load_before": load0, "load_after": load1})
+  print_table(out_rows, len(st.prompts))
   if FLAGS.output:
     from benchmarks.records import write_record
     record = provenance.stamped(dict(benchmark="round_cost", target=FLAGS.target,
                                      param_dtype=FLAGS.param_dtype, rows=out_rows), stamp,
-                                dict(ms.sources))
+                                dict(st.model_set.sources))
     write_record(FLAGS.output, record)
 
 

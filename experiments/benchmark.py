@@ -68,6 +68,10 @@ def define_flags() -> None:
                     "no model -- and rsd_tree / eagle_rsd_tree (the --tree_paths tree with "
                     "children drawn without replacement: RSD; lossless at T > 0, e.g. with "
                     "--verifiers=lossless,traversal)")
+  flags.DEFINE_enum("param_dtype", "float32", ["float32", "bfloat16"],
+                    "the target's weights; bfloat16: the float32 model with bfloat16 weights "
+                    "(float32 activations and accumulation), target-only rows included "
+                    "(docs/speed.md)")
   flags.DEFINE_integer("k", 4, "draft length K for chains")
   flags.DEFINE_string("policies", "none", "verify-length policies, comma-separated, each "
                       "name[:hparam=value[:...]]: 'none' (verify all K drafts) and/or 'adaedl' "
@@ -215,6 +219,7 @@ def _config():
   # The run settings (row keys) hold the model set and a hash of the drafters' weight
   # files (rows.settings_hash), so changed models never reuse stale rows.
   c.models = FLAGS.model
+  c.param_dtype = FLAGS.param_dtype
   c.draft, c.eagle_dir = _drafters_in_use()
   c.mesh_data, c.mesh_model = FLAGS.mesh_data, FLAGS.mesh_model
   return c

@@ -170,6 +170,8 @@ def settings_hash(c) -> str:
           if k in d}
   from experiments.common.run_context import weights_fingerprint
   keep["weights"] = weights_fingerprint(c)  # a retrained drafter never reuses stale rows
+  if d.get("param_dtype", "float32") != "float32":  # (float32 keys stay as they were)
+    keep["param_dtype"] = d["param_dtype"]
   return hashlib.sha256(sweep.canonical_json(keep).encode()).hexdigest()[:10]
 
 

@@ -256,10 +256,13 @@ def load_context(c, mesh=None) -> Context:
   ms = load_model_set(c.models, draft=c.draft if need_draft else "",
                       eagle=c.eagle_dir if need_eagle else "", seed=int(c.seed))
   prompts, code = load_prompts(c, ms)
-  tp, dp = ms.target_params, ms.draft_params
+  target, tp, dp = ms.target, ms.target_params, ms.draft_params
+  if c.get("param_dtype", "float32") != "float32":  # every row, target-only included
+    from specjax.models.transformer import cast_weights
+    target, tp = cast_weights(target, tp, c.param_dtype)
   if mesh is not None:
     from specjax.decoding import parallel
-    tp = parallel.shard_params(ms.target, tp, mesh)  # tensor parallel over "model"
+    tp = parallel.shard_params(target, tp, mesh)  # tensor parallel over "model"
     if ms.draft is not None:
       dp = parallel.shard_params(ms.draft, dp, mesh)
   eagle = None
@@ -268,8 +271,8 @@ def load_context(c, mesh=None) -> Context:
     if mesh is not None:  # EAGLE heads are small: replicated (their shared embedding stays
       from specjax.decoding import parallel  # sharded like the target's)
       hp = parallel.replicate(hp, mesh)
-    eagle = (head, EagleDrafter.make_params(hp, ms.target, tp, d2t))
+    eagle = (head, EagleDrafter.make_params(hp, target, tp, d2t))
   logging.info("model set %s: %s; %d %s prompts", ms.name, ms.sources, len(prompts),
                "code" if code else "chat")
-  return Context(c, ms.target, tp, ms.draft, dp, ms.tokenizer, prompts, eagle, mesh=mesh,
+  return Context(c, target, tp, ms.draft, dp, ms.tokenizer, prompts, eagle, mesh=mesh,
                  code_prompts=code)

@@ -32,6 +32,10 @@ def get_config(variant: str = ""):
   # "default" | "tiny" (random, smoke test) | "stand_in" (random target) | a checkpoint
   # pair dir | a real model: "smollm2-135m-instruct", a .gguf file or an HF dir
   c.models = "default"
+  # The target's weights: "float32", or "bfloat16" (bfloat16 weights of the float32 model,
+  # float32 activations and accumulation: specjax.models.transformer.cast_weights); the
+  # target-only rows run the same cast target, so every speedup is against it.
+  c.param_dtype = "float32"
   c.draft = "draft"  # the set's / shipped draft LM, a directory, or "" (no chain / tree rows)
   c.seed = 0
   c.progress = True
