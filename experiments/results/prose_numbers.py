@@ -95,6 +95,8 @@ ALLOWED = (
     Allowed("benchmarks/RESULTS.md", "tokens", "7", "K = 7 drafted tokens: the SV setting"),
     Allowed("docs/path_rules.md", "tokens", "7", "the statistical test's setting: 1500 rows "
             "x 7 tokens"),
+    Allowed("benchmarks/RESULTS.md", "x", "1.25", "a goal (the project's lossless speed goal "
+            "at T = 1), not a measurement"),
     Allowed("docs/design.md", "ms", "150", "NOT a setting: a timing no committed record "
             "holds, in a doc another change owns; it is to be removed or backed there"),
 )

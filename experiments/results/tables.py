@@ -528,6 +528,7 @@ def benchmark_table(rel: str, verdicts: bool = True) -> str:
                     if r["config"]["kind"] == "spec"})
   lossless = {(r["config"]["drafter"], r["config"]["temperature"]): r["result"] for r in recs
               if r["config"]["kind"] == "spec" and r["config"]["method"] == "lossless"}
+  decode = all("speedup_decode" in r["result"] for r in recs if r["config"]["kind"] == "spec")
   rows = []
   for r in recs:
     cfg, res = r["config"], r["result"]
@@ -541,6 +542,10 @@ def benchmark_table(rel: str, verdicts: bool = True) -> str:
            _speedup_cell(res, verdicts and not families) if spec else "1"]
     if spec and families:
       row[-1] += f": {families[0].verdict(_row_key(r))}"
+    if decode:  # prefill and first token taken off both sides (no verdict: not a family)
+      dp = res.get("speedup_decode_pooled")
+      row.append("1" if not spec else f"{dp['speedup']:.2f} {_ci(dp['ci95'], '.2f')}" if dp
+                 else f"{res['speedup_decode']:.2f}")
     if timed:  # a lossy rule's tokens/s against lossless on the same drafter, prompts, keys
       ref = lossless.get((cfg["drafter"], cfg["temperature"]))
       row.append("-" if not spec or ref is None or cfg["method"] == "lossless"
@@ -569,8 +574,9 @@ def benchmark_table(rel: str, verdicts: bool = True) -> str:
              "no verdicts (too few prompts to decide anything).")
   if families:
     note += "\n\n" + family_note(*families)
+  dec = ["decode-phase speedup [95% CI over prompts]"] if decode else []
   return _table(["drafter", "rule", "T", "tau [95% CI over prompts]", "tokens/s",
-                 "target-only tokens/s beside it", head, *vs,
+                 "target-only tokens/s beside it", head, *dec, *vs,
                  "agrees with target greedy", "row wall s"], rows) + note
 
 
