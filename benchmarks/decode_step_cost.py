@@ -4,8 +4,8 @@ jitted forward, vs generate() per token.
 
     python -m benchmarks.decode_step_cost --cache_length=1024
 
-Used to measure the KV-cache-as-scan-carry change (RESULTS.md, issue 12
-section): run it with ``specjax/models/{transformer,kv_cache}.py`` as of commit
+Used to measure the KV-cache-as-scan-carry change (RESULTS.md, the section
+on the KV cache as a scan carry): run it with ``specjax/models/{transformer,kv_cache}.py`` as of commit
 6c1a87e ("KV cache as a scan carry") and as of its parent.
 """
 

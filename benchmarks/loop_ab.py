@@ -1,4 +1,4 @@
-"""Issue 14 part 1, before / after in ONE process, interleaved round-robin (the
+"""The traced-hyperparameter loop change, before / after in ONE process, interleaved round-robin (the
 same background load for both): 'before' traces generate() / speculative_generate()
 with the layer stack scanned in the loop (Model.decode_params -> identity) and
 jnp.argmax (distributions.argmax patched while tracing); 'after' is the code as is.

@@ -1,5 +1,5 @@
 r"""Speculative Verification against fixed-K speculative decoding and target-only,
-calibrated and evaluated per prompt set (issue 8; issue 15 item 3).  The work is
+calibrated and evaluated per prompt set.  The work is
 :func:`experiments.sv.evaluation.run` (see its docstring): calibrate with
 ``experiments.calibrate_sv`` on calibration prompts, then decode disjoint
 held-out prompts of each set with target-only, fixed K = 1..K and SV (row mode,

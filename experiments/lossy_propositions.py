@@ -1,4 +1,4 @@
-r"""Lossy-verification propositions (docs/spec.md §6, issue 7), on synthetic and real contexts.
+r"""Lossy-verification propositions (docs/spec.md §6), on synthetic and real contexts.
 
   python -m experiments.lossy_propositions --config=experiments/configs/propositions.py \
       [--output_dir=/tmp/props] [--checkpoint_dir=DIR_WITH_target_AND_draft]

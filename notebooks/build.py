@@ -662,7 +662,7 @@ def nb03():
       differences of that size are noise); `FULL = True` adds SpecCascade and runs 16 prompts x
       128 tokens with K = 7. The complete runs (more contexts,
       more rules, MARS, figures) are `python -m experiments.lossy_propositions`; see
-      `benchmarks/RESULTS.md`, section *Lossy-verification propositions (issue 7)*."""),
+      `benchmarks/RESULTS.md`, section *Lossy-verification propositions*."""),
   ]
   return finish(new_notebook(cells=cells, metadata=_meta()))
 

@@ -1,4 +1,4 @@
-"""Misuse of every public entry point gets a clear error (issue 16).
+"""Misuse of every public entry point gets a clear error.
 
 Each case asserts the error type and that the message names the offending
 value (and, where there is one, what is allowed).  Every error is raised in

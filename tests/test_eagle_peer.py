@@ -1,4 +1,4 @@
-"""Peer test (issue 16): a published-layout EAGLE-1 head WITH q/k/v biases
+"""Peer test: a published-layout EAGLE-1 head WITH q/k/v biases
 (the layout of EAGLE-1 heads for Qwen2 targets: ``qkv_bias: true`` and
 ``layers.0.self_attn.{q,k,v}_proj.bias``) loads through :func:`load_eagle` and
 computes what the reference PyTorch formulas compute from the same tensors.

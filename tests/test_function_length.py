@@ -1,5 +1,5 @@
 """No function of the library, the experiment binaries or the benchmarks is longer
-than 80 lines (issue 32, item 6): a longer one is split into named steps.  Read
+than 80 lines: a longer one is split into named steps.  Read
 with ``ast`` (docstrings and comments count: they are part of what a reader
 scrolls through)."""
 

@@ -1,4 +1,4 @@
-"""The code reproduces tests/golden/outputs.npz bit for bit (issue 17).
+"""The code reproduces tests/golden/outputs.npz bit for bit.
 
 The golden file was written by ``tests/golden/make_golden.py`` before the
 distributions refactor (greedy and sampled chains and trees, EAGLE, SV, the
@@ -25,7 +25,7 @@ def golden():
 
 # Statistics added to the loop after the golden file was written (additive: they
 # change no existing output).  Any other name missing from the file fails.
-ADDED_AFTER_GOLDEN = {"gamma_counts"}  # SpecStats.gamma_counts (issue 15, SV on SmolLM2)
+ADDED_AFTER_GOLDEN = {"gamma_counts"}  # SpecStats.gamma_counts (added for SV on SmolLM2)
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -1,4 +1,4 @@
-"""The dependency arrows point one way (issue 17):
+"""The dependency arrows point one way:
 
     distributions <- models / verifiers <- decoding / analysis <- policies <- experiments
 

@@ -1,4 +1,4 @@
-"""Monte Carlo cross-check (issues 6 and 7): the real jitted loop's first
+"""Monte Carlo cross-check: the real jitted loop's first
 speculative token follows the exact induced distribution of every registered
 rule, for sampled chain drafts and deterministic top-k tree drafts.
 
@@ -40,7 +40,7 @@ FAST_RULES = ["mars"]  # every other rule (typical included) runs in the slow st
 # TV 0.14 (sampled) / 0.31 (top-k tree) away from lossless, see test_check_has_power).
 RULE_KWARGS = {"mars": dict(theta=0.5)}
 ALL_RULES = sorted(verifiers.available())
-# Further configurations of the corrected rules (issue 15): the MARS strict ablation, and
+# Further configurations of the corrected rules: the MARS strict ablation, and
 # MARS over a CoS base on trees (strict-before-relaxed fallback + the drafter's node
 # distribution in one rule).
 EXTRA_CASES = {"mars_strict_ablation": ("mars", dict(theta=0.5, sampled_mode="strict_ablation")),

@@ -1,4 +1,4 @@
-"""Statistical tests with proven power (issue 16).
+"""Statistical tests with proven power.
 
 Each family -- chain, tree, SV verify-length policy -- runs the real driver
 (``verify_chain`` / ``verify_tree``, the SV policy's own ``companion_signals``

@@ -1,4 +1,4 @@
-"""Tensor parallelism (issue 17): logical axes -> one rules table -> params and
+"""Tensor parallelism: logical axes -> one rules table -> params and
 KV caches over the ``model`` mesh axis; same tokens on any (data, model) mesh;
 per-device parameter memory; multi-process ``jax.distributed`` on localhost."""
 

@@ -1,4 +1,4 @@
-"""Traced hyperparameters (issue 14): one compilation serves a sweep.
+"""Traced hyperparameters: one compilation serves a sweep.
 
 Rules, sampling configs and drafters are pytrees (specjax.hyperparams): their
 continuous hyperparameters are traced leaves, their static part (rule kind,

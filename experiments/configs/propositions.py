@@ -1,11 +1,11 @@
-"""Config of ``experiments/lossy_propositions.py`` (docs/spec.md §6, issue 7).
+"""Config of ``experiments/lossy_propositions.py`` (docs/spec.md §6).
 
 ``--config=experiments/configs/propositions.py`` runs in a few minutes on 2
 CPU cores with the default models; ``...propositions.py:tiny`` is the smoke
 test (random tiny models, seconds); ``...propositions.py:big`` is for an
 accelerator (more contexts, exact sampled enumeration on all of them).
 
-``...propositions.py:smollm2`` -- the real model (issue 15 item 3):
+``...propositions.py:smollm2`` -- the real model:
 SmolLM2-135M-Instruct (registry) as target and its shipped distilled draft LM,
 teacher-forced on held-out ShareGPT conversations in the chat template,
 assistant positions only (:mod:`experiments.common.contexts`), both at T = 0.7 (the

@@ -1,4 +1,4 @@
-"""The lossy-verification propositions (docs/spec.md §6, issue 7) as a resumable sweep: which
+"""The lossy-verification propositions (docs/spec.md §6) as a resumable sweep: which
 configurations there are and how one is computed, on synthetic and real contexts.
 
 Parts (each on synthetic families and on real contexts of the default models):

@@ -479,7 +479,7 @@ def attention_chunk_table() -> str:
 
 MAIN_JOB = f"{RESULTS}/benchmark_smollm2/benchmark.jsonl"
 SPEED_RECORD = f"{RESULTS}/speed_smollm2/benchmark.jsonl"
-# the EAGLE-3 drafters again after the head was continued on on-policy text (issue 28)
+# the EAGLE-3 drafters again after the head was continued on on-policy text
 SPEED_RECORD_ONPOLICY_HEAD = f"{RESULTS}/speed_smollm2_onpolicy_head/benchmark.jsonl"
 
 

@@ -1,7 +1,7 @@
 """Speculative Verification evaluated as the SV paper did it: calibrate on
 calibration prompts, then decode DISJOINT held-out prompts of each set
 (ShareGPT = chat, HumanEval = code) with SV against fixed-K speculative
-decoding and target-only, at several batch sizes (issue 15 item 3).
+decoding and target-only, at several batch sizes.
 
 One run (:func:`run`):
 

@@ -1,4 +1,4 @@
-"""Golden outputs of the decoding loop, the verifiers and the analysis (issue 17).
+"""Golden outputs of the decoding loop, the verifiers and the analysis.
 
 :func:`golden_outputs` runs a fixed set of small calls on the tiny random
 models of :mod:`tests.helpers` (and the EAGLE / SV set-ups of
