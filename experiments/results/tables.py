@@ -479,6 +479,8 @@ def attention_chunk_table() -> str:
 
 MAIN_JOB = f"{RESULTS}/benchmark_smollm2/benchmark.jsonl"
 SPEED_RECORD = f"{RESULTS}/speed_smollm2/benchmark.jsonl"
+# The same command rerun with the decode-phase speedup (prefill timed apart).
+SPEED_RECORD_DECODE = f"{RESULTS}/speed_smollm2_decode/benchmark.jsonl"
 # the EAGLE-3 drafters again after the head was continued on on-policy text
 SPEED_RECORD_ONPOLICY_HEAD = f"{RESULTS}/speed_smollm2_onpolicy_head/benchmark.jsonl"
 
@@ -954,6 +956,7 @@ TABLES = {
     "attention_chunk": attention_chunk_table,
     "main_job_smollm2": main_job_table,
     "speed_smollm2": functools.partial(benchmark_table, SPEED_RECORD),
+    "speed_smollm2_decode": functools.partial(benchmark_table, SPEED_RECORD_DECODE),
     "speed_smollm2_onpolicy_head": functools.partial(benchmark_table, SPEED_RECORD_ONPOLICY_HEAD),
     "drafter_data_training": drafter_data_training_table,
     "drafter_data_heldout": drafter_data_heldout_table,
