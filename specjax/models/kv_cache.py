@@ -47,12 +47,13 @@ def init_cache(num_layers: int, batch: int, max_length: int, kv_heads: int, head
 
 
 def write_tokens(buf: jax.Array, layer, new: jax.Array, offsets: jax.Array) -> jax.Array:
-  """Scatter ``new [B, T, KVH, D]`` into layer ``layer`` of ``buf [L, B, S, KVH, D]`` at
+  """Scatter ``new [B, T, KVH, D]`` into layer ``layer`` of ``buf [L, B, S, KVH, D]`` (or,
+  ``layer = slice(None)``, ``new [L, B, T, KVH, D]`` into every layer) at
   per-row ``offsets [B]`` (slots ``offsets[b] + t``). Only the T new entries are
   written, so inside a loop that carries ``buf`` the update is in place.
   Slots past S are dropped (the caller keeps ``offsets + T <= S`` for rows whose
   result matters)."""
-  b, t = new.shape[:2]
+  b, t = new.shape[-4:-2]  # new: [..., B, T, KVH, D]
   rows = jnp.arange(b)[:, None]  # [B, 1]
   slots = offsets[:, None] + jnp.arange(t)[None, :]  # [B, T]
   return buf.at[layer, rows, slots].set(new.astype(buf.dtype), mode="drop")
@@ -63,11 +64,9 @@ def write_layers(cache: KVCache, k_new: jax.Array, v_new: jax.Array) -> KVCache:
   tokens, ``Model.apply(write_cache=False)``) at each row's cursor, slots
   ``lengths[b] + t``, not committed; slots past S are dropped.  In a loop that
   carries the cache the update is in place."""
-  b, t = k_new.shape[1:3]
-  rows = jnp.arange(b)[:, None]  # [B, 1]
-  slots = cache.lengths[:, None] + jnp.arange(t)[None, :]  # [B, T]
-  put = lambda buf, new: buf.at[:, rows, slots].set(new.astype(buf.dtype), mode="drop")
-  return dataclasses.replace(cache, k=put(cache.k, k_new), v=put(cache.v, v_new))
+  every = slice(None)  # write_tokens over all layers at once
+  return dataclasses.replace(cache, k=write_tokens(cache.k, every, k_new, cache.lengths),
+                             v=write_tokens(cache.v, every, v_new, cache.lengths))
 
 
 def commit(cache: KVCache, num_tokens: jax.Array) -> KVCache:
