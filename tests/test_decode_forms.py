@@ -72,7 +72,7 @@ def test_fused_projections_round_trip():
   layer = jax.tree.map(lambda w: w[0], _random_params(model)["layers"])
   fused = fuse_projections(layer)
   assert "gate_up_proj" in fused["mlp"] and "gate_proj" not in fused["mlp"]
-  assert fused["mlp"]["gate_up_proj"]["kernel"].shape == (32, 128)
+  assert fused["mlp"]["gate_up_proj"]["kernel"].shape == (32, 2, 64)
   assert fuse_projections(fused) is not None and "gate_up_proj" in fuse_projections(fused)["mlp"]
   back = split_projections(fused, model.config)
   for a, b in zip(jax.tree.leaves(back), jax.tree.leaves(layer)):

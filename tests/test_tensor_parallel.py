@@ -110,6 +110,28 @@ def test_rules_shard_whole_heads_only():
   assert custom["layers"]["mlp"]["up_proj"]["kernel"].spec == P(None, None, "model")
 
 
+def test_decode_form_fuses_gate_up_on_each_device():
+  """The unrolled decode form stacks gate | up per layer (``fuse_projections``).
+  On a model-parallel mesh the stacked kernel keeps the parts' split of the MLP
+  dim, and making it compiles to no collective: each device stacks its own
+  columns.  Broken variant caught: concatenating along the split dim (a
+  cross-device permutation inside the loop, which deadlocked XLA:CPU's
+  8-device tree loop at the default optimisation level)."""
+  model = Model(LLAMA_TINY, layer_stack="unrolled")
+  _, params, _ = _pair(LLAMA_TINY)
+  mesh = parallel.make_mesh(2, 4)
+  tp = parallel.shard_params(model, params, mesh)
+  decode = jax.jit(model.decode_params)
+  hlo = decode.lower(tp).compile().as_text()
+  for op in ("collective-permute", "all-gather", "all-to-all", "all-reduce"):
+    assert op not in hlo, op
+  kernel = decode(tp)["layers"][0]["mlp"]["gate_up_proj"]["kernel"]
+  assert kernel.shape == (LLAMA_TINY.hidden_size, 2, LLAMA_TINY.intermediate_size)
+  assert kernel.sharding.is_equivalent_to(NamedSharding(mesh, P(None, None, "model")), 3)
+  specs = parallel.param_shardings(model, decode(tp), mesh)
+  assert specs["layers"][0]["mlp"]["gate_up_proj"]["kernel"].spec == P(None, None, "model")
+
+
 @pytest.mark.parametrize("cfg,model_axis,kv_split", [(LLAMA_TINY, 2, True),
                                                       (LLAMA_TINY, 4, False),
                                                       (SMOL_TINY, 3, True),

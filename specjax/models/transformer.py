@@ -23,7 +23,7 @@ import dataclasses
 import functools
 import math
 import os
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Union
 
 import flax.linen as nn
 import jax
@@ -48,7 +48,7 @@ def _declared(init, *axes: str):
 
 
 def matmul(x: jax.Array, w: jax.Array, dtype, w_contract: int = 0) -> jax.Array:
-  """``x [..., in] @ w`` (``w [in, out]``; ``w_contract=1``: ``w [out, in]``) in ``dtype``.
+  """``x [..., in] @ w`` (``w [in, *out]``; ``w_contract=1``: ``w [out, in]``) in ``dtype``.
 
   Same precision as the stored weights: weights in ``dtype`` multiply as
   ``nn.Dense`` does (operands promoted to ``dtype``).  *Narrower* weights
@@ -69,7 +69,7 @@ def matmul(x: jax.Array, w: jax.Array, dtype, w_contract: int = 0) -> jax.Array:
     flat = jnp.concatenate([xw.reshape(1, -1)] * 2, axis=0)
     y = jax.lax.dot_general(flat, w, (((1,), (w_contract,)), ((), ())),
                             preferred_element_type=jnp.float32)[:1]
-    return y.reshape(x.shape[:-1] + y.shape[-1:]).astype(dtype)
+    return y.reshape(x.shape[:-1] + y.shape[1:]).astype(dtype)
   return jax.lax.dot_general(xw, w, dims, preferred_element_type=jnp.float32).astype(dtype)
 
 
@@ -77,9 +77,10 @@ class Linear(nn.Module):
   """``nn.Dense`` (same params: ``kernel [in, out]``, optional ``bias [out]``, XLA's
   default initializers) whose product is :func:`matmul`: the same values as
   ``nn.Dense`` when the weights are in the compute dtype, mixed precision when
-  they are narrower."""
+  they are narrower.  ``features`` may be a tuple: ``kernel [in, *features]``
+  (the decode form's stacked gate | up, :func:`fuse_projections`)."""
 
-  features: int
+  features: Union[int, tuple]
   use_bias: bool
   dtype: jnp.dtype
   param_dtype: jnp.dtype
@@ -88,13 +89,17 @@ class Linear(nn.Module):
   @nn.compact
   def __call__(self, x):
     kernel = self.param("kernel", _declared(nn.linear.default_kernel_init, *self.kernel_axes),
-                        (x.shape[-1], self.features), self.param_dtype)
+                        (x.shape[-1], *self._out), self.param_dtype)
     y = matmul(x, kernel, self.dtype)
     if self.use_bias:
-      bias = self.param("bias", _declared(nn.initializers.zeros_init(), self.kernel_axes[1]),
-                        (self.features,), self.param_dtype)
+      bias = self.param("bias", _declared(nn.initializers.zeros_init(), *self.kernel_axes[1:]),
+                        self._out, self.param_dtype)
       y = y + bias.astype(self.dtype)
     return y
+
+  @property
+  def _out(self) -> tuple:
+    return (self.features,) if isinstance(self.features, int) else tuple(self.features)
 
 
 def _dense(features: int, axes: tuple, bias: bool, c: ModelConfig, name: str) -> Linear:
@@ -332,8 +337,8 @@ class MLP(nn.Module):
     c, f = self.config, self.config.intermediate_size
     down = _dense(c.hidden_size, ("mlp", "embed"), False, c, "down_proj")  # row-parallel
     if self.has_variable("params", "gate_up_proj"):  # decode form (Model.decode_params)
-      gate_up = _dense(2 * f, ("embed", "gate_up"), False, c, "gate_up_proj")(x)
-      return down(nn.silu(gate_up[..., :f]) * gate_up[..., f:])
+      gate_up = _dense((2, f), ("embed", None, "mlp"), False, c, "gate_up_proj")(x)
+      return down(nn.silu(gate_up[..., 0, :]) * gate_up[..., 1, :])
     gate = _dense(f, ("embed", "mlp"), False, c, "gate_proj")  # column-parallel
     up = _dense(f, ("embed", "mlp"), False, c, "up_proj")
     return down(nn.silu(gate(x)) * up(x))
@@ -448,22 +453,27 @@ class Transformer(nn.Module):
 # (block, fused name, parts) of the decode form.  q / k / v stay apart: one
 # [H, q + 2 kv] matmul rounds differently from three on XLA:CPU (1e-6 relative on
 # the test models), and the decode step is no faster for it; gate | up gives the
-# same bits and a slightly faster SmolLM2 decode step (docs/speed.md).
+# same bits, one matmul (one kernel launch on accelerators) instead of two, and on
+# XLA:CPU the same step time as the separate pair (docs/speed.md).
 _FUSED = (("mlp", "gate_up_proj", ("gate_proj", "up_proj")),)
 
 
 def fuse_projections(layer: dict) -> dict:
-  """One decoder layer's params with ``gate/up_proj`` concatenated along the output
-  dim into ``gate_up_proj`` (a layer already fused is returned as it is).
-  :class:`MLP` splits the fused output back, so the values are those of the
-  separate projections: one matmul reads both kernels."""
+  """One decoder layer's params with ``gate/up_proj`` stacked into ``gate_up_proj``
+  (kernel ``[H, 2, I]``, bias ``[2, I]``; a layer already fused is returned as it
+  is).  Row ``h`` of the stacked kernel holds ``gate[h]`` then ``up[h]``, the
+  memory of a ``[H, 2I]`` concatenation, so one matmul reads both kernels and
+  :class:`MLP` gets the values of the separate projections.  Stacked on a new
+  axis rather than concatenated, each device of a model-parallel mesh stacks
+  its own columns of ``I``: fusing moves no data between devices (a
+  concatenation along the split dim is a cross-device permutation)."""
   out = dict(layer)
   for block, fused, parts in _FUSED:
     mods = dict(out[block])
     if fused in mods:
       continue
     pieces = [mods.pop(name) for name in parts]
-    mods[fused] = {leaf: jnp.concatenate([p[leaf] for p in pieces], axis=-1)
+    mods[fused] = {leaf: jnp.stack([p[leaf] for p in pieces], axis=-2)
                    for leaf in pieces[0]}
     out[block] = mods
   return out
@@ -475,16 +485,15 @@ def _is_fused(layer: dict) -> bool:
 
 def split_projections(layer: dict, c: ModelConfig) -> dict:
   """The inverse of :func:`fuse_projections` (a layer not fused is returned as it is)."""
-  sizes = {"gate_up_proj": (c.intermediate_size,)}  # where each fused output splits
+  del c  # the stacked axis says where each part is
   out = dict(layer)
   for block, fused, parts in _FUSED:
     mods = dict(out[block])
     if fused not in mods:
       continue
     whole = mods.pop(fused)
-    pieces = {leaf: jnp.split(w, sizes[fused], axis=-1) for leaf, w in whole.items()}
     for i, name in enumerate(parts):
-      mods[name] = {leaf: pieces[leaf][i] for leaf in whole}
+      mods[name] = {leaf: w[..., i, :] for leaf, w in whole.items()}
     out[block] = mods
   return out
 
@@ -526,11 +535,11 @@ def _declared_axes(config: ModelConfig) -> dict:
   flat = jax.tree_util.tree_flatten_with_path(
       specs, is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))[0]
   axes = {"/".join(str(k.key) for k in path): tuple(spec) for path, spec in flat}
-  for block, fused, parts in _FUSED:  # the decode form's fused projections: replicated
-    for leaf in ("kernel", "bias"):   # (no rule splits a concatenation of gate | up)
+  for block, fused, parts in _FUSED:  # the decode form's stacked projections: split as
+    for leaf in ("kernel", "bias"):   # their parts, the stacking axis whole
       if f"layers/{block}/{parts[0]}/{leaf}" in axes:
         first = axes[f"layers/{block}/{parts[0]}/{leaf}"]
-        axes[f"layers/{block}/{fused}/{leaf}"] = first[:-1] + (fused.removesuffix("_proj"),)
+        axes[f"layers/{block}/{fused}/{leaf}"] = first[:-1] + (None, first[-1])
   return axes
 
 
@@ -640,7 +649,7 @@ class Model:
     Unrolled (:meth:`unrolls_layers`): the layer stack split into a tuple of
     per-layer trees (one copy of the layer weights per call), which
     :meth:`apply` runs as L copies of the layer, each with its gate / up
-    kernels concatenated into one ``gate_up_proj`` (:func:`fuse_projections`:
+    kernels stacked into one ``gate_up_proj`` (:func:`fuse_projections`:
     one matmul fewer per layer, the same values).  XLA:CPU copies every weight matrix out of the stacked
     array before its matmul on *each* scanned forward -- for SmolLM2-135M,
     425 MB copied per decode step, over half of the step's time -- while
