@@ -13,6 +13,7 @@ import pytest
 from specjax import verifiers
 from specjax.decoding import speculative as spec
 from specjax.decoding.drafters import LMDrafter
+from specjax.decoding.proposal import Proposal
 from specjax.distributions import SamplingConfig
 from specjax.policies import (AdaEDL, AdaEDLParams, acceptance_bound, draft_entropy,
                               stop_lengths, update_threshold)
@@ -85,9 +86,9 @@ def test_policy_round_trip_per_row_under_jit():
   @jax.jit
   def run(hp, lengths_after):
     st = pol.init(hp, None, jnp.asarray([5, 7, 9, 4]), 64)
-    g1, st, sig = pol.choose(hp, st, None, None, x, q, active)
+    g1, st, sig = pol.choose(hp, st, None, None, Proposal(x, q), active)
     st = pol.commit(st, lengths_after)
-    g2, st2, sig2 = pol.choose(hp, st, None, None, x, q, active)
+    g2, st2, sig2 = pol.choose(hp, st, None, None, Proposal(x, q), active)
     return g1, st, sig2["lam"]
 
   g1, st, lam2 = run(hp, jnp.asarray([9, 9, 10, 4]))  # n_acc = 3, 1, 0; row 3 idle
@@ -149,7 +150,7 @@ def test_bad_values_raise_naming_them():
   with pytest.raises(ValueError, match="make_params"):
     AdaEDL(4).init({"lam": 0.5}, None, jnp.zeros((2,), jnp.int32), 8)
   pol = AdaEDL(4)
-  assert pol.buckets == (0, 1, 2, 4) and pol.reads_node_dist
+  assert pol.buckets == (0, 1, 2, 4)
   hash(pol)  # static under jit
   assert AdaEDLParams().traced_fields == ("entropy_factor", "lam", "alpha", "eps", "beta1",
                                           "beta2")
@@ -159,9 +160,11 @@ class _OffByOne(AdaEDL):
   """Broken: draft k is offered on H(q_{k+1}) (which depends on x_k); the last
   position reuses H(q_K)."""
 
-  def choose(self, params, state, prev, last, x, q, active):
-    return super().choose(params, state, prev, last, x,
-                          jnp.concatenate([q[:, 1:], q[:, -1:]], axis=1), active)
+  def choose(self, params, state, prev, last, proposal, active):
+    q = proposal.q if proposal.q_node is None else proposal.q_node
+    shifted = jnp.concatenate([q[:, 1:], q[:, -1:]], axis=1)
+    return super().choose(params, state, prev, last, Proposal(proposal.tokens, shifted),
+                          active)
 
 
 ROWS = 4000  # max |z|: real 2.5, broken 9.0 (4.9 at 1200 rows: too close to 4.5)

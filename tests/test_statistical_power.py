@@ -38,6 +38,10 @@ real rule passes; their measured TVs are asserted to exceed ``tol``):
 * AdaEDL entropy off by one: whether draft k is offered is decided from
   ``H(q_{k+1})`` instead of ``H(q_k)``; ``q_{k+1}`` depends on ``x_k`` itself,
   so the offered drafts are biased (exact TV 0.177, :func:`chain_law_exact`).
+* Cost-aware length peeking at the target: the stopping rule of
+  ``specjax.policies.cost_aware`` fed the target's acceptance probability of
+  each draft (``min(1, p(x_k) / q(x_k))``, this round's target output) instead
+  of the calibrated estimate from the drafter's confidence (exact TV 0.057).
 """
 
 import dataclasses
@@ -50,7 +54,9 @@ import numpy as np
 import pytest
 
 from specjax.distributions import sample_from_probs
+from specjax.policies.acceptance import AcceptanceTable, draft_confidence
 from specjax.policies.adaedl import acceptance_bound, draft_entropy, stop_lengths
+from specjax.policies.cost_aware import offer_lengths
 from specjax.policies.sv import choose_row, companion_signals
 from specjax.verifiers import Lenience, Lossless, residual, verify_chain, verify_tree
 
@@ -152,7 +158,8 @@ def _first_two(x, n, tok, key):
   return y1 * V + y2
 
 
-GAMMA_MODES = ("fixed", "sv_S", "sv_A", "adaedl", "adaedl_off_by_one")
+GAMMA_MODES = ("fixed", "sv_S", "sv_A", "adaedl", "adaedl_off_by_one", "cost_aware",
+               "cost_aware_peek")
 # AdaEDL (docs/spec.md §5) with the paper's gamma = 0.2 and a fixed lambda between the
 # bounds of the draft's rows, min_draft = 0: draft 1 always passes (bound 0.575), draft 2
 # passes for x1 in {1, 3, 4, 5} (gamma = 2 on 55% of samples).
@@ -163,6 +170,25 @@ def adaedl_gamma(rows, active=jnp.asarray([True])):
   """The AdaEDL policy's own stopping functions on one sample's draft rows ``[K, V]``."""
   bound = acceptance_bound(draft_entropy(rows), ADAEDL_GAMMA)
   return stop_lengths(bound[None], jnp.full((1,), ADAEDL_LAM), active, min_draft=0)[0]
+
+
+# Cost-aware length (docs/spec.md §8) with a two-bin confidence table: draft 1 is
+# always worth its cost; draft 2 is offered when the draft is confident after x1
+# (max QT[x1] >= 0.6: x1 in {3, 4, 5}), so gamma is 1 or 2 by x1.
+CA_TABLE = AcceptanceTable(jnp.asarray([0.0, 0.6, 1.0]), jnp.asarray([[0.9, 0.9], [0.05, 0.9]]),
+                           jnp.asarray([0.8, 0.5]))
+CA_COST = jnp.asarray([1.0, 1.2, 1.7])
+
+
+def cost_aware_gamma(a, active=jnp.asarray([True])):
+  """The cost-aware policy's own stopping rule on one sample's estimates ``a [K]``
+  (lambda = 1)."""
+  return offer_lengths(a[None], CA_TABLE.prior, CA_COST, jnp.ones((1,)), active)[0]
+
+
+def cost_aware_estimates(q_rows):
+  """Calibrated estimates from the drafter's rows ``[K, V]`` (its confidence)."""
+  return CA_TABLE.lookup(draft_confidence(q_rows)[None])[0]
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2))
@@ -191,6 +217,10 @@ def chain_pairs(rule, driver, gamma_mode: str, key):
       gamma = adaedl_gamma(q)
     elif gamma_mode == "adaedl_off_by_one":
       gamma = adaedl_gamma(jnp.stack([QT[x1], QT[x2]]))
+    elif gamma_mode == "cost_aware":
+      gamma = cost_aware_gamma(cost_aware_estimates(q))
+    elif gamma_mode == "cost_aware_peek":
+      gamma = cost_aware_gamma(jnp.minimum(1.0, p[jnp.arange(2), x] / q[jnp.arange(2), x]))
     else:
       s_sig, a_sig = companion_signals(q, jnp.stack([C0, CT[x1]]), x)
       p_hat = s_sig if gamma_mode == "sv_S" else a_sig
@@ -264,6 +294,8 @@ CHAIN_CASES = [  # (id, rule, driver, gamma_mode, must_pass)
     ("sv-residual-not-applied", StaleSibling(), chain_driver, "sv_S", False),
     ("adaedl-lossless", Lossless(), chain_driver, "adaedl", True),
     ("adaedl-entropy-off-by-one", Lossless(), chain_driver, "adaedl_off_by_one", False),
+    ("cost-aware-lossless", Lossless(), chain_driver, "cost_aware", True),
+    ("cost-aware-peeks-at-target", Lossless(), chain_driver, "cost_aware_peek", False),
 ]
 
 
@@ -373,3 +405,19 @@ def test_adaedl_laws_by_enumeration():
   assert 0.5 * np.abs(real - REF_PAIR).sum() < 1e-6
   tv = 0.5 * np.abs(broken - REF_PAIR).sum()
   assert abs(tv - 0.177) < 2e-3 and tv >= 2 * PAIR_TOL, tv
+
+
+def test_cost_aware_laws_by_enumeration():
+  """The cost-aware stop reads the drafter's confidence at positions up to k (a
+  function of the drafts before k), so the exact law is the target's; fed the
+  target's acceptance of each draft (this round's target output) it is 0.057
+  away, beyond the smallest detectable TV (2 PAIR_TOL) of the Monte Carlo test."""
+  p0, pt = np.asarray(P0, np.float64), np.asarray(PT, np.float64)
+  q0, qt = np.asarray(Q0, np.float64), np.asarray(QT, np.float64)
+  real = chain_law_exact(lambda a, b: cost_aware_gamma(
+      cost_aware_estimates(jnp.stack([Q0, QT[a]]))))
+  broken = chain_law_exact(lambda a, b: cost_aware_gamma(jnp.asarray(
+      [min(1.0, p0[a] / q0[a]), min(1.0, pt[a, b] / qt[a, b])], jnp.float32)))
+  assert 0.5 * np.abs(real - REF_PAIR).sum() < 1e-6
+  tv = 0.5 * np.abs(broken - REF_PAIR).sum()
+  assert abs(tv - 0.057) < 2e-3 and tv >= 2 * PAIR_TOL, tv

@@ -8,6 +8,7 @@ import pytest
 
 from specjax import verifiers
 from specjax.decoding.drafters import LMDrafter
+from specjax.decoding.proposal import Proposal
 from specjax.distributions import SamplingConfig, probs_from_logits
 from specjax.policies import (ConstantGamma, FixedLength, SpeculativeVerification, bucket_index,
                               choose_batch_max, choose_batch_total, choose_row,
@@ -137,12 +138,12 @@ def test_buckets_helpers():
 def test_fixed_and_constant():
   f = FixedLength(5)
   assert f.buckets == (5,)
-  g, st, sig = f.choose(None, f.init(None, None, None, 8), None, None, None, None,
+  g, st, sig = f.choose(None, f.init(None, None, None, 8), None, None, None,
                         jnp.asarray([True, False]))
   assert g.tolist() == [5, 0] and sig == {}
   c = ConstantGamma(5, gamma=2)
   assert c.buckets == (2, 5)
-  assert c.choose(None, None, None, None, None, None, jnp.asarray([True]))[0].tolist() == [2]
+  assert c.choose(None, None, None, None, None, jnp.asarray([True]))[0].tolist() == [2]
   with pytest.raises(ValueError, match="gamma"):
     ConstantGamma(3, gamma=4)
   with pytest.raises(ValueError, match="num_draft"):
@@ -279,7 +280,7 @@ def test_choose_modes_under_jit(triple):
                                   fill_bucket=fill)
     params = _sv_params(pol, cp, b)
     st = jax.jit(pol.init, static_argnums=3)(params, seq, lengths, 20)
-    g, st2, sig = jax.jit(pol.choose)(params, st, prev, last, x, q, active)
+    g, st2, sig = jax.jit(pol.choose)(params, st, prev, last, Proposal(x, q), active)
     assert g.shape == (b,) and g.dtype == jnp.int32
     assert int(g[2]) == 0 and bool(jnp.all((g >= 0) & (g <= k)))
     assert set(sig) == {"S", "A", "p_hat", "expected_accepted"}

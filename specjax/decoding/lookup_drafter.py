@@ -136,10 +136,11 @@ class PromptLookupDrafter(Drafter):
     hist = th.prefill(tokens, lengths, cache_length)
     return LookupState(hist, jnp.zeros_like(hist.length))
 
-  def propose(self, hist: th.TokenHistory, last: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """``(x [B, K] int32, num_valid [B] int32)`` for the text ``hist`` + ``last [B]``: the
-    copy after the most recent occurrence of the longest matching n-gram;
-    ``num_valid`` is K or 0 (no match)."""
+  def propose(self, hist: th.TokenHistory, last: jax.Array
+              ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``(x [B, K] int32, num_valid [B] int32, ngram [B] int32)`` for the text ``hist`` +
+    ``last [B]``: the copy after the most recent occurrence of the longest matching
+    n-gram (of ``ngram`` tokens, 0 without a match); ``num_valid`` is K or 0."""
     h, n = th.with_last(hist, last)
     m = th.match_lengths(h, n, self.max_ngram)  # [B, C]
     best = jnp.max(m, axis=1)  # [B] the longest n-gram with an earlier occurrence
@@ -148,13 +149,17 @@ class PromptLookupDrafter(Drafter):
     end = jnp.max(jnp.where((m == best[:, None]) & found[:, None], j, -1), axis=1)  # most recent
     end = jnp.where(found, end, jnp.maximum(n - 2, 0))  # no match: any position (not offered)
     x = th.continuation(h, n, end[:, None], self.num_draft)[:, 0]
-    return x, jnp.where(found, self.num_draft, 0).astype(jnp.int32)
+    ngram = jnp.where(found, best, 0).astype(jnp.int32)
+    return x, jnp.where(found, self.num_draft, 0).astype(jnp.int32), ngram
 
   def draft(self, params, state: LookupState, prev, last, keys):
     del params, prev, keys  # no model; deterministic
-    x, num_valid = self.propose(state.history, last)
+    x, num_valid, ngram = self.propose(state.history, last)
     q = jax.nn.one_hot(x, self.vocab, dtype=jnp.float32)  # [B, K, V]
-    return Proposal(x, q, None, num_valid=num_valid), LookupState(state.history, num_valid)
+    # confidence: the match length, known before the copy (every position the same)
+    score = jnp.broadcast_to((ngram / self.max_ngram)[:, None], x.shape).astype(jnp.float32)
+    return (Proposal(x, q, None, num_valid=num_valid, confidence=score),
+            LookupState(state.history, num_valid))
 
   def commit(self, state: LookupState, target_lengths, committed=None, num_committed=None,
              target_hidden=None) -> LookupState:

@@ -35,6 +35,10 @@ class Proposal:
     depths: [B, N] int32 depth of each node (root = 0, so >= 1); None for chains.
     num_valid: [B] int32 drafts the drafter offers per row (chains: a
       model-free drafter without a match offers 0); None: all N.
+    confidence: [B, N] float32 in [0, 1], the drafter's own score of each
+      position, computed before that position's draft (prompt lookup: the
+      matched n-gram's length over its longest); None: a policy reads the
+      drafter's distributions instead (:func:`specjax.policies.acceptance.proposal_confidence`).
   """
 
   tokens: jax.Array
@@ -43,6 +47,7 @@ class Proposal:
   parents: Optional[jax.Array] = None
   depths: Optional[jax.Array] = None
   num_valid: Optional[jax.Array] = None
+  confidence: Optional[jax.Array] = None
 
   @classmethod
   def from_tree(cls, tree: TreeDraft, q: jax.Array,

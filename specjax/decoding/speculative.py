@@ -199,10 +199,9 @@ def speculative_step(loop: SpecLoop, inputs: SpecInputs, state: SpecState
     gamma = jnp.full((b,), proposal.tokens.shape[1], jnp.int32)  # K, or N tree nodes
     signals = {}
   else:
-    q_pol = (proposal.q_node if policy.reads_node_dist and proposal.q_node is not None
-             else proposal.q)  # AdaEDL reads the node distributions (policies/base.py)
+    offers = active if proposal.num_valid is None else active & (proposal.num_valid > 0)
     gamma, p_state, signals = policy.choose(inputs.policy_params, p_state, prev, last,
-                                            proposal.tokens, q_pol, active)
+                                            proposal, offers)
   if proposal.num_valid is not None:  # the drafter offers fewer (prompt lookup: 0 without a match)
     gamma = jnp.where(active, jnp.minimum(gamma, proposal.num_valid), 0).astype(jnp.int32)
   buckets = drafter.verify_buckets if policy is None else policy.buckets

@@ -2,14 +2,17 @@
 
 ``FixedLength`` (all K, the default), ``ConstantGamma``, Speculative
 Verification (``SpeculativeVerification``: companion signals, calibrated
-acceptance table, goodput search) and AdaEDL (``AdaEDL``: entropy-based early
-draft stopping).  See ``base.py`` for the protocol.
+acceptance table, goodput search), AdaEDL (``AdaEDL``: entropy-based early
+draft stopping) and the cost-aware length (``CostAwareLength``: drafts worth
+their measured cost, from a calibrated :mod:`~specjax.policies.acceptance`
+table).  See ``base.py`` for the protocol.
 """
 
 from specjax.policies.adaedl import (AdaEDL, AdaEDLParams, AdaEDLState, acceptance_bound,
                                      draft_entropy, stop_lengths, update_threshold)
 from specjax.policies.base import (ConstantGamma, FixedLength, VerifyPolicy, bucket_index,
                                    default_buckets, round_up_to_bucket, validate_buckets)
+from specjax.policies.cost_aware import CostAwareLength, CostAwareParams
 from specjax.policies.calibration import (CalibrationTable, FittedTable, fit_table,
                                           fixed_edges, information_report, load_table,
                                           quantile_edges, save_table, triple_id)
@@ -20,7 +23,7 @@ from specjax.policies.sv import (SpeculativeVerification, choose_batch_max, choo
                                  expected_accepted, goodput, hill_climb, load_sv_params,
                                  uninformative_table)
 
-__all__ = ["AdaEDL", "AdaEDLParams", "AdaEDLState", "acceptance_bound", "draft_entropy",
+__all__ = ["CostAwareLength", "CostAwareParams", "AdaEDL", "AdaEDLParams", "AdaEDLState", "acceptance_bound", "draft_entropy",
            "stop_lengths", "update_threshold", "ConstantGamma", "FixedLength", "VerifyPolicy",
            "bucket_index", "default_buckets", "round_up_to_bucket", "validate_buckets",
            "CalibrationTable", "FittedTable", "fit_table", "fixed_edges", "information_report",

@@ -40,7 +40,7 @@ clipped (as in Algorithm 1).  The update runs at the start of the next
 the target's committed length (``n_acc + 1`` tokens per step).
 
 **Which distribution.** ``q_k`` is the drafter's full distribution at the
-position (``Proposal.q_node``; ``reads_node_dist``): the distribution sampled
+position (``Proposal.q_node``, :func:`~specjax.policies.base.node_distributions`): the distribution sampled
 drafts are drawn from, and for greedy drafts (whose ``q`` is one-hot, entropy 0)
 the drafter's softmax at T = 1.  A drafter without ``q_node`` (prompt lookup)
 gives one-hot rows, so AdaEDL never stops it.
@@ -66,7 +66,8 @@ import jax.numpy as jnp
 from specjax.checks import check_int, check_range
 from specjax.distributions import entropy_nats
 from specjax.hyperparams import Hyperparams
-from specjax.policies.base import VerifyPolicy, default_buckets, validate_buckets
+from specjax.policies.base import (VerifyPolicy, default_buckets, node_distributions,
+                                   validate_buckets)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,8 +169,6 @@ class AdaEDL(VerifyPolicy):
   adaptive: bool = True
   verify_buckets: Optional[tuple] = None
 
-  reads_node_dist = True  # the loop passes Proposal.q_node as q when the drafter has it
-
   def __post_init__(self):
     super().__post_init__()
     check_int("min_draft", self.min_draft, low=0)
@@ -200,13 +199,14 @@ class AdaEDL(VerifyPolicy):
                        jnp.full((b,), params.alpha, jnp.float32), zeros, zeros,
                        jnp.asarray(lengths, jnp.int32))
 
-  def choose(self, params: AdaEDLParams, state: AdaEDLState, prev, last, x, q, active):
+  def choose(self, params: AdaEDLParams, state: AdaEDLState, prev, last, proposal, active):
     """Update lambda from the last round, then stop each row's chain (module docstring).
 
-    ``q [B, K, V]`` the node distributions. Signals: ``entropy``, ``bound`` ``[B, K]``
-    and ``lam`` ``[B]`` (the threshold this round used).
+    Reads the node distributions. Signals: ``entropy``, ``bound`` ``[B, K]`` and
+    ``lam`` ``[B]`` (the threshold this round used).
     """
-    k = x.shape[1]
+    q = node_distributions(proposal)
+    k = q.shape[1]
     if k != self.num_draft:
       raise ValueError(f"got {k} drafts per row; the policy was built for K={self.num_draft}")
     lam, ar = state.lam, state.ar

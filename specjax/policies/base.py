@@ -6,19 +6,23 @@ params and state are pytrees passed in and out, like a drafter's::
 
     state = policy.init(params, tokens[B,P], lengths[B], cache_length)
     gamma[B], state, signals = policy.choose(params, state, prev[B], last[B],
-                                             x[B,K], q[B,K,V], active[B])
+                                             proposal, active[B])
     state = policy.commit(state, target_lengths[B])
 
 ``prev`` / ``last`` are as in :mod:`specjax.decoding.drafters` (``prev`` the
 last token in the target's cache, at position L-1; ``last`` the token emitted
 by the previous step, at position L).  ``gamma[b]`` in ``0..K`` is the number
 of drafts row b offers to the verifier (``verify_chain(..., num_valid=gamma)``);
-inactive rows get 0.  ``signals`` is a dict of per-position arrays for
+inactive rows get 0.  ``active[b]``: row b runs this step *and* its drafter
+offers drafts (a prompt-lookup row without a match is inactive for the policy:
+its round is a plain decode step).  ``signals`` is a dict of per-position arrays for
 statistics (empty for policies without a companion).
 
-``q`` is the proposal's ``q``, or its ``q_node`` (the drafter's full distribution
-at each position) for a policy whose ``reads_node_dist`` is True when the
-drafter supplies it (AdaEDL reads entropies, which one-hot greedy ``q`` lack).
+``proposal`` is the drafter's :class:`~specjax.decoding.proposal.Proposal` of this
+step: the drafts ``tokens [B, K]``, their ``q``, the drafter's full
+distributions ``q_node`` where it has them (:func:`node_distributions`: AdaEDL
+reads entropies, which one-hot greedy ``q`` lack) and its own ``confidence``
+per position where it scores its drafts (prompt lookup: the match length).
 
 ``buckets`` is the static, sorted tuple of verify lengths the target forward
 may be compiled for: the loop runs the target over ``bucket + 1`` tokens, the
@@ -33,6 +37,12 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+
+
+def node_distributions(proposal) -> jax.Array:
+  """``[B, K, V]``: the drafter's full distribution at each position (``q_node``), or
+  the drafts' ``q`` for a drafter without one (one-hot rows for prompt lookup)."""
+  return proposal.q if proposal.q_node is None else proposal.q_node
 
 
 def default_buckets(k: int) -> tuple:
@@ -77,8 +87,6 @@ class VerifyPolicy:
 
   num_draft: int
 
-  reads_node_dist = False  # class attribute, not a field: choose gets q (True: q_node)
-
   def __post_init__(self):
     if not (isinstance(self.num_draft, int) and self.num_draft >= 1):
       raise ValueError(f"num_draft (K)={self.num_draft!r} must be an integer >= 1")
@@ -96,7 +104,7 @@ class VerifyPolicy:
   def init(self, params, tokens, lengths, cache_length: int) -> Any:
     return jnp.zeros((), jnp.int32)  # stateless (a trivial pytree leaf)
 
-  def choose(self, params, state, prev, last, x, q, active):
+  def choose(self, params, state, prev, last, proposal, active):
     raise NotImplementedError
 
   def commit(self, state, target_lengths):
@@ -107,7 +115,7 @@ class VerifyPolicy:
 class FixedLength(VerifyPolicy):
   """Verify all K drafts (ordinary speculative decoding; the default)."""
 
-  def choose(self, params, state, prev, last, x, q, active):
+  def choose(self, params, state, prev, last, proposal, active):
     gamma = jnp.where(active, self.num_draft, 0).astype(jnp.int32)
     return gamma, state, {}
 
@@ -131,5 +139,5 @@ class ConstantGamma(VerifyPolicy):
   def buckets(self) -> tuple:
     return tuple(sorted({self.gamma, self.num_draft}))
 
-  def choose(self, params, state, prev, last, x, q, active):
+  def choose(self, params, state, prev, last, proposal, active):
     return jnp.where(active, self.gamma, 0).astype(jnp.int32), state, {}

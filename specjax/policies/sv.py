@@ -353,9 +353,9 @@ class SpeculativeVerification(VerifyPolicy):
     p_hat = params["table"].lookup(s, a if self.table_signals == "SA" else jnp.zeros_like(a))
     return s, a, p_hat, out.cache
 
-  def choose(self, params, state, prev, last, x, q, active):
-    s, a, p_hat, cache = self.signals(params, state, prev, last, x, q)
-    b = x.shape[0]
+  def choose(self, params, state, prev, last, proposal, active):
+    s, a, p_hat, cache = self.signals(params, state, prev, last, proposal.tokens, proposal.q)
+    b = proposal.tokens.shape[0]
     g = b if self.group_size is None else self.group_size
     if b % g:
       raise ValueError(f"choose got {b} rows, not a multiple of group_size={g}")

@@ -1,0 +1,232 @@
+"""Cost-aware draft length: each row verifies as many drafts as are worth their
+measured cost (docs/spec.md §8, "Cost-aware speculation").
+
+**The objective.**  A round that verifies n drafts (0 <= n <= K; n = 0 is a
+plain decode step) costs ``c(n)`` target decode steps -- the target forward
+over the verify bucket that covers n, plus what every round pays (drafting,
+the loop's own work), measured on the machine (:func:`round_cost_from_profile`)
+-- and emits ``E(n) = 1 + sum_{i<=n} P_i`` tokens in expectation, with
+``P_i = a_1 ... a_i`` and ``a_i`` the probability that draft i is accepted
+given that the verifier reached it.  Throughput over many rounds is the renewal
+ratio ``E[tokens] / E[cost]``; the per-round choice that maximises it
+(Dinkelbach) maximises ``E(n) - lambda c(n)`` where lambda is the long-run rate
+the policy achieves (tokens per target step), *not* each round's own ratio
+``E(n) / c(n)``.  Each row carries its own lambda: a discounted ratio of the
+tokens it committed to the cost of the rounds it chose,
+
+    lambda = (w0 rate0 + sum_r rho^{R-r} tokens_r) / (w0 + sum_r rho^{R-r} c(n_r)),
+
+starting at ``rate0`` (**our choice** 1: plain decoding's rate) with prior
+weight ``w0`` and forgetting factor ``rho``.  The rows choose independently
+(the batch's verify bucket is their max), so the tokens do not depend on the
+split of rows over devices.
+
+**A stopping time, not an argmax.**  Whether draft i is offered may depend on
+the drafts before it and on the drafter's distribution at position i, never
+on draft i itself or later ones (docs/spec.md §8, exactness): the
+distribution at position i+1 is conditioned on draft i, so choosing "the best
+n" from all K estimates would let draft i's offer depend on draft i, and the
+lossless rules would no longer sample the target (the same off-by-one that
+breaks AdaEDL).  So draft i is offered, given drafts 1..i-1 were, iff some
+continuation to m >= i is worth its extra cost when the positions after i are
+valued at the calibration's *prior* acceptance ``abar_l`` (no look at later
+drafts):
+
+    max_{m >= i}  sum_{j=i..m} P_i abar_{i+1} ... abar_j  -  lambda (c(m) - c(i-1))  >  0.
+
+With a flat cost curve every draft with a chance of acceptance is offered;
+with zero estimated acceptance none is (a plain decode step).
+
+**The estimate.**  ``a_i`` is read from a calibrated :class:`AcceptanceTable`
+at (position i, the drafter's confidence at i): its own score where it gives
+one (prompt lookup: the matched n-gram's length), else the largest
+probability of its distribution there (``Proposal.q_node``); either is a
+function of the earlier drafts only.  Tables are fitted on held-out prompts for the drafter, rule and
+temperature in use (:mod:`specjax.policies.acceptance`).
+
+**Saving.**  As with the other verify-length policies the loop drafts all K
+tokens; the saving is the target forward over the smaller bucket.  A drafter
+that offers nothing this round (prompt lookup without a match) reaches the
+policy as an inactive row: the round is a plain step, costed ``c(0)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specjax.checks import check_range
+from specjax.policies.acceptance import AcceptanceTable, proposal_confidence
+from specjax.policies.base import VerifyPolicy, default_buckets, validate_buckets
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class CostAwareParams:
+  """Traced inputs of :class:`CostAwareLength` (a pytree: a new profile or table
+  reuses the compiled loop).
+
+  Attributes:
+    table: the calibrated acceptance estimates (K positions).
+    round_cost: [K+1] float32 ``c(n)``, a round's cost in target decode steps when
+      n drafts are verified (non-decreasing, ``c(0) > 0``).
+    rate0: the rate lambda starts from, tokens per target step (1: plain decoding).
+    prior_weight: ``w0``, the weight of ``rate0`` in rounds' worth of cost.
+    forget: ``rho`` in [0, 1], the discount of past rounds in lambda.
+  """
+
+  table: AcceptanceTable
+  round_cost: jax.Array
+  rate0: jax.Array
+  prior_weight: jax.Array
+  forget: jax.Array
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class CostAwareState:
+  """Per-row state carried across steps (all ``[B]``).  The last round is folded
+  into lambda at the start of the next ``choose`` (``commit`` gets no params)."""
+
+  tokens: jax.Array     # [B] float32 discounted tokens committed (prior included)
+  cost: jax.Array       # [B] float32 discounted cost of the rounds chosen (prior included)
+  gamma: jax.Array      # [B] int32 drafts the last round verified
+  committed: jax.Array  # [B] int32 tokens the last round committed (0: the row did not run)
+  length: jax.Array     # [B] int32 the target's committed length after the last commit
+
+
+def fold_round(tokens, cost, committed, round_cost, forget):
+  """Discounted sums after one more round per row: ``(tokens, cost) <- (rho tokens +
+  committed, rho cost + round_cost)`` where the row ran (``committed > 0``)."""
+  ran = committed > 0
+  return (jnp.where(ran, forget * tokens + committed, tokens),
+          jnp.where(ran, forget * cost + round_cost, cost))
+
+
+def make_params(table: AcceptanceTable, round_cost, *, rate0: float = 1.0,
+                prior_weight: float = 4.0, forget: float = 0.9) -> CostAwareParams:
+  """Checked :class:`CostAwareParams`; ValueError names a bad value.
+
+  Defaults (**our choices**): lambda starts at plain decoding's rate 1 with the
+  weight of 4 plain steps and forgets a round's share at 0.9 per round (about
+  the last 10 rounds count), so a row adapts within a sentence."""
+  cost = np.asarray(round_cost, np.float64)
+  k = int(np.asarray(table.p_hat).shape[0])
+  if cost.shape != (k + 1,):
+    raise ValueError(f"round_cost has shape {cost.shape}; the table has K={k} positions, "
+                     f"so it needs K + 1 = {k + 1} costs (n = 0..K drafts verified)")
+  if not (np.all(np.isfinite(cost)) and cost[0] > 0 and np.all(np.diff(cost) >= 0)):
+    raise ValueError(f"round_cost={cost.tolist()} must be finite, positive at n = 0 and "
+                     f"non-decreasing in n (more verified tokens never cost less)")
+  check_range("rate0", rate0, low=0.0, low_open=True)
+  check_range("prior_weight", prior_weight, low=0.0, low_open=True)
+  check_range("forget", forget, low=0.0, high=1.0)
+  f32 = lambda v: jnp.asarray(v, jnp.float32)
+  return CostAwareParams(table, f32(cost), f32(rate0), f32(prior_weight), f32(forget))
+
+
+def bucket_cost(round_cost: jax.Array, buckets: tuple) -> jax.Array:
+  """``c_eff(n) = c(smallest bucket >= n)``: what verifying n drafts costs when the
+  target runs over a bucket. ``[K+1] -> [K+1]``."""
+  k = round_cost.shape[-1] - 1
+  b = np.asarray(buckets)
+  cover = np.asarray([b[np.searchsorted(b, n)] for n in range(k + 1)])
+  return round_cost[..., cover]
+
+
+def offer_lengths(a: jax.Array, prior: jax.Array, cost: jax.Array, lam: jax.Array,
+                  active: jax.Array) -> jax.Array:
+  """Drafts each row offers: the leading positions that pass the stopping rule of
+  the module docstring.
+
+  Args:
+    a: [B, K] estimated acceptance of draft i given it is reached (from the
+      drafts before i only).
+    prior: [K] the calibration's prior acceptance per position (``abar``).
+    cost: [K+1] ``c(n)`` (already the bucket's cost, :func:`bucket_cost`).
+    lam: [B] each row's rate lambda.
+    active: [B] rows that run and have drafts on offer.
+  Returns int32 [B] in 0..K (0 for inactive rows).
+  """
+  k = a.shape[-1]
+  reach = jnp.cumprod(a.astype(jnp.float32), axis=-1)                  # P_i  [B, K]
+  # ratio[i, j] = abar_{i+1} ... abar_j for j >= i (0 below the diagonal)
+  logp = jnp.log(jnp.maximum(prior.astype(jnp.float32), 1e-30))
+  cum = jnp.concatenate([jnp.zeros((1,)), jnp.cumsum(logp)])           # [K+1]
+  idx = jnp.arange(k)
+  upper = idx[None, :] >= idx[:, None]                                 # j >= i
+  ratio = jnp.where(upper, jnp.exp(cum[1:][None, :] - cum[1:][:, None]), 0.0)
+  gain = jnp.cumsum(reach[:, :, None] * ratio[None], axis=-1)          # [B, i, m]
+  extra = cost[1:][None, :] - cost[:-1][:, None]                       # c(m) - c(i-1)
+  value = gain - lam[:, None, None] * extra[None]
+  worth = jnp.max(jnp.where(upper[None], value, -jnp.inf), axis=-1) > 0  # [B, K]
+  n = jnp.sum(jnp.cumprod(worth.astype(jnp.int32), axis=-1), axis=-1)
+  return jnp.where(active, n, 0).astype(jnp.int32)
+
+
+@dataclasses.dataclass(frozen=True)
+class CostAwareLength(VerifyPolicy):
+  """The cost-aware verify-length policy (module docstring).
+
+  Attributes (static):
+    num_draft: K.
+    verify_buckets: verify lengths the target forward is compiled for (default
+      ``(0, 1, 2, 4, ..., K)``); a length between buckets is costed at its bucket.
+  Params: :class:`CostAwareParams` (:func:`make_params`).
+  """
+
+  verify_buckets: Optional[tuple] = None
+
+  def __post_init__(self):
+    super().__post_init__()
+    b = (default_buckets(self.num_draft) if self.verify_buckets is None
+         else validate_buckets(self.verify_buckets, self.num_draft))
+    object.__setattr__(self, "verify_buckets", b)
+
+  @property
+  def buckets(self) -> tuple:
+    return self.verify_buckets
+
+  def _check(self, params) -> None:
+    if not isinstance(params, CostAwareParams):
+      raise ValueError(f"CostAwareLength needs policy_params=cost_aware.make_params(...), "
+                       f"got {type(params).__name__}")
+    k = params.table.p_hat.shape[0]
+    if k != self.num_draft:
+      raise ValueError(f"the acceptance table has K={k} positions; the policy drafts "
+                       f"K={self.num_draft}")
+
+  def init(self, params: CostAwareParams, tokens, lengths, cache_length: int):
+    self._check(params)
+    b = lengths.shape[0]
+    w = jnp.full((b,), params.prior_weight, jnp.float32)
+    zeros = jnp.zeros((b,), jnp.int32)
+    return CostAwareState(w * params.rate0, w, zeros, zeros, jnp.asarray(lengths, jnp.int32))
+
+  def choose(self, params: CostAwareParams, state: CostAwareState, prev, last, proposal,
+             active):
+    """Fold the last round into lambda, then stop each row's chain.  Signals
+    ``[B, K]``: ``confidence``, ``accept`` (the estimates); ``[B]``: ``rate`` (the
+    lambda this round used)."""
+    k = proposal.tokens.shape[1]
+    if k != self.num_draft:
+      raise ValueError(f"got {k} drafts per row; the policy was built for K={self.num_draft}")
+    cost = bucket_cost(params.round_cost, self.buckets)
+    tok, spent = fold_round(state.tokens, state.cost, state.committed, cost[state.gamma],
+                            params.forget)
+    lam = tok / spent
+    conf = proposal_confidence(proposal)
+    a = params.table.lookup(conf)
+    gamma = offer_lengths(a, params.table.prior, cost, lam, active)
+    new = CostAwareState(tok, spent, gamma, jnp.zeros_like(gamma), state.length)
+    return gamma, new, {"confidence": conf, "accept": a, "rate": lam}
+
+  def commit(self, state: CostAwareState, target_lengths) -> CostAwareState:
+    """Record the round's committed tokens (idle rows commit 0 and are not folded)."""
+    committed = (target_lengths - state.length).astype(jnp.int32)
+    return dataclasses.replace(state, committed=committed,
+                               length=jnp.asarray(target_lengths, jnp.int32))
