@@ -55,6 +55,20 @@ def independent_draft(vocab: int = 32, eos: int | None = None, seed: int = 7):
   return m, scaled_params(m, seed, 4.0)
 
 
+def sharpened_noisy_pair(vocab: int = 32, seed: int = 7, sharpen: float = 1.5,
+                         noise: float = 0.05):
+  """``(model, target_params, draft_params)``: :func:`independent_draft`'s model with
+  its weight matrices scaled by ``sharpen`` as target, and the target plus Gaussian
+  noise on every matrix as draft (the verify-length policy tests' pair)."""
+  model, tp = independent_draft(vocab=vocab, seed=seed)
+  tp = jax.tree.map(lambda x: x * sharpen if x.ndim > 1 else x, tp)
+  leaves, tree = jax.tree.flatten(tp)
+  keys = jax.random.split(jax.random.key(1), len(leaves))
+  dp = jax.tree.unflatten(tree, [l + noise * jax.random.normal(kk, l.shape) if l.ndim > 1
+                                 else l for l, kk in zip(leaves, keys)])
+  return model, tp, dp
+
+
 def teacher_forced_probs(model: Model, params, prompt, generated, sampling):
   """Exact target distributions ``[B, n, V]`` at every generated position,
   given each row's own prefix (prompt + generated[:, :t])."""

@@ -17,7 +17,7 @@ from specjax.decoding.proposal import Proposal
 from specjax.distributions import SamplingConfig
 from specjax.policies import (AdaEDL, AdaEDLParams, acceptance_bound, draft_entropy,
                               stop_lengths, update_threshold)
-from tests.helpers import independent_draft
+from tests.helpers import sharpened_noisy_pair
 
 K = 4
 GREEDY = SamplingConfig(temperature=0.0)
@@ -26,13 +26,7 @@ GREEDY = SamplingConfig(temperature=0.0)
 @pytest.fixture(scope="module")
 def models():
   """Target and a noisy copy as draft (one tiny architecture, as tests/test_sv.py)."""
-  model, tp = independent_draft(vocab=32, seed=7)
-  tp = jax.tree.map(lambda x: x * 1.5 if x.ndim > 1 else x, tp)
-  leaves, tree = jax.tree.flatten(tp)
-  keys = jax.random.split(jax.random.key(1), len(leaves))
-  dp = jax.tree.unflatten(tree, [l + 0.05 * jax.random.normal(kk, l.shape) if l.ndim > 1
-                                 else l for l, kk in zip(leaves, keys)])
-  return model, tp, dp
+  return sharpened_noisy_pair()
 
 
 def test_criterion_by_hand():

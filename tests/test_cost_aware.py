@@ -21,7 +21,7 @@ from specjax.decoding.drafters import LMDrafter
 from specjax.distributions import SamplingConfig
 from specjax.policies import acceptance, cost_aware
 from specjax.policies.cost_aware import CostAwareLength, bucket_cost, fold_round, offer_lengths
-from tests.helpers import independent_draft
+from tests.helpers import sharpened_noisy_pair
 
 K = 4
 GREEDY = SamplingConfig(temperature=0.0)
@@ -171,13 +171,7 @@ def test_fit_by_hand_reliability_save_and_refusal(tmp_path):
 @pytest.fixture(scope="module")
 def models():
   """Target and a noisy copy as draft (as tests/test_adaedl.py)."""
-  model, tp = independent_draft(vocab=32, seed=7)
-  tp = jax.tree.map(lambda x: x * 1.5 if x.ndim > 1 else x, tp)
-  leaves, tree = jax.tree.flatten(tp)
-  keys = jax.random.split(jax.random.key(1), len(leaves))
-  dp = jax.tree.unflatten(tree, [l + 0.05 * jax.random.normal(kk, l.shape) if l.ndim > 1
-                                 else l for l, kk in zip(leaves, keys)])
-  return model, tp, dp
+  return sharpened_noisy_pair()
 
 
 def _run(models, params, prompts, **kw):
