@@ -1,11 +1,13 @@
-"""Cost-aware draft length (docs/spec.md §8; specjax.policies.cost_aware) and its
+"""Cost-aware draft length (docs/spec.md §5; specjax.policies.cost_aware) and its
 acceptance calibration (specjax.policies.acceptance): the stopping rule against
 a direct implementation, the stopping-time property, the rate lambda by hand,
 costs per bucket, a flat (accelerator-like) cost curve against this CPU's,
 fitting / saving / refusing tables, and the policy in the loop (greedy identity,
-per-row lengths, one compile for any table of a bin count or cost curve).  The law tests with
-their broken variant (the rule fed the target's acceptance) are in
-tests/test_statistical_power.py (``cost-aware-*``)."""
+per-row lengths, one compile for any cost curve or table of a bin count, prompt
+lookup's match-length score).  The law tests with their broken variant (the
+rule fed the target's acceptance) are in tests/test_statistical_power.py
+(``cost-aware-*``)."""
+
 
 import jax
 import jax.numpy as jnp
@@ -24,6 +26,7 @@ from tests.helpers import sharpened_noisy_pair
 K = 4
 GREEDY = SamplingConfig(temperature=0.0)
 
+
 def _reference_lengths(a, prior, cost, lam):
   """The module docstring's rule written directly: draft i (1-based) is offered,
   given 1..i-1 were, iff some m >= i has sum_{j=i..m} P_i abar_{i+1..j} -
@@ -41,6 +44,7 @@ def _reference_lengths(a, prior, cost, lam):
     n = i
   return n
 
+
 def test_stopping_rule_against_a_direct_implementation():
   """500 random (estimates, priors, cost curve, lambda) rows: the vectorised rule
   equals the loops above.  Broken variant caught (by construction of the
@@ -56,6 +60,7 @@ def test_stopping_rule_against_a_direct_implementation():
   want = np.asarray([_reference_lengths(a[r], prior, cost, lam[r]) for r in range(b)])
   np.testing.assert_array_equal(got, want)
   assert len(set(got.tolist())) == K + 1  # every length 0..K occurs
+
 
 def test_offer_of_draft_i_depends_on_estimates_up_to_i_only():
   """A stopping time: "n >= i" is unchanged when a_{i+1..K} change (exactness,
@@ -73,6 +78,7 @@ def test_offer_of_draft_i_depends_on_estimates_up_to_i_only():
                              jnp.ones((1,), bool))[0])
       assert (n >= i) == (n2 >= i), (a, b, i)
 
+
 def test_flat_cost_offers_every_chance_and_zero_acceptance_offers_none():
   ones = jnp.ones((3,), bool)
   a = jnp.asarray([[0.9, 0.5, 0.1, 0.01], [0.3, 0.0, 0.9, 0.9], [0.0, 1.0, 1.0, 1.0]])
@@ -82,6 +88,7 @@ def test_flat_cost_offers_every_chance_and_zero_acceptance_offers_none():
   assert n.tolist() == [4, 1, 0]  # up to the first zero estimate
   assert offer_lengths(a, prior, flat, jnp.ones((3,)), jnp.asarray([True, False, True])
                        ).tolist() == [4, 0, 0]
+
 
 def test_a_flat_accelerator_cost_curve_drafts_longer_than_this_cpu():
   """The same estimates under this CPU's verify curve (each extra token ~0.1-0.3 of
@@ -97,6 +104,7 @@ def test_a_flat_accelerator_cost_curve_drafts_longer_than_this_cpu():
   n_acc = np.asarray(offer_lengths(a, prior, accel, lam, jnp.ones((200,), bool)))
   assert np.all(n_acc >= n_cpu) and n_acc.mean() > n_cpu.mean() + 1
 
+
 def test_rate_and_bucket_cost_by_hand():
   tok, cost = fold_round(jnp.asarray([4.0, 4.0]), jnp.asarray([4.0, 4.0]),
                          jnp.asarray([3, 0]), jnp.asarray([1.5, 1.5]), 0.5)
@@ -105,6 +113,7 @@ def test_rate_and_bucket_cost_by_hand():
   c = jnp.asarray([1.0, 1.3, 1.4, 1.5, 1.6])
   np.testing.assert_allclose(np.asarray(bucket_cost(c, (0, 1, 2, 4))),
                              [1.0, 1.3, 1.4, 1.6, 1.6])
+
 
 def test_params_and_policy_refuse_bad_values_naming_them():
   table = acceptance.constant_table([0.5] * K)
@@ -124,6 +133,7 @@ def test_params_and_policy_refuse_bad_values_naming_them():
   with pytest.raises(ValueError, match="buckets"):
     CostAwareLength(K, verify_buckets=(0, 2))
   hash(CostAwareLength(K))
+
 
 # ---- calibration ----------------------------------------------------------------------------
 
@@ -155,6 +165,7 @@ def test_fit_by_hand_reliability_save_and_refusal(tmp_path):
   with pytest.raises(ValueError, match="position must be in"):
     acceptance.fit([0, 2], [0.5, 0.5], [1, 0], 2)
 
+
 # ---- in the loop ----------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -162,12 +173,14 @@ def models():
   """Target and a noisy copy as draft (as tests/test_adaedl.py)."""
   return sharpened_noisy_pair()
 
+
 def _run(models, params, prompts, **kw):
   target, tp, dp = models
   pol = CostAwareLength(K)
   return spec.speculative_generate(target, tp, LMDrafter(K, GREEDY, target), dp,
                                    verifiers.get("lossless"), prompts, max_new_tokens=24,
                                    eos_token_id=None, policy=pol, policy_params=params, **kw)
+
 
 def test_greedy_identity_lengths_per_row_and_one_compile(models):
   """Greedy + lossless + cost-aware = target greedy for any table and cost curve;
@@ -202,6 +215,7 @@ def test_greedy_identity_lengths_per_row_and_one_compile(models):
   assert counts["sure"][:, :K].sum() == 0
   assert (counts["fitted"] > 0).sum(1).max() >= 2  # a row used several lengths
 
+
 @pytest.mark.slow
 def test_same_result_on_1_and_8_devices(models):
   """Per-row lambda: the tokens do not depend on the split of rows over devices."""
@@ -220,6 +234,7 @@ def test_same_result_on_1_and_8_devices(models):
                                     mesh=parallel.make_mesh(8), **kw)
   assert one.to_lists() == eight.to_lists()
   assert (np.asarray(one.stats.gamma_counts).sum(0) > 0).sum() >= 2  # lengths vary
+
 
 def test_prompt_lookup_scores_by_match_length_and_stays_exact(models):
   """Prompt lookup gives the policy its matched n-gram length as confidence (1/3,
