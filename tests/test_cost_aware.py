@@ -64,7 +64,7 @@ def test_stopping_rule_against_a_direct_implementation():
 
 def test_offer_of_draft_i_depends_on_estimates_up_to_i_only():
   """A stopping time: "n >= i" is unchanged when a_{i+1..K} change (exactness,
-  docs/spec.md §8)."""
+  docs/spec.md §5)."""
   rs = np.random.RandomState(1)
   prior = jnp.asarray(rs.uniform(0.2, 0.9, K), jnp.float32)
   cost = jnp.asarray([1.0, 1.3, 1.45, 1.6, 1.75], jnp.float32)

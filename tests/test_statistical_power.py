@@ -172,7 +172,7 @@ def adaedl_gamma(rows, active=jnp.asarray([True])):
   return stop_lengths(bound[None], jnp.full((1,), ADAEDL_LAM), active, min_draft=0)[0]
 
 
-# Cost-aware length (docs/spec.md §8) with a two-bin confidence table: draft 1 is
+# Cost-aware length (docs/spec.md §5) with a two-bin confidence table: draft 1 is
 # always worth its cost; draft 2 is offered when the draft is confident after x1
 # (max QT[x1] >= 0.6: x1 in {3, 4, 5}), so gamma is 1 or 2 by x1.
 CA_TABLE = AcceptanceTable(jnp.asarray([0.0, 0.6, 1.0]), jnp.asarray([[0.9, 0.9], [0.05, 0.9]]),

@@ -1,5 +1,5 @@
 """Calibrated acceptance of a drafter's drafts: ``a(i, c) = P(draft i accepted |
-the verifier reached it, the drafter's confidence at i is c)`` (docs/spec.md §8).
+the verifier reached it, the drafter's confidence at i is c)`` (docs/spec.md §5).
 
 The confidence at position i is the drafter's own score where it gives one
 (``Proposal.confidence``: prompt lookup's matched n-gram length over its

@@ -1,5 +1,5 @@
 """Cost-aware draft length: each row verifies as many drafts as are worth their
-measured cost (docs/spec.md §8, "Cost-aware speculation").
+measured cost (docs/spec.md §5, "Cost-aware draft length").
 
 **The objective.**  A round that verifies n drafts (0 <= n <= K; n = 0 is a
 plain decode step) costs ``c(n)`` target decode steps -- the target forward
@@ -23,7 +23,7 @@ split of rows over devices.
 
 **A stopping time, not an argmax.**  Whether draft i is offered may depend on
 the drafts before it and on the drafter's distribution at position i, never
-on draft i itself or later ones (docs/spec.md §8, exactness): the
+on draft i itself or later ones (docs/spec.md §5, exactness): the
 distribution at position i+1 is conditioned on draft i, so choosing "the best
 n" from all K estimates would let draft i's offer depend on draft i, and the
 lossless rules would no longer sample the target (the same off-by-one that
