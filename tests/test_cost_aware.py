@@ -257,3 +257,89 @@ def test_prompt_lookup_scores_by_match_length_and_stays_exact(models):
       eos_token_id=None, policy=CostAwareLength(K),
       policy_params=cost_aware.make_params(fitted.table(), [1.0, 1.1, 1.2, 1.3, 1.4]))
   assert out.to_lists() == ref
+
+
+class _StopAfter:
+  """A draft gate that offers positions < ``n`` on every row."""
+
+  def __init__(self, n):
+    self.n = n
+
+  def start(self, b):
+    return jnp.zeros((b,), jnp.float32)
+
+  def step(self, i, confidence, g):
+    return jnp.full(confidence.shape, i < self.n), g
+
+
+def test_gated_chain_stops_drafting_and_keeps_the_drafts_it_made():
+  """``sample_chain`` under a gate: the drafter's step runs only while some row's
+  latest draft is worth offering (counted in the carry), the drafts made are the
+  ungated ones (same keys), ``num_valid`` counts them, the rest is filler."""
+  from specjax.decoding.drafters import sample_chain
+  v, b = 8, 3
+  table = jax.random.normal(jax.random.key(0), (v, v)) * 3
+
+  def step(carry, tok):
+    return carry + 1, table[tok]
+
+  keys = jax.random.split(jax.random.key(1), b)
+  first = jax.random.normal(jax.random.key(2), (b, v))
+  samp = SamplingConfig(temperature=1.0)
+  full, calls = sample_chain(samp, keys, first, step, jnp.int32(0), K)
+  assert int(calls) == K - 1
+  for n in (1, 2):
+    cut, calls = sample_chain(samp, keys, first, step, jnp.int32(0), K, gate=_StopAfter(n))
+    assert int(calls) == n and cut.num_valid.tolist() == [n + 1] * b
+    np.testing.assert_array_equal(cut.tokens[:, :n + 1], full.tokens[:, :n + 1])
+    np.testing.assert_array_equal(cut.q[:, :n + 1], full.q[:, :n + 1])
+    assert int(jnp.sum(cut.tokens[:, n + 1:])) == 0
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_stopping_the_drafter_early_changes_no_token(models, temperature):
+  """The cost-aware policy with and without its draft gate: the same tokens (greedy
+  and sampled; the gate stops the chain no earlier than the policy's own choice,
+  and every draft keeps its key), so the gate only removes draft steps."""
+  target, tp, dp = models
+  samp = SamplingConfig(temperature=temperature)
+  prompts = [[3, 9, 4, 1], [7, 7, 2], [5, 1, 8, 8, 2, 6]]
+  by_conf = jnp.asarray([[0.1, 0.4, 0.7, 0.95]] * K)  # acceptance rises with confidence
+  table = acceptance.AcceptanceTable(jnp.asarray([0.0, 0.3, 0.5, 0.7, 1.0]), by_conf,
+                                     jnp.full((K,), 0.5))
+  params = cost_aware.make_params(table, [1.0, 1.15, 1.3, 1.45, 1.6])
+  out = {}
+  for gated in (True, False):
+    out[gated] = spec.speculative_generate(
+        target, tp, LMDrafter(K, samp, target), dp, verifiers.get("lossless"), prompts,
+        max_new_tokens=16, sampling=samp, key=jax.random.key(4), eos_token_id=None,
+        policy=CostAwareLength(K, gate_drafting=gated), policy_params=params)
+  assert out[True].to_lists() == out[False].to_lists()
+  used = np.asarray(out[True].stats.gamma_counts).sum(0)
+  assert (used > 0).sum() >= 2 and used[K] < used.sum()  # short rounds happen
+
+
+def test_eagle3_chain_under_the_gate_is_the_target_greedy_and_ungated_sampled():
+  """An EAGLE-3 chain (tiny head, reduced draft vocabulary) stops drafting under the
+  gate: greedy output equals the target's, sampled output the ungated run's."""
+  from specjax.decoding.eagle_drafter import EagleDrafter
+  from tests.test_eagle import _head, _target
+  target, tp = _target()
+  head, p, d2t = _head("eagle3", reduced=True)
+  params = EagleDrafter.make_params(p, target, tp, d2t)
+  table = acceptance.AcceptanceTable(jnp.asarray([0.0, 0.3, 0.5, 0.7, 1.0]),
+                                     jnp.asarray([[0.1, 0.4, 0.7, 0.95]] * 3),
+                                     jnp.full((3,), 0.5))
+  pp = cost_aware.make_params(table, [1.0, 1.15, 1.3, 1.45])
+  prompts = [[3, 9, 4, 1], [7, 7, 2], [5, 1, 8, 8, 2, 6]]
+  ref = generate(target, tp, prompts, max_new_tokens=12, eos_token_id=None).to_lists()
+  runs = {}
+  for temp, gated in ((0.0, True), (1.0, True), (1.0, False)):
+    samp = SamplingConfig(temperature=temp)
+    runs[temp, gated] = spec.speculative_generate(
+        target, tp, EagleDrafter(num_draft=3, sampling=samp, head=head), params,
+        verifiers.get("lossless"), prompts, max_new_tokens=12, sampling=samp,
+        key=jax.random.key(2), eos_token_id=None,
+        policy=CostAwareLength(3, gate_drafting=gated), policy_params=pp).to_lists()
+  assert runs[0.0, True] == ref
+  assert runs[1.0, True] == runs[1.0, False]

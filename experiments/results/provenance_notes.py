@@ -174,6 +174,7 @@ RECORDS_OF: dict[str, Callable[[], tuple]] = {
     "forward_cost_b1": lambda: (f"{RESULTS}/forward_cost/smollm2_b1.json",),
     "round_cost_smollm2": lambda: tuple(f"{RESULTS}/round_cost/smollm2_{w}.json"
                                         for w in ("float32", "bfloat16")),
+    "adaptive_length_smollm2": lambda: (f"{RESULTS}/adaptive_length/smollm2.json",),
     "verify_matmul": lambda: tuple(sorted(
         os.path.relpath(f, ROOT)
         for f in glob.glob(os.path.join(ROOT, RESULTS, "verify_matmul", "*.json")))),

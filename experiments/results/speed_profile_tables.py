@@ -1,7 +1,8 @@
 """Where decode time goes on this machine: the forward cost curve per weights dtype and
 context (``benchmarks/forward_cost.py``), and one speculative round split into draft,
 verify and everything else, in target decode steps, with decode-phase and end-to-end
-speedups (``benchmarks/round_cost.py``).
+speedups (``benchmarks/round_cost.py``); the cost-aware draft length beside fixed K
+(``benchmarks/adaptive_length.py``).
 
 Records: ``benchmarks/results/forward_cost/smollm2_b1.json``,
 ``benchmarks/results/round_cost/smollm2_{float32,bfloat16}.json``, and the matmul
@@ -69,6 +70,29 @@ def round_cost_table(rels: tuple = ROUND_COST) -> str:
                 "other", "decode speedup", "end-to-end speedup", "step ms"], rows)
 
 
+ADAPTIVE_LENGTH = f"{RESULTS}/adaptive_length/smollm2.json"
+
+
+def adaptive_length_table(rel: str = ADAPTIVE_LENGTH) -> str:
+  """One row per (temperature, drafter, rule): the measured round cost curve c(0..K),
+  the held-out calibration error, tau and the decode-phase speedup of fixed K and of
+  the cost-aware length, the latter's end-to-end speedup and its share of rounds at
+  each verify length n = 0..K (``benchmarks/adaptive_length.py``)."""
+  rec = _load(rel)
+  rows = []
+  for r in rec["rows"]:
+    f, a = r["fixed"], r["adaptive"]
+    rows.append([f"{r['temperature']:g}", r["drafter"], r["rule"],
+                 " ".join(f"{c:.2f}" for c in r["round_cost"]),
+                 f"{r['calibration_ece']:.3f}", f"{f['tau']:.2f}", f"{f['speedup_decode']:.2f}x",
+                 f"{a['tau']:.2f}", f"{a['speedup_decode']:.2f}x",
+                 f"{a['speedup_end_to_end']:.2f}x",
+                 " ".join(f"{s:.2f}" for s in a["gamma_share"])])
+  return table(["T", "drafter", "rule", "c(0..K) steps", "ECE", "fixed tau",
+                "fixed decode speedup", "cost-aware tau", "cost-aware decode speedup",
+                "cost-aware end to end", "cost-aware rounds at n = 0..K"], rows)
+
+
 VERIFY_MATMUL = f"{RESULTS}/verify_matmul"
 
 
@@ -98,4 +122,5 @@ TABLES = {
     "verify_matmul": verify_matmul_table,
     "forward_cost_b1": forward_cost_table,
     "round_cost_smollm2": round_cost_table,
+    "adaptive_length_smollm2": adaptive_length_table,
 }

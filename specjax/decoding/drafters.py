@@ -78,7 +78,7 @@ def node_distribution(logits: jax.Array, sampling: SamplingConfig) -> jax.Array:
 
 
 def sample_chain(sampling: SamplingConfig, keys, first_logits, step, carry, num_draft: int,
-                 unroll: bool | int = 1) -> tuple[Proposal, Any]:
+                 unroll: bool | int = 1, gate=None) -> tuple[Proposal, Any]:
   """The chain drafting scan shared by the chain drafters: K drafts, each sampled
   from the logits the previous one produced.
 
@@ -92,9 +92,16 @@ def sample_chain(sampling: SamplingConfig, keys, first_logits, step, carry, num_
     carry: the state ``step`` starts from.
     num_draft: K >= 1.
     unroll: passed to ``lax.scan``.
+    gate: None, or a policy's draft gate (``gate.start(B) -> g``; ``gate.step(i,
+      confidence [B], g) -> (go [B], g)``, ``confidence`` the largest probability
+      of the node distribution at position i): drafting stops once no row's
+      draft i is worth offering, so the unspent steps cost nothing (a bounded
+      ``while_loop``).  Each draft is sampled with the same key as without a
+      gate; positions never drafted hold token 0 with one-hot rows, and
+      ``num_valid`` says how many were drafted.
 
   Returns ``(Proposal(tokens [B, K], q [B, K, V], q_node [B, K, V]), carry)`` -- the
-  carry after K - 1 steps (the last draft is never fed).
+  carry after the last draft step (the last draft is never fed).
   """
   k = num_draft
   step_keys = jax.vmap(lambda kk: jax.random.split(kk, k))(keys)  # [B, K]
@@ -107,6 +114,8 @@ def sample_chain(sampling: SamplingConfig, keys, first_logits, step, carry, num_
   x0, q0, n0 = sample(step_keys[:, 0], first_logits)
   if k == 1:
     return Proposal(x0[:, None], q0[:, None], n0[:, None]), carry
+  if gate is not None:
+    return _gated_chain(sample, step_keys, (x0, q0, n0), step, carry, k, greedy, gate)
 
   def body(c, i):
     state, tok = c
@@ -120,6 +129,34 @@ def sample_chain(sampling: SamplingConfig, keys, first_logits, step, carry, num_
   q_node = (jnp.concatenate([n0[:, None], jnp.swapaxes(ns, 0, 1)], axis=1) if greedy
             else q)  # [B, K, V]
   return Proposal(x, q, q_node), carry
+
+
+def _gated_chain(sample, step_keys, first, step, carry, k: int, greedy: bool, gate):
+  """:func:`sample_chain` with a draft gate: a ``while_loop`` over positions 1..K-1
+  that runs while some row's last draft was worth offering."""
+  x0, q0, n0 = first
+  b, v = q0.shape
+  conf = lambda qn: jnp.max(qn.astype(jnp.float32), axis=-1)
+  go, g = gate.step(0, conf(n0), gate.start(b))
+  filler = jax.nn.one_hot(jnp.zeros((b, k), jnp.int32), v, dtype=q0.dtype)  # never drafted
+  xs = jnp.zeros((b, k), x0.dtype).at[:, 0].set(x0)
+  qs, ns = filler.at[:, 0].set(q0), filler.at[:, 0].set(n0)
+
+  def more(c):
+    i, go = c[0], c[2]
+    return (i < k) & jnp.any(go)
+
+  def body(c):
+    i, (state, tok), go, g, xs, qs, ns = c
+    state, logits = step(state, tok)
+    x, q, qn = sample(step_keys[:, i], logits)
+    go_i, g = gate.step(i, conf(qn), g)
+    return (i + 1, (state, x), go & go_i, g, xs.at[:, i].set(x), qs.at[:, i].set(q),
+            ns.at[:, i].set(qn))
+
+  n, (carry, _), _, _, xs, qs, ns = jax.lax.while_loop(
+      more, body, (jnp.int32(1), (carry, x0), go, g, xs, qs, ns))
+  return Proposal(xs, qs, ns if greedy else qs, num_valid=jnp.full((b,), n, jnp.int32)), carry
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,6 +177,8 @@ class Drafter(Hyperparams):
   strategy = CHAIN
   # Whether draft / draft_tree return the node distributions q_node (else None).
   supplies_node_dist = False
+  # Whether draft takes a policy's draft gate (``gate=``) and stops drafting early.
+  gates_drafting = False
 
   @property
   def tree(self) -> bool:
@@ -173,8 +212,9 @@ class Drafter(Hyperparams):
     ``prefill`` (e.g. :meth:`Model.decode_params`); default ``params``."""
     return params
 
-  def draft(self, params, state, prev, last, keys) -> tuple[Proposal, Any]:
-    """Chains: ``(Proposal, state)`` with K drafts per row (module docstring)."""
+  def draft(self, params, state, prev, last, keys, gate=None) -> tuple[Proposal, Any]:
+    """Chains: ``(Proposal, state)`` with K drafts per row (module docstring); a
+    drafter with ``gates_drafting`` stops early under ``gate`` (:func:`sample_chain`)."""
     raise NotImplementedError(f"{type(self).__name__} drafts trees only")
 
   def draft_tree(self, params, state, prev, last, keys) -> tuple[Proposal, Any]:
@@ -241,6 +281,7 @@ class LMDrafter(Drafter):
   model: Model = None
 
   supplies_node_dist = True
+  gates_drafting = True
 
   def __post_init__(self):
     _check_model("LMDrafter", self.model)
@@ -262,7 +303,7 @@ class LMDrafter(Drafter):
               ) -> kvc.KVCache:
     return lm_prefill(self.model, params, tokens, lengths, cache_length)
 
-  def draft(self, params, state: kvc.KVCache, prev, last, keys):
+  def draft(self, params, state: kvc.KVCache, prev, last, keys, gate=None):
     pos0 = state.lengths  # position of prev
     out = self.model.apply(params, jnp.stack([prev, last], 1),
                            jnp.stack([pos0, pos0 + 1], 1), state,
@@ -274,7 +315,7 @@ class LMDrafter(Drafter):
       return kvc.commit(o.cache, jnp.ones_like(tok)), o.logits[:, 0]
 
     return sample_chain(self.sampling, keys, out.logits[:, 0], step, cache, self.num_draft,
-                        unroll=True)
+                        unroll=True, gate=gate)
 
   def commit(self, state: kvc.KVCache, target_lengths, committed=None, num_committed=None,
              target_hidden=None):

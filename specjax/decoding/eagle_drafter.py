@@ -121,6 +121,7 @@ class EagleDrafter(Drafter):
   children: str = "topk"
 
   supplies_node_dist = True
+  gates_drafting = True  # chains (tree_kind "chain")
 
   def __post_init__(self):
     if not isinstance(self.head, EagleHead):
@@ -268,7 +269,7 @@ class EagleDrafter(Drafter):
     return EagleState(cache, jnp.zeros((b, w), jnp.int32), pend_hidden,
                       jnp.ones((b,), jnp.int32))
 
-  def draft(self, params, state: EagleState, prev, last, keys):
+  def draft(self, params, state: EagleState, prev, last, keys, gate=None):
     h, z, cache = self._consume_pending(params, state, last)
 
     def step(carry, tok):
@@ -279,7 +280,7 @@ class EagleDrafter(Drafter):
       return (kvc.commit(out.cache, jnp.ones_like(tok)), h), self._logits(params, h)
 
     proposal, (cache, _) = sample_chain(self.sampling, keys, z, step, (cache, h),
-                                        self.num_draft)
+                                        self.num_draft, gate=gate)
     return proposal, dataclasses.replace(state, cache=cache)
 
   def commit(self, state: EagleState, target_lengths, committed=None, num_committed=None,

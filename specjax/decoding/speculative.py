@@ -192,8 +192,9 @@ def speculative_step(loop: SpecLoop, inputs: SpecInputs, state: SpecState
   active = state.finish_reason == RUNNING
   keys = row_key(inputs.key, inputs.row_ids, state.step)  # [B]
   split = jax.vmap(lambda kk: jax.random.split(kk, 3))(keys)  # [B, 3]
+  gate = None if policy is None else policy.draft_gate(inputs.policy_params, state.policy)
   proposal, d_state = strategy.propose(drafter, inputs.draft_params, state.drafter, prev,
-                                       last, split[:, 0])
+                                       last, split[:, 0], gate=gate)
   p_state = state.policy
   if policy is None:
     gamma = jnp.full((b,), proposal.tokens.shape[1], jnp.int32)  # K, or N tree nodes

@@ -212,8 +212,14 @@ class ChainStrategy:
 
   tree = False
 
-  def propose(self, drafter, params, state, prev, last, keys) -> tuple[Proposal, Any]:
-    proposal, state = drafter.draft(params, state, prev, last, keys)
+  def propose(self, drafter, params, state, prev, last, keys, gate=None
+              ) -> tuple[Proposal, Any]:
+    """The drafter's chain; ``gate`` (a policy's draft gate) stops drafting early
+    where the drafter supports it (``gates_drafting``)."""
+    if gate is not None and drafter.gates_drafting:
+      proposal, state = drafter.draft(params, state, prev, last, keys, gate=gate)
+    else:
+      proposal, state = drafter.draft(params, state, prev, last, keys)
     if proposal.q_node is None:
       # A sampled chain's q is its node distribution (validate_pair refuses the rest).
       proposal = dataclasses.replace(proposal, q_node=proposal.q)
@@ -284,7 +290,9 @@ class TreeStrategy:
 
   tree = True
 
-  def propose(self, drafter, params, state, prev, last, keys) -> tuple[Proposal, Any]:
+  def propose(self, drafter, params, state, prev, last, keys, gate=None
+              ) -> tuple[Proposal, Any]:
+    del gate  # trees have no verify-length policy
     return drafter.draft_tree(params, state, prev, last, keys)
 
   def verify(self, inputs: VerifyInputs) -> Verdict:

@@ -104,6 +104,12 @@ class VerifyPolicy:
   def init(self, params, tokens, lengths, cache_length: int) -> Any:
     return jnp.zeros((), jnp.int32)  # stateless (a trivial pytree leaf)
 
+  def draft_gate(self, params, state):
+    """None, or a gate that stops the drafter's chain once no row's next draft is
+    worth offering (``drafters.sample_chain``); it must stop no earlier than
+    ``choose`` will, from the same information.  Default: draft all K."""
+    return None
+
   def choose(self, params, state, prev, last, proposal, active):
     raise NotImplementedError
 

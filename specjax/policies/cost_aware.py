@@ -44,10 +44,13 @@ probability of its distribution there (``Proposal.q_node``); either is a
 function of the earlier drafts only.  Tables are fitted on held-out prompts for the drafter, rule and
 temperature in use (:mod:`specjax.policies.acceptance`).
 
-**Saving.**  As with the other verify-length policies the loop drafts all K
-tokens; the saving is the target forward over the smaller bucket.  A drafter
-that offers nothing this round (prompt lookup without a match) reaches the
-policy as an inactive row: the round is a plain step, costed ``c(0)``.
+**Saving.**  The target runs over the smallest verify bucket covering the
+batch's longest offer, and a drafter that drafts step by step (the draft LM,
+EAGLE chains: ``gates_drafting``) stops as soon as no row's latest draft is
+worth offering (:class:`DraftGate`, the same rule applied while drafting), so
+the unspent draft steps cost nothing.  A drafter that offers nothing this
+round (prompt lookup without a match) reaches the policy as an inactive row:
+the round is a plain step, costed ``c(0)``.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ import numpy as np
 
 from specjax.checks import check_range
 from specjax.policies.acceptance import AcceptanceTable, proposal_confidence
+from specjax.policies.calibration import bin_index
 from specjax.policies.base import VerifyPolicy, default_buckets, validate_buckets
 
 
@@ -138,6 +142,31 @@ def bucket_cost(round_cost: jax.Array, buckets: tuple) -> jax.Array:
   return round_cost[..., cover]
 
 
+def continuation_tables(prior: jax.Array, cost: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """``(S, E)``, both ``[K, K]``, for the stopping rule: with 0-based positions,
+  ``S[i, m] = sum_{j=i..m} abar_{i+1} ... abar_j`` (the later positions' worth per
+  unit of ``P_i``) and ``E[i, m] = c(m+1) - c(i)`` (the extra cost of going from
+  i to m + 1 drafts), ``-inf`` / ``+inf`` where ``m < i``."""
+  k = prior.shape[-1]
+  logp = jnp.log(jnp.maximum(prior.astype(jnp.float32), 1e-30))
+  cum = jnp.cumsum(logp)                                               # [K]
+  idx = jnp.arange(k)
+  upper = idx[None, :] >= idx[:, None]                                 # m >= i
+  ratio = jnp.where(upper, jnp.exp(cum[None, :] - cum[:, None]), 0.0)  # abar_{i+1..m}
+  worth = jnp.where(upper, jnp.cumsum(ratio, axis=-1), -jnp.inf)
+  extra = jnp.where(upper, cost[1:][None, :] - cost[:-1][:, None], jnp.inf)
+  return worth, extra
+
+
+def is_worth(reach: jax.Array, worth_row: jax.Array, extra_row: jax.Array,
+             lam: jax.Array) -> jax.Array:
+  """Whether a draft reached with probability ``reach [B]`` is worth offering:
+  ``max_m reach S[i, m] - lambda E[i, m] > 0`` for its position's rows of
+  :func:`continuation_tables`."""
+  value = reach[:, None] * worth_row[None, :] - lam[:, None] * extra_row[None, :]
+  return jnp.max(value, axis=-1) > 0
+
+
 def offer_lengths(a: jax.Array, prior: jax.Array, cost: jax.Array, lam: jax.Array,
                   active: jax.Array) -> jax.Array:
   """Drafts each row offers: the leading positions that pass the stopping rule of
@@ -153,19 +182,42 @@ def offer_lengths(a: jax.Array, prior: jax.Array, cost: jax.Array, lam: jax.Arra
   Returns int32 [B] in 0..K (0 for inactive rows).
   """
   k = a.shape[-1]
-  reach = jnp.cumprod(a.astype(jnp.float32), axis=-1)                  # P_i  [B, K]
-  # ratio[i, j] = abar_{i+1} ... abar_j for j >= i (0 below the diagonal)
-  logp = jnp.log(jnp.maximum(prior.astype(jnp.float32), 1e-30))
-  cum = jnp.concatenate([jnp.zeros((1,)), jnp.cumsum(logp)])           # [K+1]
-  idx = jnp.arange(k)
-  upper = idx[None, :] >= idx[:, None]                                 # j >= i
-  ratio = jnp.where(upper, jnp.exp(cum[1:][None, :] - cum[1:][:, None]), 0.0)
-  gain = jnp.cumsum(reach[:, :, None] * ratio[None], axis=-1)          # [B, i, m]
-  extra = cost[1:][None, :] - cost[:-1][:, None]                       # c(m) - c(i-1)
-  value = gain - lam[:, None, None] * extra[None]
-  worth = jnp.max(jnp.where(upper[None], value, -jnp.inf), axis=-1) > 0  # [B, K]
-  n = jnp.sum(jnp.cumprod(worth.astype(jnp.int32), axis=-1), axis=-1)
+  worth, extra = continuation_tables(prior, cost)
+  reach = jnp.ones(a.shape[:1], jnp.float32)
+  go, n = jnp.ones(a.shape[:1], bool), jnp.zeros(a.shape[:1], jnp.int32)
+  for i in range(k):  # the running product, as DraftGate forms it draft by draft
+    reach = reach * a[:, i].astype(jnp.float32)
+    go = go & is_worth(reach, worth[i], extra[i], lam)
+    n = n + go.astype(jnp.int32)
   return jnp.where(active, n, 0).astype(jnp.int32)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class DraftGate:
+  """The stopping rule applied while drafting (``drafters.sample_chain``): after
+  each draft, whether it is worth offering; drafting ends when no row's is.  The
+  same arithmetic as :func:`offer_lengths`, so the chain stops where ``choose``
+  will stop it (and never earlier).
+
+  Attributes: table (the estimates), worth / extra (:func:`continuation_tables`
+  of the bucket costs), lam [B] the rows' rates.
+  """
+
+  table: AcceptanceTable
+  worth: jax.Array
+  extra: jax.Array
+  lam: jax.Array
+
+  def start(self, b: int) -> jax.Array:
+    """The carry: each row's probability of reaching the next draft, ``[B]``."""
+    return jnp.ones((b,), jnp.float32)
+
+  def step(self, i, confidence: jax.Array, reach: jax.Array):
+    """``(go [B], reach [B])`` after draft ``i`` (0-based) with ``confidence [B]``."""
+    a = self.table.p_hat[i][bin_index(self.table.edges, confidence)]
+    reach = reach * a.astype(jnp.float32)
+    return is_worth(reach, self.worth[i], self.extra[i], self.lam), reach
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,13 +228,19 @@ class CostAwareLength(VerifyPolicy):
     num_draft: K.
     verify_buckets: verify lengths the target forward is compiled for (default
       ``(0, 1, 2, 4, ..., K)``); a length between buckets is costed at its bucket.
+    gate_drafting: stop the drafter's chain as soon as no row's next draft is worth
+      it (:class:`DraftGate`; drafters with ``gates_drafting``), default True;
+      False drafts all K (the same tokens, the unspent draft steps paid).
   Params: :class:`CostAwareParams` (:func:`make_params`).
   """
 
   verify_buckets: Optional[tuple] = None
+  gate_drafting: bool = True
 
   def __post_init__(self):
     super().__post_init__()
+    if not isinstance(self.gate_drafting, bool):
+      raise ValueError(f"gate_drafting={self.gate_drafting!r} must be a bool")
     b = (default_buckets(self.num_draft) if self.verify_buckets is None
          else validate_buckets(self.verify_buckets, self.num_draft))
     object.__setattr__(self, "verify_buckets", b)
@@ -207,6 +265,20 @@ class CostAwareLength(VerifyPolicy):
     zeros = jnp.zeros((b,), jnp.int32)
     return CostAwareState(w * params.rate0, w, zeros, zeros, jnp.asarray(lengths, jnp.int32))
 
+  def _rate(self, params: CostAwareParams, state: CostAwareState):
+    """``(tokens, cost, lambda)`` with the last round folded in, and the bucket costs."""
+    cost = bucket_cost(params.round_cost, self.buckets)
+    tok, spent = fold_round(state.tokens, state.cost, state.committed, cost[state.gamma],
+                            params.forget)
+    return tok, spent, tok / spent, cost
+
+  def draft_gate(self, params: CostAwareParams, state: CostAwareState):
+    if not self.gate_drafting:
+      return None
+    _, _, lam, cost = self._rate(params, state)
+    worth, extra = continuation_tables(params.table.prior, cost)
+    return DraftGate(params.table, worth, extra, lam)
+
   def choose(self, params: CostAwareParams, state: CostAwareState, prev, last, proposal,
              active):
     """Fold the last round into lambda, then stop each row's chain.  Signals
@@ -215,10 +287,7 @@ class CostAwareLength(VerifyPolicy):
     k = proposal.tokens.shape[1]
     if k != self.num_draft:
       raise ValueError(f"got {k} drafts per row; the policy was built for K={self.num_draft}")
-    cost = bucket_cost(params.round_cost, self.buckets)
-    tok, spent = fold_round(state.tokens, state.cost, state.committed, cost[state.gamma],
-                            params.forget)
-    lam = tok / spent
+    tok, spent, lam, cost = self._rate(params, state)
     conf = proposal_confidence(proposal)
     a = params.table.lookup(conf)
     gamma = offer_lengths(a, params.table.prior, cost, lam, active)
