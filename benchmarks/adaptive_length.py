@@ -3,9 +3,12 @@ r"""Cost-aware draft length against fixed K, side by side, on this machine.
 For each (temperature, drafter, rule) of ``--rows``, batch 1, SmolLM2:
 
 1. **Profile** (this machine, the prompts' mean context + n / 2): the target
-   forward over 1..K+1 tokens and the drafter's step, timed round-robin
-   (``benchmarks.common``), give the round cost in target decode steps
-   ``c(n) = forward(n + 1) / forward(1) + draft / forward(1)``.
+   forward over 1..K+1 tokens and the drafter's K-draft chain, timed
+   round-robin (``benchmarks.common``), give the round cost in target decode
+   steps ``c(n) = (forward(n + 1) + draft * max(n, 1) / K) / forward(1)`` for a
+   drafter that stops drafting after its last offered draft (the draft LM,
+   EAGLE chains; the first draft is always made), ``draft`` in full for one
+   that drafts all K (prompt lookup, whose drafting costs next to nothing).
 2. **Calibrate** on held-out prompts disjoint from the evaluation prompts
    (``--calibration_prompts``, the next ones of the same sets): ordinary
    speculative decoding with every draft verified, one record per reached
@@ -75,7 +78,9 @@ def cost_profile(st, drafter, dparams, cache_len: int) -> np.ndarray:
                                 st.target_params, p_tok, p_len, cache_len)
   med = interleaved_medians(timers, FLAGS.profile_repeats)
   fwd = np.maximum.accumulate([med[n] for n in range(k + 1)])  # more tokens never cost less
-  return (fwd + med["draft"]) / med[0]
+  # drafting stops after the last draft offered (the first one is always made)
+  drafts = np.maximum(np.arange(k + 1), 1) / k if drafter.gates_drafting else np.ones(k + 1)
+  return (fwd + med["draft"] * drafts) / med[0]
 
 
 def calibrate(st, drafter, dparams, verifier, samp, prompts) -> tuple:
