@@ -296,7 +296,7 @@ def test_gated_chain_stops_drafting_and_keeps_the_drafts_it_made():
     assert int(jnp.sum(cut.tokens[:, n + 1:])) == 0
 
 
-@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("temperature", [pytest.param(0.0, marks=pytest.mark.slow), 1.0])
 def test_stopping_the_drafter_early_changes_no_token(models, temperature):
   """The cost-aware policy with and without its draft gate: the same tokens (greedy
   and sampled; the gate stops the chain no earlier than the policy's own choice,
@@ -319,6 +319,7 @@ def test_stopping_the_drafter_early_changes_no_token(models, temperature):
   assert (used > 0).sum() >= 2 and used[K] < used.sum()  # short rounds happen
 
 
+@pytest.mark.slow  # ~15 s; the default suite keeps the draft LM's sampled case above
 def test_eagle3_chain_under_the_gate_is_the_target_greedy_and_ungated_sampled():
   """An EAGLE-3 chain (tiny head, reduced draft vocabulary) stops drafting under the
   gate: greedy output equals the target's, sampled output the ungated run's."""
