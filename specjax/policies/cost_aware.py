@@ -64,8 +64,8 @@ import numpy as np
 
 from specjax.checks import check_range
 from specjax.policies.acceptance import AcceptanceTable, proposal_confidence
-from specjax.policies.calibration import bin_index
 from specjax.policies.base import VerifyPolicy, default_buckets, validate_buckets
+from specjax.policies.calibration import bin_index
 
 
 @jax.tree_util.register_dataclass
