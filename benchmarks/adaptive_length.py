@@ -52,6 +52,8 @@ def define_flags() -> None:
   flags.DEFINE_integer("calibration_prompts", 8, "held-out prompts the acceptance table is "
                        "fitted on (disjoint from the evaluation prompts)")
   flags.DEFINE_integer("profile_repeats", 5, "timed rounds of the cost profile (median)")
+  from experiments.common import cli
+  cli.define_decision_flag()
 
 
 def calibration_prompts(st) -> list:
@@ -65,22 +67,31 @@ def calibration_prompts(st) -> list:
   return [list(p.ids) for p in cal]
 
 
-def cost_profile(st, drafter, dparams, cache_len: int) -> np.ndarray:
-  """``c(n)``, n = 0..K, in target decode steps (module docstring, step 1)."""
+def forward_profile(st, cache_len: int) -> np.ndarray:
+  """``forward(n + 1) / forward(1)``, n = 0..K: the target's verify forwards, shared
+  by every row (module docstring, step 1), non-decreasing (timing noise removed)."""
+  from benchmarks.common import forward_timer, interleaved_medians
+  timers = {n: forward_timer(st.target, st.decoded, 1, n + 1, st.ctx, cache_len, inner=4)
+            for n in range(FLAGS.k + 1)}
+  med = interleaved_medians(timers, FLAGS.profile_repeats)
+  return np.maximum.accumulate([med[n] / med[0] for n in range(FLAGS.k + 1)])
+
+
+def round_costs(st, drafter, dparams, forward: np.ndarray, cache_len: int) -> np.ndarray:
+  """``c(n)``, n = 0..K, in target decode steps: ``forward`` plus the drafter's
+  steps, timed against the one-token forward round-robin (module docstring)."""
   from benchmarks.common import draft_timer, forward_timer, interleaved_medians
   from specjax.decoding.prompts import prepare_prompts
   from specjax.decoding.speculative import loop_target
   k = drafter.num_draft
-  timers = {n: forward_timer(st.target, st.decoded, 1, n + 1, st.ctx, cache_len, inner=4)
-            for n in range(k + 1)}
   p_tok, p_len = prepare_prompts(st.prompts[:1], st.target.config.vocab_size)
-  timers["draft"] = draft_timer(drafter, dparams, loop_target(st.target, drafter),
-                                st.target_params, p_tok, p_len, cache_len)
-  med = interleaved_medians(timers, FLAGS.profile_repeats)
-  fwd = np.maximum.accumulate([med[n] for n in range(k + 1)])  # more tokens never cost less
+  med = interleaved_medians({
+      "step": forward_timer(st.target, st.decoded, 1, 1, st.ctx, cache_len, inner=4),
+      "draft": draft_timer(drafter, dparams, loop_target(st.target, drafter), st.target_params,
+                           p_tok, p_len, cache_len)}, FLAGS.profile_repeats)
   # drafting stops after the last draft offered (the first one is always made)
   drafts = np.maximum(np.arange(k + 1), 1) / k if drafter.gates_drafting else np.ones(k + 1)
-  return (fwd + med["draft"] * drafts) / med[0]
+  return forward + med["draft"] / med["step"] * drafts
 
 
 def calibrate(st, drafter, dparams, verifier, samp, prompts) -> tuple:
@@ -99,22 +110,30 @@ def calibrate(st, drafter, dparams, verifier, samp, prompts) -> tuple:
   return fit(np.ones_like(first)), rel
 
 
-def build_row(st, dname: str, rule: str, samp, cal_prompts) -> dict:
-  """Timers and runs of one row: fixed K and cost-aware, per prompt at n and 1 tokens."""
-  from benchmarks.common import call_timer
+def calibrate_row(st, dname: str, rule: str, samp, cal_prompts, forward) -> dict:
+  """The row's drafter, rule, cost curve and fitted acceptance table (steps 1-2)."""
   from benchmarks.speculative import make_drafter
   from specjax import verifiers
-  from specjax.decoding.speculative import speculative_generate
-  from specjax.policies import cost_aware
   n, ms, target, tp = FLAGS.max_new_tokens, st.model_set, st.target, st.target_params
   drafter, dparams = make_drafter(dname, FLAGS.k, samp, ms.draft, ms.draft_params, target, tp, ms)
   verifier = verifiers.get(rule, **round_cost.RULES[rule])
   cache_len = st.bucket + n + drafter.tokens_per_step
-  costs = cost_profile(st, drafter, dparams, cache_len)
+  costs = round_costs(st, drafter, dparams, forward, cache_len)
   fitted, rel = calibrate(st, drafter, dparams, verifier, samp, cal_prompts)
+  return dict(drafter=drafter, dparams=dparams, verifier=verifier, cache_len=cache_len,
+              costs=costs, fitted=fitted, reliability=rel)
+
+
+def build_row(st, row: dict, samp) -> dict:
+  """Timers and runs of one row: fixed K and cost-aware, per prompt at n and 1 tokens."""
+  from benchmarks.common import call_timer
+  from specjax.decoding.speculative import speculative_generate
+  from specjax.policies import cost_aware
+  n, target, tp = FLAGS.max_new_tokens, st.target, st.target_params
+  drafter, dparams, verifier = row["drafter"], row["dparams"], row["verifier"]
   policy = cost_aware.CostAwareLength(drafter.num_draft)
-  params = cost_aware.make_params(fitted.table(), costs)
-  common = dict(sampling=samp, key=st.key, eos_token_id=None, cache_length=cache_len,
+  params = cost_aware.make_params(row["fitted"].table(), row["costs"])
+  common = dict(sampling=samp, key=st.key, eos_token_id=None, cache_length=row["cache_len"],
                 prompt_bucket=st.bucket)
   fixed = lambda p, m: speculative_generate(target, tp, drafter, dparams, verifier, [p],
                                             max_new_tokens=m, **common)
@@ -126,7 +145,7 @@ def build_row(st, dname: str, rule: str, samp, cal_prompts) -> dict:
     for i, p in enumerate(st.prompts):
       runs[name].append(fn(p, n))
       timers[name, i, n], timers[name, i, 1] = call_timer(fn, p, n), call_timer(fn, p, 1)
-  return dict(timers=timers, runs=runs, costs=costs, fitted=fitted, reliability=rel)
+  return dict(row, timers=timers, runs=runs)
 
 
 def row_result(temp, dname, rule, med, row, gen_n, gen_1) -> dict:
@@ -168,19 +187,29 @@ def print_table(rows: list) -> None:
 
 def main(_):
   from benchmarks.common import call_timer, interleaved_medians
-  from specjax import provenance
+  from specjax import compiled_code, provenance
   from specjax.decoding.autoregressive import generate
   from specjax.distributions import SamplingConfig
+  from experiments.common import cli
   rows_spec = round_cost.parse_rows(FLAGS.rows)
+  cli.apply_decision_flag()  # before anything is measured
   stamp = provenance.stamp()
   st = round_cost.load_setup()
   cal = calibration_prompts(st)
   out_rows = []
   n = FLAGS.max_new_tokens
+  cache_len = st.bucket + n + FLAGS.k + 1
+  forward = forward_profile(st, cache_len)
+  # Each phase's programs are dropped before the next (SmolLM2's unrolled programs
+  # fill the process's memory maps otherwise); none is dropped while timing.
+  compiled_code.release_compiled_programs()
   for temp in map(float, FLAGS.temperatures):
     samp = SamplingConfig(temperature=temp)
-    built = {(d, r): build_row(st, d, r, samp, cal) for d, r in rows_spec}
-    cache_len = st.bucket + n + FLAGS.k + 1
+    rows = {}
+    for d, r in rows_spec:
+      rows[d, r] = calibrate_row(st, d, r, samp, cal, forward)
+      compiled_code.release_compiled_programs()
+    built = {key: build_row(st, row, samp) for key, row in rows.items()}
     gen = lambda p, m: generate(st.target, st.target_params, [p], max_new_tokens=m,
                                 sampling=samp, key=st.key, eos_token_id=None,
                                 cache_length=cache_len, prompt_bucket=st.bucket)
@@ -197,6 +226,8 @@ def main(_):
     for (d, r), row in built.items():
       out_rows.append({**row_result(temp, d, r, med, row, gen_n, gen_1),
                        "load_before": load0, "load_after": load1})
+    del built, timers
+    compiled_code.release_compiled_programs()
   print_table(out_rows)
   if FLAGS.output:
     from benchmarks.records import write_record
