@@ -236,6 +236,7 @@ def test_same_result_on_1_and_8_devices(models):
   assert (np.asarray(one.stats.gamma_counts).sum(0) > 0).sum() >= 2  # lengths vary
 
 
+@pytest.mark.slow  # ~6 s (default-suite budget); the statistical and unit tests stay
 def test_prompt_lookup_scores_by_match_length_and_stays_exact(models):
   """Prompt lookup gives the policy its matched n-gram length as confidence (1/3,
   2/3 or 1 with n-grams up to 3; rows without a match reach the policy as
@@ -296,7 +297,8 @@ def test_gated_chain_stops_drafting_and_keeps_the_drafts_it_made():
     assert int(jnp.sum(cut.tokens[:, n + 1:])) == 0
 
 
-@pytest.mark.parametrize("temperature", [pytest.param(0.0, marks=pytest.mark.slow), 1.0])
+@pytest.mark.slow  # ~8 s each; the default suite keeps the gated chain's unit test above
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_stopping_the_drafter_early_changes_no_token(models, temperature):
   """The cost-aware policy with and without its draft gate: the same tokens (greedy
   and sampled; the gate stops the chain no earlier than the policy's own choice,
@@ -319,7 +321,7 @@ def test_stopping_the_drafter_early_changes_no_token(models, temperature):
   assert (used > 0).sum() >= 2 and used[K] < used.sum()  # short rounds happen
 
 
-@pytest.mark.slow  # ~15 s; the default suite keeps the draft LM's sampled case above
+@pytest.mark.slow  # ~15 s (default-suite budget)
 def test_eagle3_chain_under_the_gate_is_the_target_greedy_and_ungated_sampled():
   """An EAGLE-3 chain (tiny head, reduced draft vocabulary) stops drafting under the
   gate: greedy output equals the target's, sampled output the ungated run's."""

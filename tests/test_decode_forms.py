@@ -98,6 +98,7 @@ def test_matmul_mixed_precision():
       np.asarray(matmul(x, w.T.astype(jnp.bfloat16), jnp.float32, w_contract=1)), np.asarray(got))
 
 
+@pytest.mark.slow  # ~10 s (default-suite budget); the mixed matmul tests stay in the default suite
 def test_bfloat16_weights_model():
   """``cast_weights``: bfloat16 params, float32 activations and logits, close to the
   float32 model; its greedy speculative output equals its own greedy target-only
