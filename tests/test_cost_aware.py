@@ -269,8 +269,8 @@ class _StopAfter:
   def start(self, b):
     return jnp.zeros((b,), jnp.float32)
 
-  def step(self, i, confidence, g):
-    return jnp.full(confidence.shape, i < self.n), g
+  def step(self, i, q_node, g):
+    return jnp.full(q_node.shape[:1], i < self.n), g
 
 
 def test_gated_chain_stops_drafting_and_keeps_the_drafts_it_made():

@@ -93,8 +93,8 @@ def sample_chain(sampling: SamplingConfig, keys, first_logits, step, carry, num_
     num_draft: K >= 1.
     unroll: passed to ``lax.scan``.
     gate: None, or a policy's draft gate (``gate.start(B) -> g``; ``gate.step(i,
-      confidence [B], g) -> (go [B], g)``, ``confidence`` the largest probability
-      of the node distribution at position i): drafting stops once no row's
+      q_node [B, V], g) -> (go [B], g)`` with the node distribution of draft i):
+      drafting stops once no row's
       draft i is worth offering, so the unspent steps cost nothing (a bounded
       ``while_loop``).  Each draft is sampled with the same key as without a
       gate; positions never drafted hold token 0 with one-hot rows, and
@@ -136,8 +136,7 @@ def _gated_chain(sample, step_keys, first, step, carry, k: int, greedy: bool, ga
   that runs while some row's last draft was worth offering."""
   x0, q0, n0 = first
   b, v = q0.shape
-  conf = lambda qn: jnp.max(qn.astype(jnp.float32), axis=-1)
-  go, g = gate.step(0, conf(n0), gate.start(b))
+  go, g = gate.step(0, n0, gate.start(b))
   filler = jax.nn.one_hot(jnp.zeros((b, k), jnp.int32), v, dtype=q0.dtype)  # never drafted
   xs = jnp.zeros((b, k), x0.dtype).at[:, 0].set(x0)
   qs, ns = filler.at[:, 0].set(q0), filler.at[:, 0].set(n0)
@@ -150,7 +149,7 @@ def _gated_chain(sample, step_keys, first, step, carry, k: int, greedy: bool, ga
     i, (state, tok), go, g, xs, qs, ns = c
     state, logits = step(state, tok)
     x, q, qn = sample(step_keys[:, i], logits)
-    go_i, g = gate.step(i, conf(qn), g)
+    go_i, g = gate.step(i, qn, g)
     return (i + 1, (state, x), go & go_i, g, xs.at[:, i].set(x), qs.at[:, i].set(q),
             ns.at[:, i].set(qn))
 

@@ -32,7 +32,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.policies.base import VerifyPolicy, node_distributions
-from specjax.policies.calibration import _mismatches, bin_index, fixed_edges, np_bin_index
+from specjax.policies.calibration import (bin_index, fixed_edges, metadata_mismatches,
+                                          np_bin_index)
 from specjax.policies.probe import run_probe
 
 FORMAT = "specjax.acceptance_table/1"
@@ -193,7 +194,7 @@ def load(path: str, **expected) -> tuple[FittedAcceptance, dict]:
   if meta.get("format") != FORMAT:
     raise ValueError(f"{path} is not an acceptance table (format {meta.get('format')!r}, "
                      f"expected {FORMAT!r})")
-  bad = _mismatches(json.loads(json.dumps(expected, default=str)), meta)
+  bad = metadata_mismatches(json.loads(json.dumps(expected, default=str)), meta)
   if bad:
     raise ValueError(f"acceptance table {path} was made for a different setup: "
                      + "; ".join(bad))

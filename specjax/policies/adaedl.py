@@ -58,7 +58,6 @@ paper is the drafting itself, which a drafter that stops early would add.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -66,8 +65,7 @@ import jax.numpy as jnp
 from specjax.checks import check_int, check_range
 from specjax.distributions import entropy_nats
 from specjax.hyperparams import Hyperparams
-from specjax.policies.base import (VerifyPolicy, default_buckets, node_distributions,
-                                   validate_buckets)
+from specjax.policies.base import BucketedPolicy, node_distributions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,7 +150,7 @@ def update_threshold(lam: jax.Array, ar: jax.Array, offered: jax.Array, accepted
 
 
 @dataclasses.dataclass(frozen=True)
-class AdaEDL(VerifyPolicy):
+class AdaEDL(BucketedPolicy):
   """AdaEDL verify-length policy (the module docstring).
 
   Attributes (static: they select the compiled program):
@@ -167,7 +165,6 @@ class AdaEDL(VerifyPolicy):
 
   min_draft: int = 1
   adaptive: bool = True
-  verify_buckets: Optional[tuple] = None
 
   def __post_init__(self):
     super().__post_init__()
@@ -176,13 +173,6 @@ class AdaEDL(VerifyPolicy):
       raise ValueError(f"min_draft={self.min_draft} must be in [0, K={self.num_draft}]")
     if not isinstance(self.adaptive, bool):
       raise ValueError(f"adaptive={self.adaptive!r} must be a bool")
-    b = (default_buckets(self.num_draft) if self.verify_buckets is None
-         else validate_buckets(self.verify_buckets, self.num_draft))
-    object.__setattr__(self, "verify_buckets", b)
-
-  @property
-  def buckets(self) -> tuple:
-    return self.verify_buckets
 
   @staticmethod
   def make_params(**hyperparams) -> AdaEDLParams:

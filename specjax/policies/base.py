@@ -33,7 +33,7 @@ bucket being the smallest one ``>= max(gamma over active rows)``
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
@@ -115,6 +115,25 @@ class VerifyPolicy:
 
   def commit(self, state, target_lengths):
     return state
+
+
+@dataclasses.dataclass(frozen=True)
+class BucketedPolicy(VerifyPolicy):
+  """A policy whose verify lengths vary per step: ``verify_buckets`` (static) are the
+  lengths the target forward is compiled for, default :func:`default_buckets`,
+  validated by :func:`validate_buckets`."""
+
+  verify_buckets: Optional[tuple] = None
+
+  def __post_init__(self):
+    super().__post_init__()
+    b = (default_buckets(self.num_draft) if self.verify_buckets is None
+         else validate_buckets(self.verify_buckets, self.num_draft))
+    object.__setattr__(self, "verify_buckets", b)
+
+  @property
+  def buckets(self) -> tuple:
+    return self.verify_buckets
 
 
 @dataclasses.dataclass(frozen=True)

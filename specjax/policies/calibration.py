@@ -305,7 +305,9 @@ def save_table(path: str, fitted: FittedTable, metadata: dict) -> tuple[str, str
   return base + ".npz", base + ".json"
 
 
-def _mismatches(expected, found, prefix="") -> list[str]:
+def metadata_mismatches(expected, found, prefix="") -> list[str]:
+  """Every key of ``expected`` (nested dicts; None: not checked) whose value differs
+  in ``found``, as "key: expected X, table has Y" (SV and acceptance tables)."""
   out = []
   if isinstance(expected, dict):
     if not isinstance(found, dict):
@@ -313,7 +315,7 @@ def _mismatches(expected, found, prefix="") -> list[str]:
     for k, v in expected.items():
       if v is None:  # unknown on the caller's side: not checked
         continue
-      out += _mismatches(v, found.get(k), f"{prefix}.{k}" if prefix else k)
+      out += metadata_mismatches(v, found.get(k), f"{prefix}.{k}" if prefix else k)
     return out
   if expected != found:
     out.append(f"{prefix}: expected {expected!r}, table has {found!r}")
@@ -342,7 +344,7 @@ def load_table(path: str, *, models: dict, verifier: Optional[str] = None,
   if verifier is not None:
     want["verifier"] = verifier
   want.update(expected)
-  bad = _mismatches(json.loads(json.dumps(want, default=str)), meta)
+  bad = metadata_mismatches(json.loads(json.dumps(want, default=str)), meta)
   if bad:
     raise ValueError(f"calibration table {base} was made for a different setup: " +
                      "; ".join(bad))

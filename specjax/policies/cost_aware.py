@@ -56,15 +56,14 @@ the round is a plain step, costed ``c(0)``.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from specjax.checks import check_range
-from specjax.policies.acceptance import AcceptanceTable, proposal_confidence
-from specjax.policies.base import VerifyPolicy, default_buckets, validate_buckets
+from specjax.policies.acceptance import AcceptanceTable, draft_confidence, proposal_confidence
+from specjax.policies.base import BucketedPolicy
 from specjax.policies.calibration import bin_index
 
 
@@ -213,15 +212,16 @@ class DraftGate:
     """The carry: each row's probability of reaching the next draft, ``[B]``."""
     return jnp.ones((b,), jnp.float32)
 
-  def step(self, i, confidence: jax.Array, reach: jax.Array):
-    """``(go [B], reach [B])`` after draft ``i`` (0-based) with ``confidence [B]``."""
-    a = self.table.p_hat[i][bin_index(self.table.edges, confidence)]
+  def step(self, i, q_node: jax.Array, reach: jax.Array):
+    """``(go [B], reach [B])`` after draft ``i`` (0-based) drawn from the node
+    distribution ``q_node [B, V]`` (its confidence: :func:`draft_confidence`)."""
+    a = self.table.p_hat[i][bin_index(self.table.edges, draft_confidence(q_node))]
     reach = reach * a.astype(jnp.float32)
     return is_worth(reach, self.worth[i], self.extra[i], self.lam), reach
 
 
 @dataclasses.dataclass(frozen=True)
-class CostAwareLength(VerifyPolicy):
+class CostAwareLength(BucketedPolicy):
   """The cost-aware verify-length policy (module docstring).
 
   Attributes (static):
@@ -234,20 +234,12 @@ class CostAwareLength(VerifyPolicy):
   Params: :class:`CostAwareParams` (:func:`make_params`).
   """
 
-  verify_buckets: Optional[tuple] = None
   gate_drafting: bool = True
 
   def __post_init__(self):
     super().__post_init__()
     if not isinstance(self.gate_drafting, bool):
       raise ValueError(f"gate_drafting={self.gate_drafting!r} must be a bool")
-    b = (default_buckets(self.num_draft) if self.verify_buckets is None
-         else validate_buckets(self.verify_buckets, self.num_draft))
-    object.__setattr__(self, "verify_buckets", b)
-
-  @property
-  def buckets(self) -> tuple:
-    return self.verify_buckets
 
   def _check(self, params) -> None:
     if not isinstance(params, CostAwareParams):

@@ -90,8 +90,7 @@ from specjax.decoding.drafters import lm_commit, lm_prefill
 from specjax.distributions import SamplingConfig, probs_from_logits
 from specjax.models import kv_cache as kvc
 from specjax.models.transformer import Model
-from specjax.policies.base import (VerifyPolicy, default_buckets, round_up_to_bucket,
-                                   validate_buckets)
+from specjax.policies.base import BucketedPolicy, round_up_to_bucket
 from specjax.policies.calibration import CalibrationTable
 from specjax.verifiers.base import safe_ratio
 
@@ -200,7 +199,7 @@ def choose_batch_total(p_hat: jax.Array, latency_total: jax.Array,
 
 
 @dataclasses.dataclass(frozen=True)
-class SpeculativeVerification(VerifyPolicy):
+class SpeculativeVerification(BucketedPolicy):
   """SV verify-length policy (see the module docstring).
 
   Attributes:
@@ -233,7 +232,6 @@ class SpeculativeVerification(VerifyPolicy):
   batch_cost: str = "max"
   gamma_search: str = "from1_decrease"
   companion_sampling: SamplingConfig = SamplingConfig(temperature=1.0)
-  verify_buckets: Optional[tuple] = None
   fill_bucket: bool = False
   group_size: Optional[int] = None
   table_signals: str = "SA"
@@ -252,9 +250,6 @@ class SpeculativeVerification(VerifyPolicy):
       raise ValueError(f"table_signals={self.table_signals!r}; choose one of {TABLE_SIGNALS}")
     if not isinstance(self.companion_sampling, SamplingConfig):
       raise ValueError("companion_sampling must be a SamplingConfig")
-    b = (default_buckets(self.num_draft) if self.verify_buckets is None
-         else validate_buckets(self.verify_buckets, self.num_draft))
-    object.__setattr__(self, "verify_buckets", b)
     if self.group_size is not None and not (
         isinstance(self.group_size, int) and not isinstance(self.group_size, bool)
         and self.group_size >= 1):
@@ -289,9 +284,6 @@ class SpeculativeVerification(VerifyPolicy):
           f"devices); use a batch that is a multiple of {num_devices * g} or a group_size "
           f"dividing {rows_per_device}")
 
-  @property
-  def buckets(self) -> tuple:
-    return self.verify_buckets
 
   def make_params(self, companion_params, table: CalibrationTable, profile,
                   batch_size: int) -> dict:
