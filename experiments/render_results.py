@@ -10,7 +10,9 @@ A table in a doc sits between marker comments, each alone on its line::
     <!-- /table -->
 
 Everything between the two markers is replaced; the text around them is the docs'
-own. The tables, and the records each one reads, are in :mod:`experiments.results.tables`.
+own. :mod:`experiments.results.tables` maps each table's name to the function that
+writes it; the functions, and the records each one reads, are in the topic modules of
+:mod:`experiments.results`.
 """
 
 from __future__ import annotations

@@ -58,3 +58,11 @@ def speedup_cell(res: dict, verdict: bool = True) -> str:
     return out
   word = "faster" if lo > 1 else "slower" if hi < 1 else "inconclusive"
   return f"{out}: {word}"
+
+
+def span(values, fmt: str = ".2f") -> str:
+  """The range of ``values`` as ``lo-hi`` (``fmt`` each end), one value when both ends
+  format alike."""
+  lo, hi = min(values), max(values)
+  return format(lo, fmt) if format(lo, fmt) == format(hi, fmt) else \
+      f"{format(lo, fmt)}-{format(hi, fmt)}"
