@@ -5,8 +5,8 @@ models (a draft LM near the target, and a random EAGLE-3 head).
     python -m benchmarks.rsd_tau [rows] [new_tokens]
 
 Prints one line per (drafter, tree, children): tau = tokens per target call.  The
-models are the random ones of tests/helpers.py and tests/test_eagle.py, so the numbers
-are about the drafting rule on these models only.
+models are the random ones of tests/helpers.py, so the numbers are about the
+drafting rule on these models only.
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ def main(argv) -> None:
   from specjax.decoding.sampled_tree import constant_branching
   from specjax.decoding.speculative import speculative_generate
   from specjax.distributions import SamplingConfig
-  from tests.helpers import ragged_prompts, tiny_pair
-  from tests.test_eagle import _head, _target
+  from tests.helpers import eagle_head, eagle_target, ragged_prompts, tiny_pair
 
   rows = int(argv[1]) if len(argv) > 1 else 64
   new = int(argv[2]) if len(argv) > 2 else 32
@@ -30,8 +29,8 @@ def main(argv) -> None:
   prompts = ragged_prompts(rows, 32, seed=7)
   lossless = verifiers.get("lossless")
   target, tp, draft, dp = tiny_pair(vocab=32)
-  e_target, e_tp = _target()
-  head, hp, d2t = _head("eagle3", reduced=True)
+  e_target, e_tp = eagle_target()
+  head, hp, d2t = eagle_head("eagle3", reduced=True)
   lm_sources = DraftSources.build(target, tp, draft, dp)
   e_sources = DraftSources.build(e_target, e_tp, eagle=(head, hp, d2t))
   for branching in ((3, 2), (4, 2, 2)):

@@ -15,7 +15,7 @@ spends the samples where the answer is uncertain:
    indices ``[n_screen, n_screen + n_paired)`` -- the screening samples are never
    reused, since they are exactly what the selection conditioned on (reusing the
    target's would inflate its pass rate on rarely solved problems and bias the
-   difference; tests/test_humaneval_screen.py shows the bias).
+   difference; tests/experiments/test_humaneval_screen.py shows the bias).
 
 Keys. Sample ``s`` of problem ``i`` draws from the PRNG stream
 ``row_key(fold_in(key(seed), i), s)`` (:func:`problem_key`: one ``generate()`` /

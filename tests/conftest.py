@@ -16,19 +16,19 @@ Compile time, not checking, is what the suite spends most of its time on, so:
   (CI's second step) keep XLA's default level: their long statistical runs and
   the SmolLM2 programs run slower at -O0. A caller's own
   ``--xla_backend_optimization_level`` in ``XLA_FLAGS`` always wins. The golden
-  outputs were written at the default level; ``tests/test_golden.py``
+  outputs were written at the default level; ``tests/docs/test_golden.py``
   recomputes them in a subprocess at that level when this process is at -O0.
 * **Rolled layers for the default suite** (``SPECJAX_LAYER_STACK=rolled``, set
   with -O0 under the same condition unless the caller set it): the decode
   loops run the layer stack as one ``lax.scan`` body instead of L unrolled
   copies, which compiles faster and gives the same values bit for bit
-  (tests/test_models.py checks both layouts; user time of test_speculative +
+  (tests/models/test_models.py checks both layouts; user time of test_speculative +
   test_tree at -O0: 166 s rolled vs 204 s unrolled). The slow step keeps the
   CPU default (unrolled), so both layouts run in CI.
 * **Whole-cache attention for the default suite** (``SPECJAX_ATTENTION_CHUNK=0``,
   same condition): the chunked decode attention (a scan of conds per layer) adds
   compile time to every small forward, and the suite's tiny caches gain nothing
-  from it; tests/test_chunked_attention.py checks the chunked path against the
+  from it; tests/models/test_chunked_attention.py checks the chunked path against the
   einsum, and the slow step keeps the CPU default (chunked), so both run in CI.
 * **A persistent compilation cache** (``JAX_COMPILATION_CACHE_DIR``) for the
   session: programs recompiled after a release, and the same programs in the

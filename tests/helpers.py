@@ -1,13 +1,23 @@
-"""Small random models shared by the loop tests (no training, no files), and the Monte
-Carlo of path-rule samplers against their exact laws."""
+"""Small random models shared by the loop tests (no training, no files), the EAGLE
+tests' target and heads, random chain tables, the martingale z-test of the lossless
+tests, and the Monte Carlo of path-rule samplers against their exact laws."""
 
 import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from specjax.models.config import ModelConfig
 from specjax.models.transformer import Model
+
+# ModelConfig fields of the model tests' 2-layer model (V = 64).
+TINY = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=8)
+# The EAGLE tests' target config (4 layers, V = 32).
+TC = ModelConfig(vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
+                 num_attention_heads=4, num_key_value_heads=2, head_dim=8)
+DRAFT_IDS = np.arange(0, TC.vocab_size, 2)  # a reduced 16-token draft vocabulary
 
 
 def scaled_params(model: Model, seed: int, scale: float):
@@ -46,6 +56,18 @@ def ragged_prompts(n: int, vocab: int, seed: int = 0, max_len: int = 13) -> list
   return [rs.randint(4, vocab, size=rs.randint(1, max_len)).tolist() for _ in range(n)]
 
 
+def random_params(model, seed=0, std=0.3):
+  """O(1) weights (norm weights around 1) so generations are not constant."""
+  rs = np.random.RandomState(seed)
+
+  def make(path, s):
+    noise = (std * rs.randn(*s.shape)).astype(np.float32)
+    return jnp.asarray(1.0 + noise if "norm" in jax.tree_util.keystr(path) else noise)
+
+  return jax.tree_util.tree_map_with_path(make, jax.eval_shape(model.init_params,
+                                                               jax.random.key(0)))
+
+
 def independent_draft(vocab: int = 32, eos: int | None = None, seed: int = 7):
   """A 1-layer draft LM with its own random params (different architecture)."""
   cfg = ModelConfig(vocab_size=vocab, hidden_size=16, intermediate_size=32,
@@ -69,6 +91,24 @@ def sharpened_noisy_pair(vocab: int = 32, seed: int = 7, sharpen: float = 1.5,
   return model, tp, dp
 
 
+def eagle_target():
+  """The EAGLE tests' target: ``(Model(TC), params)``, kernels scaled so drafts are peaked."""
+  target = Model(TC)
+  return target, scaled_params(target, 0, 6.0)
+
+
+def eagle_head(kind, reduced=False, seed=1, scale=3.0):
+  """``(head, params, d2t)``: a random EAGLE head of ``kind`` for :data:`TC` (``reduced``:
+  over the draft vocabulary :data:`DRAFT_IDS`)."""
+  from specjax.models import eagle
+  cfg = eagle.EagleConfig.for_target(TC, kind, draft_vocab_size=16 if reduced else None)
+  head = eagle.EagleHead(cfg)
+  p = head.init_params(jax.random.key(seed))
+  p = jax.tree.map(lambda x: x * scale if x.ndim > 1 else x, p)  # peaked drafts
+  d2t = eagle.vocab_maps(DRAFT_IDS, TC.vocab_size)[0] if reduced else None
+  return head, p, d2t
+
+
 def teacher_forced_probs(model: Model, params, prompt, generated, sampling):
   """Exact target distributions ``[B, n, V]`` at every generated position,
   given each row's own prefix (prompt + generated[:, :t])."""
@@ -80,6 +120,43 @@ def teacher_forced_probs(model: Model, params, prompt, generated, sampling):
   pos = jnp.broadcast_to(jnp.arange(t), (b, t))
   logits = model.apply(params, seq, pos, cache).logits
   return probs_from_logits(logits[:, len(prompt) - 1:len(prompt) - 1 + n], sampling)
+
+
+def martingale_z(tokens, probs, lengths):
+  """z-scores of sum_i (onehot(y_i) - p_i) over valid positions, per vocab entry.
+
+  Under H0 (y_i ~ p_i given its prefix) each summand has mean 0 given the past,
+  so by the martingale CLT z_v ~ N(0, 1) for every v.
+  """
+  v = probs.shape[-1]
+  valid = (np.arange(tokens.shape[1])[None, :] < lengths[:, None])[..., None]
+  onehot = np.eye(v)[tokens] * valid
+  p = np.asarray(probs, np.float64) * valid
+  num = (onehot - p).sum((0, 1))
+  var = (p * (1 - p)).sum((0, 1))
+  return np.where(var > 1e-9, num / np.sqrt(np.maximum(var, 1e-12)), 0.0)
+
+
+# Random cases in numpy (no per-shape compile of jax's samplers).
+def rand_dists(rng, shape, v, zero_frac=0.25, onehot_frac=0.15):
+  """[*shape, V] Dirichlet(0.5) rows with ~zero_frac entries zeroed and ~onehot_frac one-hot rows."""
+  d = rng.dirichlet(np.full(v, 0.5), size=shape)
+  d = np.where(rng.random(d.shape) < zero_frac, 0.0, d)
+  d[..., 0] += (d.sum(-1) == 0)  # keep a row that lost everything
+  d = d / d.sum(-1, keepdims=True)
+  onehot = np.eye(v)[rng.integers(0, v, size=shape)]
+  return np.where((rng.random(shape) < onehot_frac)[..., None], onehot, d).astype(np.float32)
+
+
+def rand_tables(seed, batch, v, k):
+  """``(ChainTables, length [batch])`` of :func:`rand_dists` rows, a third of the chains full."""
+  from specjax.analysis import path_law as pl
+  rng = np.random.default_rng(seed)
+  p = tuple(jnp.asarray(rand_dists(rng, (batch,) + (v,) * i, v)) for i in range(k + 1))
+  q = tuple(jnp.asarray(rand_dists(rng, (batch,) + (v,) * i, v)) for i in range(k))
+  length = rng.integers(1, k + 1, size=batch)
+  length[: batch // 3] = k  # a third of the chains are full
+  return pl.ChainTables(p=p, q=q), jnp.asarray(length, jnp.int32)
 
 
 def path_decision_frequencies(pairs, z, p, q, x, length, key, num_samples: int):

@@ -1,6 +1,6 @@
 """specjax.distributions: logits processors, sampling helpers, safe normalisation,
 residuals and allowed sets (no torch; the transformers peer
-comparison lives in test_hf_peer.py): parameter validation, the defining
+comparison lives in tests/models/test_hf_peer.py): parameter validation, the defining
 property of each filter, greedy, and the sampler drawing from the stated
 distribution."""
 

@@ -1,5 +1,5 @@
 """One process of the 2-process ``jax.distributed`` test
-(tests/test_tensor_parallel.py::test_two_processes_give_the_single_process_tokens).
+(tests/decoding/test_tensor_parallel.py::test_two_processes_give_the_single_process_tokens).
 
     python tests/tp_worker.py COORDINATOR NUM_PROCESSES PROCESS_ID OUT_JSON
 
@@ -17,7 +17,7 @@ PROGRAMS = ("generate/sampled", "chain/sampled", "tree/greedy")
 
 def runs(mesh):
   """Token lists of PROGRAMS on the tiny Llama pair (``mesh=None``: one device)."""
-  from tests.test_tensor_parallel import MODELS, _pair, _prompts, run_program
+  from tests.decoding.test_tensor_parallel import MODELS, _pair, _prompts, run_program
   cfg, seed, prompt_seed, rows = MODELS["llama"]
   target, tp, dp = _pair(cfg, seed=seed)
   prompts = _prompts(rows, cfg.vocab_size, seed=prompt_seed)

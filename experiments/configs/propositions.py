@@ -24,7 +24,7 @@ setting).  Figures go straight to ``docs/figures/lossy_*_smollm2.png``
   (lossless, MARS over lossless, SpecCascade, typical acceptance hard and soft)
   the correction after a rejection does not depend on the rejected token
   (:func:`specjax.analysis.induced.rejection_invariant`; checked against the
-  V^2 enumeration in tests/test_sampled_closed_form.py).  A rule outside that
+  V^2 enumeration in tests/analysis/test_sampled_closed_form.py).  A rule outside that
   set raises instead of silently costing 2.4e9 operations per context.  So the
   sampled parts use all contexts (``real.sd_contexts = real.num_positions``).
 

@@ -22,7 +22,7 @@ averages ``KL(P_rule(. | c) || p_A(. | c))`` and the total variation over the
 contexts (several ``t1`` per prompt), with bootstrap intervals over prompts.
 Unlike a histogram of sampled tokens this has no sampling error given the
 contexts, so it resolves small distances at a 49k vocabulary with a few dozen
-contexts; ``tests/test_first_step_law.py`` checks it against the real loop.
+contexts; ``tests/experiments/test_first_step_law.py`` checks it against the real loop.
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ gives one-hot rows, so AdaEDL never stops it.
 
 **Exactness.**  Whether ``x_k`` is offered depends on ``H_1..H_k``, functions
 of ``x_<k`` only (and of earlier steps), never of ``x_k``: a stopping time of
-the drafts, so every lossless rule stays lossless (tests/test_statistical_power.py:
+the drafts, so every lossless rule stays lossless (tests/verifiers/test_statistical_power.py:
 the same check catches the off-by-one that reads ``H_{k+1}``, which depends on ``x_k``).
 
 **Saving.**  The loop drafts all K tokens and the target runs over the

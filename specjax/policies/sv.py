@@ -64,7 +64,7 @@ paper's table, the default) reads ``A_i``, which looks at the drafted token
 ``x_i`` itself: the drafts that get verified are then no longer distributed as
 ``q`` and lossless verification under SV is biased towards tokens the
 companion likes (exact TV 0.074 in the setup of
-``tests/test_statistical_power.py``, which the sampled verifications reproduce).
+``tests/verifiers/test_statistical_power.py``, which the sampled verifications reproduce).
 ``P_hat_i`` from ``S_i`` alone (``"S"``) depends only on the drafts before
 position ``i``, so every lossless rule stays exact (tested).  ``"S"`` needs a
 table with a single ``A`` bin (``a_edges == [0, 1]``; ``experiments/

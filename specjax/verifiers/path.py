@@ -28,7 +28,7 @@ pure methods over one row:
 * ``accept_length_law(z, p, q, x, length=None, q_node=None) -> [K+1]`` --
   the exact law of ``num_accepted`` given the drafts, the uniforms integrated
   out analytically (no sampling).  ``verify_path`` draws from exactly this
-  law (tests/test_path_rules.py checks it by Monte Carlo).
+  law (tests/verifiers/test_path_rules.py checks it by Monte Carlo).
 * ``emit_dists(z, p, q, x, length=None, q_node=None) -> [K+1, V]`` -- row
   ``t`` is the distribution of the emitted token given ``num_accepted = t``
   (zeros for ``t > length``, which has probability 0).

@@ -2,14 +2,14 @@
 
 :func:`golden_outputs` runs a fixed set of small calls on the tiny random
 models of :mod:`tests.helpers` (and the EAGLE / SV set-ups of
-``tests/test_eagle.py`` / ``tests/test_sv.py``): greedy and sampled chains
+``tests/decoding/test_eagle.py`` / ``tests/policies/test_sv.py``): greedy and sampled chains
 (``LMDrafter``), static trees (``LMTreeDrafter``), EAGLE chains and dynamic
 trees, the lossless, MARS, CoS, typical, SpecCascade and lenience rules, an SV
 policy run, the logits processors and the exact analysis.  It returns a flat
 ``{name: ndarray}`` dict of plain numeric arrays (tokens, lengths, every
 statistic, probabilities).
 
-``tests/test_golden.py`` asserts that the current code reproduces
+``tests/docs/test_golden.py`` asserts that the current code reproduces
 ``tests/golden/outputs.npz`` bit for bit; the file was written *before* the
 distributions refactor, so the refactor is checked to be a pure move.
 

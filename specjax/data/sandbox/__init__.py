@@ -71,7 +71,7 @@ exceptions, refused operations, ``MemoryError``, other signals, an early
   globals). Use ``test=`` when the verdict matters.
 
 Each residual is shown by a ``test_residual_*`` test in
-``tests/test_sandbox_isolation.py``, next to the attack tests of every class
+``tests/data/test_sandbox_isolation.py``, next to the attack tests of every class
 (file writes by every route, spawning, surviving processes, cross-sample
 tampering, signals, sockets of every family, forged verdicts, resources).
 

@@ -1,0 +1,79 @@
+"""Verify-length policies in the comparison rows and sweeps (``config.policies``,
+``--policies``): the policy factory, the CLI strings, which rows a policy adds,
+and that rows without a policy keep their keys.  (The main job runs an AdaEDL
+row end to end: tests/experiments/test_benchmark_main.py.)"""
+
+import pytest
+
+from experiments.common import rows
+from experiments.configs import compare
+
+
+def test_factory_builds_adaedl_from_strings():
+  from specjax.policies import AdaEDL, AdaEDLParams
+  from specjax.policies.factory import NAMES, make_policy, unsupported
+  assert NAMES == ("none", "adaedl")
+  assert make_policy("none", 4) == (None, None)
+  pol, params = make_policy("AdaEDL", 4, lam="0.6", entropy_factor=0.3, min_draft="0",
+                            adaptive="false")
+  assert pol == AdaEDL(4, min_draft=0, adaptive=False)
+  assert params == AdaEDLParams(entropy_factor=0.3, lam=0.6)
+  assert unsupported("adaedl", "eagle3_chain") == "" and unsupported("none", "eagle_tree") == ""
+  assert "trees" in unsupported("adaedl", "eagle_tree")
+  assert "model-free" in unsupported("adaedl", "lookup_chain")
+
+
+@pytest.mark.parametrize("spec,message", [
+    ("sv", "policy='sv' is unknown; allowed: none, adaedl"),
+    ("adaedl:gamma=0.2", "['gamma'] unknown; allowed: entropy_factor, lam"),
+    ("adaedl:lam=1.5", "lam=1.5 is outside the allowed range [0.0, 1.0]"),
+    ("adaedl:lam=abc", "lam='abc' is not a float"),
+    ("adaedl:min_draft=5", "min_draft=5 must be in [0, K=4]"),
+    ("adaedl:lam", "'lam' is not hparam=value"),
+    ("none:lam=0.5", "policy 'none' takes no hyperparameters"),
+])
+def test_bad_policy_strings_name_the_value(spec, message):
+  with pytest.raises(ValueError) as e:
+    rows.parse_policies(spec, 4)
+  assert message in str(e.value)
+
+
+def test_cli_strings_parse_to_converted_values():
+  got = rows.parse_policies("none, adaedl, adaedl:lam=0.6:min_draft=0, adaedl:lam=0.6:min_draft=0",
+                            4)
+  assert got == [("none", {}), ("adaedl", {}), ("adaedl", {"lam": 0.6, "min_draft": 0})]
+  assert rows.parse_policies("", 4) == [("none", {})]
+
+
+def test_policy_rows_for_chain_drafters_only_and_stable_keys():
+  c = compare.get_config()
+  c.rules = "lossless, mars:theta=0.9"
+  base = rows.default_rows(c)  # policies = "none"
+  c.policies = "none, adaedl:lam=0.6"
+  both = rows.default_rows(c)
+  assert [r for r in both if "policy" not in r] == base  # same rows, same keys
+  pol = [r for r in both if "policy" in r]
+  assert {r["drafter"] for r in pol} == {"chain"}  # the static tree gets none
+  assert {r["method"] for r in pol} == {"lossless+adaedl(lam=0.6)",
+                                        "mars(theta=0.9)+adaedl(lam=0.6)"}
+  assert len(pol) == 2 * len(c.temperatures) and len({r["key"] for r in both}) == len(both)
+  from experiments.compare.evaluation import build_policy
+  policy, params = build_policy(pol[0])
+  assert policy.num_draft == c.num_draft and float(params.lam) == 0.6
+  assert build_policy(base[1]) == (None, None)
+
+
+def test_sweeps_take_policies():
+  from experiments import sweep_k, sweep_temperature, sweep_theta
+  from experiments.configs import k, temperature, theta
+  for mod, cfg in ((sweep_k, k), (sweep_theta, theta), (sweep_temperature, temperature)):
+    c = cfg.get_config()
+    plain = mod.rows(c)
+    c.policies = "none, adaedl"
+    both = mod.rows(c)
+    assert [r for r in both if "policy" not in r] == plain, mod.__name__
+    assert any(r.get("policy") == "adaedl" for r in both), mod.__name__
+  c = k.get_config()
+  c.policies = "adaedl:min_draft=2"  # K = 1 is in c.ks: refused before any row runs
+  with pytest.raises(ValueError, match="min_draft=2 must be in \\[0, K=1\\]"):
+    sweep_k.rows(c)
