@@ -106,7 +106,7 @@ def forward_latency(model, params, batch: int, num_tokens: int, context: int,
 
 def draft_timer(drafter, draft_params, target, target_params, prompts_tokens, prompts_lengths,
                 cache_length: int, inner: int = 8):
-  """Timer (``once() -> seconds``) of one draft step (``drafter.draft`` or ``draft_tree`` plus
+  """Timer (``once() -> seconds``) of one draft step (``drafter.propose`` plus
   its ``commit``) after the prompts ``[B, P]`` were prefilled, inside a jitted
   loop carrying the drafter state.  Every step commits only ``last`` (a
   rejected draft), so the drafter returns to the same length each step as it
@@ -124,8 +124,7 @@ def draft_timer(drafter, draft_params, target, target_params, prompts_tokens, pr
 
   def step(dp, carry):
     state, last, acc = carry
-    draft = drafter.draft_tree if drafter.tree else drafter.draft
-    proposal, state = draft(dp, state, prev, last, keys)
+    proposal, state = drafter.propose(dp, state, prev, last, keys)
     x, q = proposal.tokens, proposal.q
     committed = jnp.concatenate([last[:, None], x[:, :drafter.max_accepted]], 1)
     state = drafter.commit(state, t_cache.lengths, committed, jnp.ones((b,), jnp.int32), hid)

@@ -79,6 +79,10 @@ def define_flags() -> None:
                       "entropy_factor, lam, alpha, eps, beta1, beta2, min_draft, adaptive; e.g. "
                       "adaedl:lam=0.6); a policy adds rows for the model-based chain drafters "
                       "(chain, eagle_chain)")
+  flags.DEFINE_string("adapt", "none", "EAGLE rows frozen ('none') and / or adapting their "
+                      "drafts online to each conversation ('online[:every=8:learning_rate=...]', "
+                      "specjax.decoding.adaptation.OnlineAdaptation; exact under lossless rules), "
+                      "comma-separated; e.g. --adapt=none,online")
   flags.DEFINE_string("tree_paths", "[[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0], [0, 0, 1], "
                       "[0, 0, 0, 0]]", "static tree of the draft LM as a JSON list of rank paths")
   flags.DEFINE_integer("eagle_depth", 5, "EAGLE-2 dynamic tree: draft depth")
@@ -149,11 +153,15 @@ def _validate_flags() -> None:
       check_int(f"--{name}", getattr(FLAGS, name), low=low)
     except ValueError as e:
       raise app.UsageError(str(e)) from None
-  from experiments.common.rows import parse_policies
+  from experiments.common.rows import parse_adapt, parse_policies
   try:
     parse_policies(FLAGS.policies, FLAGS.k)
   except ValueError as e:
     raise app.UsageError(f"--policies={FLAGS.policies!r}: {e}") from None
+  try:
+    parse_adapt(FLAGS.adapt)
+  except (ValueError, TypeError) as e:
+    raise app.UsageError(f"--adapt={FLAGS.adapt!r}: {e}") from None
   if FLAGS.mesh_model > 1 and not FLAGS.mesh_data:
     raise app.UsageError(f"--mesh_model={FLAGS.mesh_model} needs a mesh: give --mesh_data "
                          f"(rows; 1 for tensor parallelism only)")
@@ -194,6 +202,7 @@ def _config():
     c.workdir = os.path.join(FLAGS.output_dir, f"process_{jax.process_index()}")
   c.rules = FLAGS.verifiers
   c.policies = FLAGS.policies
+  c.adapt = FLAGS.adapt
   c.drafters = tuple(FLAGS.drafters)
   c.num_draft = FLAGS.k
   c.tree_paths = FLAGS.tree_paths

@@ -3,6 +3,7 @@ tests' target and heads, random chain tables, the martingale z-test of the lossl
 tests, and the Monte Carlo of path-rule samplers against their exact laws."""
 
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -186,3 +187,46 @@ def _path_decision_frequencies(pairs, num_samples, z, p, q, x, length, key):
               jnp.max(jnp.abs(dec.emit_dist - emits[dec.num_accepted])))
     out.append(jax.vmap(row)(z, p, q, x, length, u))
   return tuple(jnp.stack(a) for a in zip(*out))
+
+
+class ChainOutcome(NamedTuple):
+  """One row of a node rule on a chain (see :func:`verify_chain`)."""
+
+  num_accepted: jax.Array  # [] int32 leading drafts accepted
+  token: jax.Array  # [] int32 the emitted token
+  accepted: jax.Array  # [K] bool draft i accepted
+  num_relaxed: jax.Array  # [] int32 acceptances only the relaxation allowed
+  emit_probs: jax.Array  # [V] the distribution the token was drawn from
+
+
+def verify_chain(rule, z, p, q, x, u, key, num_valid=None, q_node=None) -> ChainOutcome:
+  """A node rule on one row's chain through the library's one chain driver
+  (``NodePathRule(rule).verify_path``), the token drawn from its ``emit_dist`` with
+  ``key`` as the loop draws it (z, p [K+1, V]; q [K, V]; x, u [K])."""
+  from specjax.distributions import sample_from_probs
+  from specjax.verifiers.path import NodePathRule
+  dec = NodePathRule(rule).verify_path(z, p, q, x, u, length=num_valid, q_node=q_node)
+  accepted = jnp.arange(x.shape[0]) < dec.num_accepted
+  return ChainOutcome(dec.num_accepted, sample_from_probs(key, dec.emit_dist), accepted,
+                      dec.num_relaxed, dec.emit_dist)
+
+
+class TreeOutcome(NamedTuple):
+  """One row of a node rule on a tree (see :func:`verify_tree`)."""
+
+  path: jax.Array  # [N] int32 accepted nodes in depth order (root excluded), 0-padded
+  num_accepted: jax.Array  # [] int32 the path's length
+  token: jax.Array  # [] int32 the emitted token
+  num_relaxed: jax.Array  # [] int32 relaxed acceptances along the path
+  emit_probs: jax.Array  # [V] the distribution the token was drawn from
+
+
+def verify_tree(rule, z, p, q, x, parent, u, key, valid=None, q_node=None) -> TreeOutcome:
+  """A node rule on one row's tree through the library's one tree driver
+  (``NodeTreeRule(rule).verify_tree_path``), the token drawn from its ``emit_dist``
+  with ``key`` as the loop draws it (z, p, q [N+1, V]; x, parent, u [N+1])."""
+  from specjax.distributions import sample_from_probs
+  from specjax.verifiers.tree_rule import NodeTreeRule
+  dec = NodeTreeRule(rule).verify_tree_path(z, p, q, x, parent, u, valid=valid, q_node=q_node)
+  return TreeOutcome(dec.path[1:], dec.num_accepted, sample_from_probs(key, dec.emit_dist),
+                     dec.num_relaxed, dec.emit_dist)

@@ -1,7 +1,7 @@
 """One process of the 2-process ``jax.distributed`` test
 (tests/decoding/test_tensor_parallel.py::test_two_processes_give_the_single_process_tokens).
 
-    python tests/tp_worker.py COORDINATOR NUM_PROCESSES PROCESS_ID OUT_JSON
+    python -m tests.tp_worker COORDINATOR NUM_PROCESSES PROCESS_ID OUT_JSON   # from the repo root
 
 Joins the run with 2 local CPU devices, shards the tiny models over a
 ``data=2 x model=2`` mesh spanning both processes, and writes the tokens it

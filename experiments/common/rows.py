@@ -75,6 +75,30 @@ def parse_policies(spec: str, num_draft: int) -> list[tuple[str, dict]]:
   return out
 
 
+ADAPT_NAMES = ("none", "online")
+
+
+def parse_adapt(spec: str) -> list[tuple[str, dict]]:
+  """``"none, online:every=8:learning_rate=0.003"`` -> ``[(name, hparams), ...]``: each
+  EAGLE row is run frozen (``none``) and / or adapting online
+  (:class:`specjax.decoding.adaptation.OnlineAdaptation` with these hyperparameters,
+  checked here); values come back converted, never strings."""
+  from specjax.decoding.adaptation import OnlineAdaptation
+  out: list[tuple[str, dict]] = []
+  for name, hp in _spec_items(spec or "none", "adapt"):
+    if name not in ADAPT_NAMES:
+      raise ValueError(f"adapt {name!r} unknown; choose from {ADAPT_NAMES}")
+    if name == "none":
+      if hp:
+        raise ValueError(f"adapt 'none' takes no hyperparameters, got {hp}")
+    else:
+      cfg = OnlineAdaptation(**hp)
+      hp = {k: getattr(cfg, k) for k in hp}
+    if (name, hp) not in out:
+      out.append((name, hp))
+  return out
+
+
 def policies_of(c, num_draft: int | None = None) -> list[tuple[str, dict]]:
   """The config's policies (``c.policies``, default ``"none"``) for chains of
   ``num_draft`` (default ``c.num_draft``) drafts."""
@@ -128,6 +152,7 @@ def validate_config(c) -> None:
                      f"[[0], [1], [0, 0]]: {e}") from None
   check_path_rules_on_trees(parse_rules(c.rules), drafters)
   policies_of(c)
+  parse_adapt(c.get("adapt", "none"))
   if "tree" in drafters:
     from specjax.decoding.tree import static_tree
     static_tree(paths)
@@ -178,18 +203,23 @@ def settings_hash(c) -> str:
 def make_row(c, *, kind: str, drafter: str, temperature: float, num_draft: int,
              rule: str = "lossless", hparams: dict | None = None, baseline: bool = False,
              extra: dict | None = None, policy: str = "none",
-             policy_hparams: dict | None = None) -> dict:
+             policy_hparams: dict | None = None, adapt: dict | None = None) -> dict:
   """One sweep configuration (a table row).  A verify-length ``policy`` other than
-  ``"none"`` adds ``policy`` / ``policy_hparams`` and ``+policy(...)`` to the method
-  (rows without one keep their keys)."""
+  ``"none"`` adds ``policy`` / ``policy_hparams`` and ``+policy(...)`` to the method;
+  ``adapt`` (an EAGLE row adapting online: its ``OnlineAdaptation`` hyperparameters)
+  adds ``adapt`` and ``+online(...)`` (rows without either keep their keys)."""
   hparams = dict(hparams or {})
   label = ("target" if kind == "target"
            else method_label(rule, hparams, baseline, policy, policy_hparams))
+  if kind != "target" and adapt is not None:
+    label += "+" + method_label("online", dict(adapt))
   row = {"kind": kind, "method": label, "rule": rule, "hparams": hparams,
          "baseline": bool(baseline), "drafter": drafter if kind != "target" else "-",
          "temperature": float(temperature), "num_draft": int(num_draft) if kind != "target" else 0}
   if kind != "target" and policy != "none":
     row.update(policy=policy, policy_hparams=dict(policy_hparams or {}))
+  if kind != "target" and adapt is not None:
+    row.update(adapt=dict(adapt))
   row.update(extra or {})
   axes = sweep.canonical_json({k: row[k] for k in sorted(row)})
   row["key"] = f"{label}|{row['drafter']}|T={row['temperature']:g}|K={row['num_draft']}|" \
@@ -202,11 +232,12 @@ def default_rows(c) -> list[dict]:
   a policy only on the drafters it serves, :func:`specjax.policies.factory.unsupported`),
   matched baselines (no policy)."""
   validate_config(c)
-  from specjax.decoding.drafter_factory import is_tree
+  from specjax.decoding.drafter_factory import is_tree, needs
   from specjax.policies.factory import unsupported
   rows = []
   rules = parse_rules(c.rules)
   policies = policies_of(c)
+  adapts = parse_adapt(c.get("adapt", "none"))
   path_rules = path_rule_names(rules)
   drafters = list(c.drafters)
   eagle = ("eagle_chain", "eagle_tree")
@@ -221,10 +252,14 @@ def default_rows(c) -> list[dict]:
         if is_tree(d) and name in path_rules:
           continue  # an EAGLE tree added for a head (validate_config refuses explicit ones)
         for pol, php in policies:
-          if not unsupported(pol, d):
+          if unsupported(pol, d):
+            continue
+          for ad, ahp in adapts:
+            if ad != "none" and needs(d) != "eagle":
+              continue  # only a head adapts
             rows.append(make_row(c, kind="spec", drafter=d, temperature=t, num_draft=k,
                                  rule=name, hparams=hp, extra=extra, policy=pol,
-                                 policy_hparams=php))
+                                 policy_hparams=php, adapt=None if ad == "none" else ahp))
       if t > 0 and c.matched_baselines:
         for name, hp in rules:
           if name in ("spec_cascade", "typical"):

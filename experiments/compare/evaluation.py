@@ -54,10 +54,14 @@ def build(ctx: Context, row: dict):
     raise ValueError(f"drafter {d!r} needs config.eagle_dir")
   suffix = d == "suffix_tree"
   static = drafter_kind(d) in STATIC_TREE_KINDS  # top-k or RSD children: config.tree_paths
+  adapt = None
+  if row.get("adapt") is not None:
+    from specjax.decoding.adaptation import OnlineAdaptation
+    adapt = OnlineAdaptation(**row["adapt"])
   drafter, params = make_drafter(
       d, samp, ctx.sources, num_draft=row["num_draft"], top_k=int(ctx.c.eagle_top_k),
       total_tokens=int(row.get("total_tokens", 16)) if suffix else int(ctx.c.eagle_total_tokens),
-      paths=tree_paths(ctx.c) if static else None)
+      paths=tree_paths(ctx.c) if static else None, adapt=adapt)
   return drafter, params, verifier, target_samp
 
 

@@ -50,6 +50,9 @@ def get_config(variant: str = ""):
   # every draft) and/or e.g. "adaedl" / "adaedl:lam=0.6:min_draft=0" (AdaEDL, chain
   # drafters only; docs/spec.md §5); each adds rows for the chain drafters it serves.
   c.policies = "none"
+  # EAGLE rows frozen ("none") and / or adapting online to each conversation ("online" or
+  # "online:every=8:learning_rate=0.003", specjax.decoding.adaptation); comma-separated.
+  c.adapt = "none"
   c.num_draft = 4  # K (chain)
   c.tree_paths = DEFAULT_TREE  # JSON list of rank paths (LMTreeDrafter)
   # An EAGLE head (adds eagle_chain / eagle_tree rows): "eagle3" / "eagle1" (shipped for

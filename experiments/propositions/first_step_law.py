@@ -13,7 +13,7 @@ of what the drafter proposes there -- nothing else -- and
   drafter's node distribution at position 1 (CoS reads it);
 * a tree: the root's children as the drafter proposed them (an EAGLE-2 dynamic
   tree keeps between 0 and top_k of them), tried in node order with the root's
-  node distribution -- strict before relaxed for MARS, as ``verify_tree`` does.
+  node distribution -- strict before relaxed for MARS, as the loop's tree walk does.
 
 :func:`first_step_laws` runs the loop's own prefill (:func:`speculative_init`,
 same key and row ids, so ``t1`` is the token the loop would emit) and the
@@ -106,15 +106,15 @@ def _first_step(target, drafter, verifier, sampling, base_sampling, target_param
                 tokens, lengths, key, row_ids, *, cache_length: int, sampled: bool):
   from specjax.analysis.induced import induced_parts
   from specjax.decoding.autoregressive import row_key
-  from specjax.decoding.speculative import SpecLoop, speculative_init
+  from specjax.decoding.speculative import make_loop, speculative_init
   from specjax.distributions import probs_from_logits
-  loop = SpecLoop(target, None, 2, (), cache_length)
+  loop = make_loop(target, drafter, None, 2, (), cache_length)
   inputs, state = speculative_init(loop, drafter, verifier, sampling, target_params,
                                    draft_params, None, tokens, lengths, key, row_ids)
   keys = row_key(key, row_ids, state.step)  # the loop's first step draws from these
   split = jax.vmap(lambda kk: jax.random.split(kk, 3))(keys)
-  proposal, _ = drafter.strategy.propose(drafter, inputs.draft_params, state.drafter,
-                                         state.prev, state.last, split[:, 0])
+  proposal, _ = drafter.propose(inputs.draft_params, state.drafter, state.prev, state.last,
+                                split[:, 0])
   cache = state.target_cache
   z = target.apply(target_params, state.last[:, None], cache.lengths[:, None], cache
                    ).logits[:, 0].astype(jnp.float32)  # [B, V] target logits at c

@@ -1,6 +1,6 @@
 """Before / after comparisons of one code change timed in one process
-(``benchmarks/bucketed_rule_ab.py``): per temperature, tau, tokens/s of target-only
-``generate()`` and of the speculative loop before and after, both speedups over
+(``benchmarks/bucketed_rule_ab.py``, retired; it runs at the record's commit): per
+temperature, tau, tokens/s of target-only ``generate()`` and of the speculative loop before and after, both speedups over
 target-only with 95% bootstrap intervals over prompts, and the paired gain of after
 over before with its minimum detectable effect at 80% power.
 

@@ -152,6 +152,7 @@ RECORDS_OF: dict[str, Callable[[], tuple]] = {
     "main_job_smollm2": lambda: (f"{RESULTS}/benchmark_smollm2/benchmark.jsonl",),
     "speed_smollm2": lambda: (f"{RESULTS}/speed_smollm2/benchmark.jsonl",),
     "speed_smollm2_decode": lambda: (f"{RESULTS}/speed_smollm2_decode/benchmark.jsonl",),
+    "speed_smollm2_256": lambda: (f"{RESULTS}/speed_smollm2_256/benchmark.jsonl",),
     "speed_smollm2_onpolicy_head": lambda: (
         f"{RESULTS}/speed_smollm2_onpolicy_head/benchmark.jsonl",),
     "drafter_data_training": lambda: (f"{_DD}/training.jsonl",),

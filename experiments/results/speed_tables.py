@@ -105,6 +105,8 @@ SPEED_RECORD = f"{RESULTS}/speed_smollm2/benchmark.jsonl"
 SPEED_RECORD_DECODE = f"{RESULTS}/speed_smollm2_decode/benchmark.jsonl"
 # the EAGLE-3 drafters again after the head was continued on on-policy text
 SPEED_RECORD_ONPOLICY_HEAD = f"{RESULTS}/speed_smollm2_onpolicy_head/benchmark.jsonl"
+# Every drafter again with 256 new tokens per prompt (decode phase and end to end).
+SPEED_RECORD_256 = f"{RESULTS}/speed_smollm2_256/benchmark.jsonl"
 
 
 def _row_key(r: dict) -> tuple:
@@ -247,15 +249,17 @@ def claims_speed() -> str:
   if os.path.exists(_path(SPEED_RECORD_ONPOLICY_HEAD)):
     rows += _speed_record_rows(SPEED_RECORD_ONPOLICY_HEAD,
                                "EAGLE-3 head continued on on-policy text")
+  if os.path.exists(_path(SPEED_RECORD_256)):
+    rows += _speed_record_rows(SPEED_RECORD_256, "every drafter", 256)
   return _table(["measurement", "record", "result (interval over prompts and MDE where the "
                  "record has per-prompt timings, the verdict corrected over the record's "
                  f"family '{speed_families(SPEED_RECORD)[0].name}' as in its own table; "
                  "else one run, no interval)"], rows)
 
 
-def _speed_record_rows(rel: str, what: str) -> list[list[str]]:
-  """Per temperature, every lossless drafter's speedup in record ``rel`` with its
-  interval over prompts."""
+def _speed_record_rows(rel: str, what: str, new_tokens: int = 128) -> list[list[str]]:
+  """Per temperature, every lossless drafter's speedup in record ``rel`` (main-job
+  settings at ``new_tokens`` new tokens per prompt) with its interval over prompts."""
   recs = [r for r in jsonl(rel)
           if r["config"]["kind"] == "spec" and r["config"]["method"] == "lossless"]
   n = recs[0]["result"]["speedup_pooled"]["batches"]
@@ -265,6 +269,6 @@ def _speed_record_rows(rel: str, what: str) -> list[list[str]]:
     cells = [f"{r['config']['drafter']} {_speedup_cell(r['result'], False)}: "
              f"{family.verdict(_row_key(r))} (tau {r['result']['tau']:.2f})"
              for r in recs if r["config"]["temperature"] == t]
-    rows.append([f"SmolLM2, {what}, lossless, {n} prompts, main-job settings at 128 new tokens, "
-                 f"T = {t:g}", f"`{rel}`", "; ".join(cells)])
+    rows.append([f"SmolLM2, {what}, lossless, {n} prompts, main-job settings at {new_tokens} "
+                 f"new tokens, T = {t:g}", f"`{rel}`", "; ".join(cells)])
   return rows

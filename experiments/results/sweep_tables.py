@@ -147,6 +147,13 @@ def _peak_cell(fastest: dict, neighbours: list[dict]) -> str:
   return f"fastest; vs {parts}: " + ("a peak" if resolved else "peak not resolved")
 
 
+def _decode_cell(res: dict) -> str:
+  """The decode-phase speedup (each prompt's prefill and first token taken off both
+  sides) with its interval over prompts; no verdict (not a family of its own)."""
+  dp = res["speedup_decode_pooled"]
+  return f"{dp['speedup']:.2f} {ci(dp['ci95'], '.2f')}"
+
+
 def k_sweep_table() -> str:
   """Lossless and MARS on the EAGLE-3 chain at every draft length K, per rule and T:
   tau, speedup over target-only, and on the fastest K's row (highest speedup) its
@@ -154,6 +161,7 @@ def k_sweep_table() -> str:
   middle K."""
   recs = spec_records(K_SWEEP)
   speed = speedup_family(recs, "every row (both rules, every K, both temperatures)")
+  decode = all("speedup_decode_pooled" in r["result"] for r in recs)
   groups: dict = {}
   for r in recs:
     c = r["config"]
@@ -170,11 +178,13 @@ def k_sweep_table() -> str:
         peak = _peak_cell(r, nbs) + ("" if 0 < i < len(rs) - 1 else " (at the end of the "
                                                                   "grid)")
       rows.append([d, f"{t:g}", method, str(r["config"]["num_draft"]), _tau(res),
-                   _target_tps(res), _corrected(speedup_cell(res), speed, _key(r)), peak])
+                   _target_tps(res), _corrected(speedup_cell(res), speed, _key(r))]
+                  + ([_decode_cell(res)] if decode else []) + [peak])
   return table(["drafter", "T", "rule", "K", "tau [95% CI over prompts]",
                 "target-only tokens/s beside it",
-                "speedup [95% CI over prompts], MDE: verdict vs 1",
-                "fastest K: speedup vs the neighbouring K's - 1 [95% CI, paired]"], rows) + (
+                "speedup [95% CI over prompts], MDE: verdict vs 1"]
+               + (["decode-phase speedup [95% CI over prompts]"] if decode else [])
+               + ["fastest K: speedup vs the neighbouring K's - 1 [95% CI, paired]"], rows) + (
                     "\n\n" + family_note(speed) + " The fastest-K column is one exploratory "
                     "comparison per rule and T, uncorrected.")
 

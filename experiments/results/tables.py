@@ -57,6 +57,8 @@ TABLES = {
                                               speed_tables.SPEED_RECORD_DECODE),
     "speed_smollm2_onpolicy_head": functools.partial(speed_tables.benchmark_table,
                                                      speed_tables.SPEED_RECORD_ONPOLICY_HEAD),
+    "speed_smollm2_256": functools.partial(speed_tables.benchmark_table,
+                                           speed_tables.SPEED_RECORD_256),
     "drafter_data_training": drafter_data_tables.drafter_data_training_table,
     "drafter_data_heldout": drafter_data_tables.drafter_data_heldout_table,
     "drafter_data_tau": drafter_data_tables.drafter_data_tau_table,

@@ -41,7 +41,7 @@ only, exactly as the chain / tree drivers use them:
   §3) ``a_j`` is ``strict_accept_prob`` and the mass ``reach_{k+1}`` goes to
   the candidate with the highest positive ``relaxed_fallback(s_k, c)`` (a
   relaxed acceptance) when there is one, else to ``correction(s_k)`` -- the
-  same steps as :func:`specjax.verifiers.base.verify_tree`.
+  same steps as the walk of :class:`specjax.verifiers.tree_rule.NodeTreeRule`.
 
 In both cases the node state is ``init_node(z, p, q)`` for rules with
 ``needs_node_dist`` (CoS: ``pi`` is formed once from the drafter's full

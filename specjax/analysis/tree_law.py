@@ -34,8 +34,7 @@ Every filling (``prod_s V^k_s`` for iid, ``prod_s V!/(V-m_s)!`` without
 replacement, one for top-k) is enumerated with its probability ``P(x)``; the
 rule's ``end_node_law`` and ``end_node_emit`` integrate out the uniforms
 (node rules through :class:`~specjax.verifiers.tree_rule.NodeTreeRule`, the
-same decision as :func:`~specjax.verifiers.base.verify_tree`, incl. MARS's
-strict-before-relaxed fallback).  With no sampling anywhere:
+decoding loop's tree walk, incl. MARS's strict-before-relaxed fallback).  With no sampling anywhere:
 
 * the joint law of the emitted block ``(s_1..s_t, y)`` (the accepted path's
   tokens, then the emitted token)::

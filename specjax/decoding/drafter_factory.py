@@ -133,7 +133,8 @@ def _check_sources(name: str, kind: str, sources: DraftSources) -> None:
 def make_drafter(name: str, sampling: SamplingConfig, sources: DraftSources, *,
                  num_draft: Optional[int] = None, depth: Optional[int] = None, top_k: int = 8,
                  total_tokens: int = 24, paths: Optional[tuple] = None,
-                 branching: Optional[tuple] = None, children: str = "sampled") -> tuple:
+                 branching: Optional[tuple] = None, children: str = "sampled",
+                 adapt=None) -> tuple:
   """``(drafter, draft_params)`` of a drafter name (module docstring).
 
   Args:
@@ -151,12 +152,17 @@ def make_drafter(name: str, sampling: SamplingConfig, sources: DraftSources, *,
       depth, e.g. ``(3, 2, 2)`` (``sampled_tree.constant_branching``).
     children: the RSD kinds: "sampled" (default) or "topk" -- the same tree with
       deterministic top-k children, for comparisons.
+    adapt: the EAGLE kinds: an :class:`~specjax.decoding.adaptation.OnlineAdaptation`
+      (the head's drafts adapt to each conversation while it serves), or None.
 
   Raises ``ValueError`` for an unknown name, a missing model or a bad size (the
   drafter's own checks name the argument).
   """
   kind = drafter_kind(name)
   _check_sources(name, kind, sources)
+  if adapt is not None and _NEEDS[kind] != "eagle":
+    raise ValueError(f"adapt= needs an EAGLE drafter (eagle_chain, eagle_tree, "
+                     f"eagle_rsd_tree); drafter={name!r} has no head to adapt")
   depth = num_draft if depth is None else depth
   if kind in ("rsd_tree", "eagle_rsd_tree"):
     from specjax.decoding.sampled_tree import constant_branching
@@ -186,9 +192,9 @@ def make_drafter(name: str, sampling: SamplingConfig, sources: DraftSources, *,
   from specjax.decoding.eagle_drafter import EagleDrafter
   head, params = sources.eagle
   if kind == "eagle_chain":
-    return EagleDrafter(num_draft, sampling, head=head), params
+    return EagleDrafter(num_draft, sampling, head=head, adapt=adapt), params
   if kind == "eagle_rsd_tree":
     return (EagleDrafter(sampling=sampling, head=head, tree_kind="static", tree_paths=paths,
-                         children=children), params)
+                         children=children, adapt=adapt), params)
   return (EagleDrafter(depth=depth, sampling=sampling, head=head, tree_kind="dynamic",
-                       top_k=top_k, total_tokens=total_tokens), params)
+                       top_k=top_k, total_tokens=total_tokens, adapt=adapt), params)

@@ -7,16 +7,18 @@ static); its params and state are pytrees passed in and out.  The protocol::
 
     state = drafter.prefill(params, tokens[B,P], lengths[B], cache_length,
                             target_hidden)            # [n_sel, B, P, H] or None
-    # chains (drafter.strategy is strategies.CHAIN, drafter.tree == False):
-    proposal, state = drafter.draft(params, state, prev[B], last[B], keys[B])
-    # trees (drafter.strategy is strategies.TREE), see decoding/tree.py for the layout:
-    proposal, state = drafter.draft_tree(params, state, prev, last, keys)
+    proposal, state = drafter.propose(params, state, prev[B], last[B], keys[B],
+                                      gate=None)      # a policy's draft gate, or None
     state = drafter.commit(state, target_lengths[B], committed[B,D+1], num_committed[B],
                            target_hidden)             # [n_sel, B, D+1, H] or None
 
 A :class:`~specjax.decoding.proposal.Proposal` holds the drafts (``tokens``
-[B, K] or [B, N]), ``q``, ``q_node``, a tree's ``parents`` / ``depths`` and,
-for chains, ``num_valid`` ([B] drafts offered, or None: all K).
+[B, K] for a chain, whose ``strategy`` is ``strategies.CHAIN``; [B, N] for a
+tree, ``strategies.TREE``, layout in :mod:`specjax.decoding.tree`), ``q``,
+``q_node``, a tree's ``parents`` / ``depths`` and, for chains, ``num_valid``
+([B] drafts offered, or None: all K).  Chain drafters with ``gates_drafting``
+stop drafting early under a policy's gate (:func:`sample_chain`); every other
+drafter ignores ``gate``.
 
 Sizes have one name each: a chain drafter's ``num_draft`` is K, the drafts
 per step; a tree drafter's ``depth`` is the longest path (N, the node count,
@@ -174,9 +176,9 @@ class Drafter(Hyperparams):
 
   # How the loop drafts and verifies (strategies.CHAIN or strategies.TREE).
   strategy = CHAIN
-  # Whether draft / draft_tree return the node distributions q_node (else None).
+  # Whether propose returns the node distributions q_node (else None).
   supplies_node_dist = False
-  # Whether draft takes a policy's draft gate (``gate=``) and stops drafting early.
+  # Whether propose honours a policy's draft gate (``gate=``) and stops drafting early.
   gates_drafting = False
 
   @property
@@ -199,6 +201,12 @@ class Drafter(Hyperparams):
     return ()
 
   @property
+  def reads_target_logits(self) -> bool:
+    """Whether ``commit`` needs the target's logits at the committed positions
+    (``target_logits``; an online-adapting drafter learns from them)."""
+    return False
+
+  @property
   def tokens_per_step(self) -> int:
     """Tokens the target processes per verify step: K + 1 (chain) or N + 1 (tree)."""
     return self.max_accepted + 1
@@ -207,20 +215,21 @@ class Drafter(Hyperparams):
     raise NotImplementedError
 
   def decode_params(self, params):
-    """The params ``draft`` / ``draft_tree`` get inside the loop, made once after
+    """The params ``propose`` gets inside the loop, made once after
     ``prefill`` (e.g. :meth:`Model.decode_params`); default ``params``."""
     return params
 
-  def draft(self, params, state, prev, last, keys, gate=None) -> tuple[Proposal, Any]:
-    """Chains: ``(Proposal, state)`` with K drafts per row (module docstring); a
-    drafter with ``gates_drafting`` stops early under ``gate`` (:func:`sample_chain`)."""
-    raise NotImplementedError(f"{type(self).__name__} drafts trees only")
+  def propose(self, params, state, prev, last, keys, gate=None) -> tuple[Proposal, Any]:
+    """``(Proposal, state)``: K drafts per row (a chain) or N nodes with their parents
+    and depths (a tree); module docstring.  A drafter with ``gates_drafting`` stops
+    drafting early under ``gate`` (:func:`sample_chain`); the others ignore it."""
+    raise NotImplementedError(f"{type(self).__name__} must define propose")
 
-  def draft_tree(self, params, state, prev, last, keys) -> tuple[Proposal, Any]:
-    """Trees: ``(Proposal, state)`` with N nodes per row and their parents / depths."""
-    raise NotImplementedError(f"{type(self).__name__} drafts chains only")
-
-  def commit(self, state, target_lengths, committed, num_committed, target_hidden=None):
+  def commit(self, state, target_lengths, committed, num_committed, target_hidden=None,
+             target_logits=None):
+    """The drafter learns what the target kept (module docstring); ``target_logits``
+    ``[B, D+1, V]`` (the target's logits at the committed positions) only for a drafter
+    with ``reads_target_logits``."""
     raise NotImplementedError
 
   @property
@@ -302,7 +311,7 @@ class LMDrafter(Drafter):
               ) -> kvc.KVCache:
     return lm_prefill(self.model, params, tokens, lengths, cache_length)
 
-  def draft(self, params, state: kvc.KVCache, prev, last, keys, gate=None):
+  def propose(self, params, state: kvc.KVCache, prev, last, keys, gate=None):
     pos0 = state.lengths  # position of prev
     out = self.model.apply(params, jnp.stack([prev, last], 1),
                            jnp.stack([pos0, pos0 + 1], 1), state,
@@ -317,7 +326,7 @@ class LMDrafter(Drafter):
                         unroll=True, gate=gate)
 
   def commit(self, state: kvc.KVCache, target_lengths, committed=None, num_committed=None,
-             target_hidden=None):
+             target_hidden=None, target_logits=None):
     """Keep the context the target committed, minus its last token (re-read next step)."""
     return lm_commit(state, target_lengths)
 
@@ -404,8 +413,8 @@ class LMTreeDrafter(Drafter):
     last_prompt = jnp.take_along_axis(tokens, (lengths - 1)[:, None], 1)[:, 0]
     return PendingState(cache, pending.at[:, 0].set(last_prompt), jnp.ones((b,), jnp.int32))
 
-  def draft_tree(self, params, state: PendingState, prev, last, keys):
-    del prev  # prev is in ``pending``; keys: sampled children only
+  def propose(self, params, state: PendingState, prev, last, keys, gate=None):
+    del prev, gate  # prev is in ``pending``; keys: sampled children only
     parents, depths, ranks = static_tree(self.paths)
     n = len(parents)
     b, w = state.pending.shape
@@ -452,7 +461,7 @@ class LMTreeDrafter(Drafter):
             PendingState(cache, state.pending, state.num_pending))
 
   def commit(self, state: PendingState, target_lengths, committed=None, num_committed=None,
-             target_hidden=None):
+             target_hidden=None, target_logits=None):
     """The root is already read; the accepted path tokens become pending."""
     w = state.pending.shape[1]
     pending = jnp.concatenate([committed[:, 1:], jnp.zeros_like(committed[:, :1])], 1)[:, :w]

@@ -6,7 +6,7 @@ position i, so when the target has committed L tokens the head can hold at
 most L - 1 *complete* entries -- entry L-1 needs the token at position L (the
 ``last`` token of the protocol), which no cache holds yet.  The drafter state
 therefore keeps a small *pending* buffer: the target features of the tokens
-the target committed in its last step (and the tokens after them).  ``draft``
+the target committed in its last step (and the tokens after them).  ``propose``
 first runs the head over the pending entries (closing them with ``last``),
 which leaves the head exactly L entries long, then drafts:
 
@@ -47,6 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.checks import ArgumentTypeError, check_int
+from specjax.decoding import adaptation
 from specjax.decoding.drafters import Drafter, node_distribution, sample_chain
 from specjax.decoding.strategies import CHAIN, TREE
 from specjax.distributions import SamplingConfig
@@ -69,12 +70,14 @@ class EagleState:
       filled with ``last`` at the next draft).
     pend_hidden: [n_sel, B, W, Ht] target features of the pending positions.
     pend_count: [B] int32 pending entries per row.
+    adapter: the online adapter (:mod:`specjax.decoding.adaptation`), or None.
   """
 
   cache: kvc.KVCache
   pend_tokens: jax.Array
   pend_hidden: jax.Array
   pend_count: jax.Array
+  adapter: Optional[adaptation.AdapterState] = None
 
 
 def _fit(x, width: int, axis: int):
@@ -106,8 +109,13 @@ class EagleDrafter(Drafter):
     children: static trees: "topk" (rank r = the parent's rank-r token, q one-hot)
       or "sampled" (rank r = the parent's r-th draw without replacement from its
       ``q_node``, q = that draw's law given the earlier ones; docs/spec.md §4).
+    adapt: None, or an :class:`~specjax.decoding.adaptation.OnlineAdaptation`: each
+      row adapts its draft logits to the tokens the target commits, while it serves
+      (exact under lossless rules: docs/spec.md §4, "Online adaptation").
 
-  Params: ``EagleDrafter.make_params(head_params, target, target_params, d2t)``.
+  Params: ``EagleDrafter.make_params(head_params, target, target_params, d2t)``; with
+  ``adapt``, ``params["adapter"]`` (optional) is the adapter state to start from (a
+  session's, carried over from an earlier call: ``SpecResult.adapter``).
   """
 
   num_draft: Optional[int] = None
@@ -119,6 +127,7 @@ class EagleDrafter(Drafter):
   tree_paths: Optional[tuple] = None
   depth: Optional[int] = None
   children: str = "topk"
+  adapt: Optional[adaptation.OnlineAdaptation] = None
 
   supplies_node_dist = True
   gates_drafting = True  # chains (tree_kind "chain")
@@ -146,6 +155,9 @@ class EagleDrafter(Drafter):
     check_int("top_k", self.top_k, low=1)
     check_int("total_tokens", self.total_tokens, low=1)
     check_children(self.children)
+    if self.adapt is not None and not isinstance(self.adapt, adaptation.OnlineAdaptation):
+      raise ArgumentTypeError(f"adapt must be an OnlineAdaptation or None, got "
+                              f"{type(self.adapt).__name__}")
     if self.children == "sampled" and self.tree_kind != "static":
       raise ValueError(
           f"children='sampled' needs tree_kind='static' (got {self.tree_kind!r}): a chain "
@@ -204,6 +216,12 @@ class EagleDrafter(Drafter):
     return self.num_nodes + 1
 
   @property
+  def reads_target_logits(self) -> bool:
+    """Whether ``commit`` needs the target's logits at the committed positions (an
+    adapting drafter learns from them)."""
+    return self.adapt is not None
+
+  @property
   def pending_width(self) -> int:
     return self.max_accepted + 1
 
@@ -229,9 +247,14 @@ class EagleDrafter(Drafter):
     dt = jnp.dtype(self.head.config.dtype)
     return params["embed"][tokens].astype(dt)
 
-  def _logits(self, params, hidden):
-    lm = params.get("lm_head") if self.head.config.kind == "eagle1" else None
-    return self.head.logits(params["head"], hidden, lm, params.get("d2t"))
+  def _lm(self, params):
+    return params.get("lm_head") if self.head.config.kind == "eagle1" else None
+
+  def _logits(self, params, hidden, adapter=None):
+    """Target-vocabulary logits of the head's output ``hidden [B, ..., H]``, through
+    the row's online adapter when there is one."""
+    delta = None if adapter is None else adaptation.logit_delta(adapter.params, hidden)
+    return self.head.logits(params["head"], hidden, self._lm(params), params.get("d2t"), delta)
 
   def _consume_pending(self, params, state: EagleState, last):
     """Run the pending entries (closed by ``last``); returns the root's output
@@ -246,7 +269,7 @@ class EagleDrafter(Drafter):
     out = self.head.apply(params["head"], self._embed(params, toks), feats, pos, cache)
     cache = kvc.commit(out.cache, cnt)
     h = jnp.take_along_axis(out.hidden, (cnt - 1)[:, None, None], axis=1)[:, 0]  # [B, H]
-    return h, self._logits(params, h), cache
+    return h, self._logits(params, h, state.adapter), cache
 
   # ---- protocol ----------------------------------------------------------------------------
   def prefill(self, params, tokens, lengths, cache_length: int, target_hidden=None
@@ -266,10 +289,49 @@ class EagleDrafter(Drafter):
     w = self.pending_width
     last_feat = jnp.take_along_axis(target_hidden, (lengths - 1)[None, :, None, None], axis=2)
     pend_hidden = _fit(last_feat, w, 2)  # [n_sel, B, W, Ht]
+    adapter = None
+    if self.adapt is not None:
+      c = self.head.config
+      features = (target_hidden.shape[0], target_hidden.shape[-1])  # (n_sel, Ht)
+      adapter = adaptation.init_state(self.adapt, b, features, c.hidden_size,
+                                      c.draft_vocab_size, params.get("adapter"),
+                                      target_hidden.dtype)
     return EagleState(cache, jnp.zeros((b, w), jnp.int32), pend_hidden,
-                      jnp.ones((b,), jnp.int32))
+                      jnp.ones((b,), jnp.int32), adapter)
 
-  def draft(self, params, state: EagleState, prev, last, keys, gate=None):
+  def _adapt(self, params, state: EagleState) -> EagleState:
+    """Every ``adapt.every`` rounds, before drafting: the adapters' update on their
+    windows (``adaptation.update``), the frozen head run over each window."""
+    cfg, a = self.adapt, state.adapter
+    c = self.head.config
+
+    def run(a):
+      win = a.window
+      b, w = win.tokens.shape
+      feats = self.head.project(params["head"], jnp.moveaxis(win.feats, 2, 0))  # [B, W, H]
+      cache = self.head.init_cache(b, w)
+      pos = jnp.broadcast_to(jnp.arange(w, dtype=jnp.int32), (b, w))
+      out = self.head.apply(params["head"], self._embed(params, win.tokens), feats, pos, cache,
+                            attn_mask=adaptation.window_attention(win.valid))
+      hidden = jax.lax.stop_gradient(out.hidden)
+      base = self.head.draft_logits(params["head"], hidden, self._lm(params))  # [B, W, Vd]
+      to_draft = adaptation.target_to_draft(c.draft_vocab_size, c.vocab_size, params.get("d2t"))
+      return adaptation.update(cfg, a, base, hidden, to_draft)
+
+    a = jax.lax.cond(adaptation.is_update_round(cfg, a.rounds), run, lambda a: a, a)
+    return dataclasses.replace(state, adapter=a)
+
+  def propose(self, params, state: EagleState, prev, last, keys, gate=None):
+    if self.adapt is not None:
+      state = self._adapt(params, state)
+    if self.tree_kind == "dynamic":
+      return self._dynamic_tree(params, state, last)
+    if self.tree_kind == "static":
+      return self._static_tree(params, state, last, keys)
+    return self._chain(params, state, last, keys, gate)
+
+  def _chain(self, params, state: EagleState, last, keys, gate):
+    """K drafts, each feeding the head's output feature back (module docstring)."""
     h, z, cache = self._consume_pending(params, state, last)
 
     def step(carry, tok):
@@ -277,14 +339,15 @@ class EagleDrafter(Drafter):
       out = self.head.apply(params["head"], self._embed(params, tok[:, None]), h[:, None],
                             cache.lengths[:, None], cache)
       h = out.hidden[:, 0]
-      return (kvc.commit(out.cache, jnp.ones_like(tok)), h), self._logits(params, h)
+      return ((kvc.commit(out.cache, jnp.ones_like(tok)), h),
+              self._logits(params, h, state.adapter))
 
     proposal, (cache, _) = sample_chain(self.sampling, keys, z, step, (cache, h),
                                         self.num_draft, gate=gate)
     return proposal, dataclasses.replace(state, cache=cache)
 
   def commit(self, state: EagleState, target_lengths, committed=None, num_committed=None,
-             target_hidden=None) -> EagleState:
+             target_hidden=None, target_logits=None) -> EagleState:
     if committed is None or num_committed is None or target_hidden is None:
       raise ValueError("EagleDrafter.commit needs the committed tokens, their count and the "
                        "target's hidden states at those positions")
@@ -293,7 +356,15 @@ class EagleDrafter(Drafter):
     cache = dataclasses.replace(state.cache, lengths=(target_lengths - num).astype(jnp.int32))
     toks = _fit(committed[:, 1:].astype(jnp.int32), w, 1)
     hid = _fit(target_hidden.astype(state.pend_hidden.dtype), w, 2)
-    return EagleState(cache, toks, hid, num)
+    adapter = state.adapter
+    if self.adapt is not None:
+      if target_logits is None:
+        raise ValueError("an adapting EagleDrafter's commit needs the target's logits at the "
+                         "committed positions (reads_target_logits)")
+      feats = jnp.moveaxis(target_hidden, 0, 2).astype(adapter.carry_feat.dtype)
+      adapter = adaptation.add_entries(self.adapt, adapter, feats, committed.astype(jnp.int32),
+                                       num, target_logits)
+    return EagleState(cache, toks, hid, num, adapter)
 
   # ---- trees -------------------------------------------------------------------------------
   def _tree_forward(self, params, cache: kvc.KVCache, base, offset: int, region: int, tokens,
@@ -315,13 +386,6 @@ class EagleDrafter(Drafter):
     out = self.head.apply(params["head"], self._embed(params, tokens), feats, pos, cur,
                           mask=mask)
     return out.hidden, dataclasses.replace(out.cache, lengths=base)
-
-  def draft_tree(self, params, state: EagleState, prev, last, keys):
-    if self.tree_kind == "dynamic":
-      return self._dynamic_tree(params, state, last)
-    if self.tree_kind == "static":
-      return self._static_tree(params, state, last, keys)
-    raise ValueError("draft_tree needs tree_kind 'dynamic' or 'static'")
 
   def _one_hot(self, tokens):
     return jax.nn.one_hot(tokens, self.vocab_size, dtype=jnp.float32)
@@ -348,7 +412,7 @@ class EagleDrafter(Drafter):
       own = jax.nn.one_hot(off + jnp.arange(k), region, dtype=bool)  # [k, region]
       anc = f_anc | own[None]
       hid, cache = self._tree_forward(params, cache, base, off, region, f_tok, f_feat, i, anc)
-      logits = self._logits(params, hid)  # [B, k, V]
+      logits = self._logits(params, hid, state.adapter)  # [B, k, V]
       exp_idx.append(f_idx)
       exp_dist.append(node_distribution(logits, self.sampling))
       lp = jax.nn.log_softmax(logits, axis=-1)  # [B, k, V]
@@ -428,7 +492,7 @@ class EagleDrafter(Drafter):
       hid, cache = self._tree_forward(params, cache, base, int(ids[0]), n, node_tok,
                                       feats[:, par], d, anc)
       feats = feats.at[:, ids + 1].set(hid)
-      logits = self._logits(params, hid)  # [B, T, V]
+      logits = self._logits(params, hid, state.adapter)  # [B, T, V]
       top = top.at[:, ids + 1].set(jax.lax.top_k(logits, r)[1])
       q_node = q_node.at[:, ids + 1].set(node_distribution(logits, self.sampling))
     tree = TreeDraft(tok, jnp.broadcast_to(jnp.asarray(parents_np), (b, n)),

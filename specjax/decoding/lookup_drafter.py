@@ -48,10 +48,10 @@ from typing import Optional
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from specjax.checks import check_int
 from specjax.decoding import token_history as th
+from specjax.decoding.buckets import check_buckets
 from specjax.decoding.drafters import Drafter
 from specjax.decoding.proposal import Proposal
 from specjax.distributions import SamplingConfig
@@ -67,20 +67,6 @@ class LookupState:
 
   history: th.TokenHistory
   num_valid: jax.Array
-
-
-def check_buckets(name: str, buckets, k: int) -> tuple:
-  """``buckets`` as a sorted tuple of distinct ints in ``[0, K]`` that contains K;
-  ValueError naming ``name``, the value and the allowed range otherwise."""
-  try:
-    out = tuple(sorted(set(int(v) for v in buckets)))
-    ints = all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in buckets)
-  except (TypeError, ValueError):
-    out, ints = (), False
-  if not ints or not out or out[0] < 0 or out[-1] != k:
-    raise ValueError(f"{name}={buckets!r} must be integers in [0, K={k}] that include K, "
-                     f"e.g. (0, {k})")
-  return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,8 +122,8 @@ class PromptLookupDrafter(Drafter):
     hist = th.prefill(tokens, lengths, cache_length)
     return LookupState(hist, jnp.zeros_like(hist.length))
 
-  def propose(self, hist: th.TokenHistory, last: jax.Array
-              ) -> tuple[jax.Array, jax.Array, jax.Array]:
+  def match(self, hist: th.TokenHistory, last: jax.Array
+            ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """``(x [B, K] int32, num_valid [B] int32, ngram [B] int32)`` for the text ``hist`` +
     ``last [B]``: the copy after the most recent occurrence of the longest matching
     n-gram (of ``ngram`` tokens, 0 without a match); ``num_valid`` is K or 0."""
@@ -152,9 +138,9 @@ class PromptLookupDrafter(Drafter):
     ngram = jnp.where(found, best, 0).astype(jnp.int32)
     return x, jnp.where(found, self.num_draft, 0).astype(jnp.int32), ngram
 
-  def draft(self, params, state: LookupState, prev, last, keys):
-    del params, prev, keys  # no model; deterministic
-    x, num_valid, ngram = self.propose(state.history, last)
+  def propose(self, params, state: LookupState, prev, last, keys, gate=None):
+    del params, prev, keys, gate  # no model; deterministic
+    x, num_valid, ngram = self.match(state.history, last)
     q = jax.nn.one_hot(x, self.vocab, dtype=jnp.float32)  # [B, K, V]
     # confidence: the match length, known before the copy (every position the same)
     score = jnp.broadcast_to((ngram / self.max_ngram)[:, None], x.shape).astype(jnp.float32)
@@ -162,7 +148,7 @@ class PromptLookupDrafter(Drafter):
             LookupState(state.history, num_valid))
 
   def commit(self, state: LookupState, target_lengths, committed=None, num_committed=None,
-             target_hidden=None) -> LookupState:
+             target_hidden=None, target_logits=None) -> LookupState:
     """Append what the target kept (``last`` and the accepted drafts)."""
     if committed is None or num_committed is None:
       raise ValueError("PromptLookupDrafter.commit needs the committed tokens and their count")

@@ -7,8 +7,8 @@ is RUNNING; the ``lax.while_loop`` inside ``generate`` /
 same step.  The states are registered frozen dataclasses (pytrees); every
 field carries its shape.  Loop-invariant *traced* inputs (params, keys,
 hyperparameter pytrees) travel separately in ``*Inputs``; static
-configuration (models, lengths, EOS ids) lives in the hashable loop objects
-of ``autoregressive.py`` / ``speculative.py``.
+configuration (models, lengths, EOS ids, the verify strategy) lives in the
+hashable loop objects (``autoregressive.GenLoop``, :class:`SpecLoop`).
 
 Shapes: B rows, S cache slots, W = max_new_tokens + D + 1 output slots
 (D = ``drafter.max_accepted``: K for a chain, the tree depth for a tree).
@@ -17,9 +17,10 @@ Shapes: B rows, S cache slots, W = max_new_tokens + D + 1 output slots
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Optional
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from specjax.models import kv_cache as kvc
@@ -80,6 +81,23 @@ class SpecStats:
   processed_tokens: jax.Array
   gamma_counts: jax.Array
 
+  def add_round(self, active, gamma, num_accepted, num_relaxed, accepted, offered,
+                processed) -> "SpecStats":
+    """The counters after one round: ``active`` [B] bool (idle rows count nothing),
+    ``gamma`` [B] drafts offered, ``num_accepted`` / ``num_relaxed`` [B],
+    ``accepted`` / ``offered`` [B, D] bool per position, ``processed`` [] tokens
+    the target forward processed per row."""
+    a = active.astype(jnp.int32)
+    one_hot_gamma = jnp.arange(self.gamma_counts.shape[1])[None, :] == gamma[:, None]
+    return SpecStats(
+        self.target_calls + a, self.accepted + num_accepted * a,
+        self.relaxed + num_relaxed * a,
+        self.accept_counts + accepted.astype(jnp.int32),
+        self.offered_counts + offered.astype(jnp.int32),
+        self.verified_tokens + jnp.where(active, gamma, 0),
+        self.processed_tokens + processed * a,
+        self.gamma_counts + one_hot_gamma * a[:, None])
+
   @property
   def tau(self) -> np.ndarray:
     """Tokens per target verify call, per row: (accepted + calls) / calls."""
@@ -97,6 +115,40 @@ class SpecStats:
             "gamma_counts": np.sum(self.gamma_counts, 0).tolist(),
             "accept_rate_per_position": (np.sum(self.accept_counts, 0) /
                                          np.maximum(np.sum(self.offered_counts, 0), 1)).tolist()}
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecLoop:
+  """Static configuration of the speculative loop (hashable: the one static jit
+  argument of ``speculative.speculative_step``); built by
+  ``speculative.make_loop`` from the target, the drafter and the policy.
+
+  Attributes:
+    target: the target ``Model`` (its config selecting the hidden layers the
+      drafter reads: ``speculative.loop_target``).
+    policy: optional verify-length policy (chains only), or None.
+    max_new_tokens: tokens to generate per row.
+    eos: tuple of EOS token ids (may be empty).
+    cache_length: KV slots S of the target (and drafter) caches.
+    strategy: how a round is verified, the drafter's ``strategy`` (chain or tree,
+      ``specjax.decoding.strategies``).
+    depth: D, the most drafts one round can accept (``drafter.max_accepted``).
+    buckets: the sorted verify lengths a chain's target forward is compiled for
+      (a policy's ``buckets``, else the drafter's ``verify_buckets``;
+      ``specjax.decoding.buckets``), or None: always K.
+    path_logits: whether verification hands the drafter's ``commit`` the target's
+      logits at the committed positions (``drafter.reads_target_logits``).
+  """
+
+  target: Any
+  policy: Optional[Any]
+  max_new_tokens: int
+  eos: tuple
+  cache_length: int
+  strategy: Any
+  depth: int
+  buckets: Optional[tuple] = None
+  path_logits: bool = False
 
 
 @jax.tree_util.register_dataclass

@@ -1,7 +1,6 @@
 """What a drafter hands the loop each step: one :class:`Proposal` per batch.
 
-Every drafter's ``draft`` (chains) and ``draft_tree`` (trees) returns
-``(Proposal, state)``.  The class lives here, apart from the drafters and the
+Every drafter's ``propose`` returns ``(Proposal, state)``.  The class lives here, apart from the drafters and the
 strategies (:mod:`specjax.decoding.strategies`), so both import it without a
 cycle.  Tree layout (tree indices, parents before children): see
 :mod:`specjax.decoding.tree`.

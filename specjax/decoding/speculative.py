@@ -2,12 +2,14 @@
 ``lax.while_loop`` (docs/design.md "Loop") around ONE step function.
 
 :func:`speculative_step` ``(loop, inputs, state) -> (state, record)`` is the
-step, for every row: the drafter's strategy (``drafter.strategy``, chain or
-tree, :mod:`specjax.decoding.strategies`) proposes drafts -> an optional
-verify-length policy picks gamma (a drafter's ``num_valid`` caps it) -> the
-strategy runs one target forward and verifies -> the drafter and policy commit
-what the target kept -> the tokens are appended and EOS / length / cache
-limits applied.  Rows advance by
+step, for every row: the drafter proposes drafts (``drafter.propose`` ->
+:class:`~specjax.decoding.proposal.Proposal`) -> an optional verify-length
+policy picks gamma (a drafter's ``num_valid`` caps it) -> the loop's strategy
+(chain or tree, :mod:`specjax.decoding.strategies`) runs one target forward and
+the rule (a :class:`~specjax.decoding.strategies.Round` in, a
+:class:`~specjax.decoding.strategies.Verdict` out) -> the drafter and policy
+commit what the target kept -> the tokens are appended, EOS / length / cache
+limits applied and the counters updated (``SpecStats.add_round``).  Rows advance by
 different amounts; finished rows idle (static shapes).  Per-row randomness
 comes from ``fold_in(fold_in(key, global_row), step)``, so results do not
 depend on how rows are split over devices.
@@ -16,13 +18,14 @@ The same step serves three callers: the ``lax.while_loop`` of
 :func:`speculative_core` (no host round trip), SV calibration
 (``policies/sv_collect.py``) and any streaming host loop::
 
-    loop = SpecLoop(loop_target(target, drafter), policy, max_new_tokens, eos, cache_length)
+    loop = make_loop(target, drafter, policy, max_new_tokens, eos, cache_length)
     inputs, state = jit_init(loop, drafter, verifier, sampling, target_params,
                              draft_params, policy_params, tokens, lengths, key, row_ids)
     while np.any(np.asarray(state.finish_reason) == RUNNING):
       state, record = jit_step(loop, inputs, state)   # state buffers donated
 
-``loop`` (:class:`SpecLoop`) holds only static configuration; the state
+``loop`` (:class:`SpecLoop`) holds only static configuration (the target, the
+policy, lengths, EOS ids, the verify strategy and its buckets); the state
 (:class:`~specjax.decoding.loop_state.SpecState`) and the loop-invariant
 traced inputs (:class:`~specjax.decoding.loop_state.SpecInputs`) are typed
 pytrees.
@@ -43,8 +46,8 @@ from specjax.checks import ArgumentTypeError, check_int, check_key
 from specjax.decoding.arguments import (check_model_params, check_position_range,
                                         check_tokenizers)
 from specjax.decoding.drafters import Drafter
-from specjax.decoding.loop_state import SpecInputs, SpecState, SpecStats, StepRecord
-from specjax.decoding.strategies import VerifyInputs, check_rule_for_strategy
+from specjax.decoding.loop_state import SpecInputs, SpecLoop, SpecState, SpecStats, StepRecord
+from specjax.decoding.strategies import Round, check_rule_for_strategy
 from specjax.decoding.prompts import (eos_tuple, is_eos, prepare_prompts,
                                       resolve_cache_length)
 from specjax.distributions import SamplingConfig, sample_logits
@@ -53,7 +56,7 @@ from specjax.verifiers.base import NodeRule
 from specjax.verifiers.path import PathRule
 
 __all__ = ["SpecLoop", "SpecResult", "SpecStats", "SpecState", "SpecInputs", "StepRecord",
-           "speculative_init", "speculative_step", "jit_init", "jit_step", "speculative_core",
+           "make_loop", "speculative_init", "speculative_step", "jit_init", "jit_step", "speculative_core",
            "speculative_generate", "validate_pair", "node_dist_missing", "loop_target"]
 
 
@@ -65,12 +68,17 @@ class SpecResult:
     lengths: [B] generated tokens per row (EOS included).
     finish_reason: [B] 1 max_new_tokens, 2 eos, 3 cache_full.
     stats: SpecStats.
+    adapter: an adapting drafter's state after the run
+      (:class:`~specjax.decoding.adaptation.AdapterState`: the per-row adapters,
+      Adam's moments, the window): pass it as ``draft_params["adapter"]`` to the
+      next call of a session to carry on from it; None for every other drafter.
   """
 
   tokens: jax.Array
   lengths: jax.Array
   finish_reason: jax.Array
   stats: SpecStats
+  adapter: Optional[Any] = None
 
   def to_lists(self) -> list[list[int]]:
     toks, lens = np.asarray(self.tokens), np.asarray(self.lengths)
@@ -99,26 +107,6 @@ def _append(out, n, reason, new, num_new, eos, max_new_tokens):
   return out, n2, reason
 
 
-@dataclasses.dataclass(frozen=True)
-class SpecLoop:
-  """Static configuration of the speculative loop (hashable: a static jit argument).
-
-  Attributes:
-    target: the target :class:`Model` (its config selecting the hidden layers
-      the drafter reads: :func:`loop_target`).
-    policy: optional verify-length policy (chains only), or None.
-    max_new_tokens: tokens to generate per row.
-    eos: tuple of EOS token ids (may be empty).
-    cache_length: KV slots S of the target (and drafter) caches.
-  """
-
-  target: Model
-  policy: Optional[Any]
-  max_new_tokens: int
-  eos: tuple
-  cache_length: int
-
-
 def loop_target(target: Model, drafter: Drafter) -> Model:
   """``target`` with ``hidden_layers`` = the drafter's ``target_hidden_layers``: the
   drafter decides which target features the loop carries."""
@@ -126,6 +114,21 @@ def loop_target(target: Model, drafter: Drafter) -> Model:
     return dataclasses.replace(
         target, config=target.config.replace(hidden_layers=tuple(drafter.target_hidden_layers)))
   return target
+
+
+def make_loop(target: Model, drafter: Drafter, policy, max_new_tokens: int, eos: tuple,
+              cache_length: int) -> SpecLoop:
+  """The static :class:`SpecLoop` for ``drafter`` (and optional ``policy``): the target
+  carries the drafter's hidden layers (:func:`loop_target`), the strategy and depth
+  are the drafter's, and the verify buckets the policy's (else the drafter's; a
+  single bucket is no bucket: always K)."""
+  buckets = drafter.verify_buckets if policy is None else policy.buckets
+  buckets = None if buckets is None else tuple(sorted(set(int(v) for v in buckets)))
+  if buckets is not None and len(buckets) == 1:
+    buckets = None
+  return SpecLoop(loop_target(target, drafter), policy, int(max_new_tokens), tuple(eos),
+                  int(cache_length), drafter.strategy, int(drafter.max_accepted), buckets,
+                  bool(drafter.reads_target_logits))
 
 
 def speculative_init(loop: SpecLoop, drafter: Drafter, verifier: NodeRule,
@@ -176,6 +179,23 @@ def _stop_if_full(reason, lengths, per_step: int, cache_length: int):
   return jnp.where(full, CACHE_FULL, reason)
 
 
+def _choose_gamma(loop: SpecLoop, inputs: SpecInputs, state: SpecState, proposal, active):
+  """``(gamma [B], policy state, signals)``: the drafts each row verifies -- all of them
+  without a policy, else the policy's choice among the rows that offer drafts -- capped
+  by what the drafter offers (``proposal.num_valid``)."""
+  b = active.shape[0]
+  if loop.policy is None:
+    gamma = jnp.full((b,), proposal.tokens.shape[1], jnp.int32)  # K, or N tree nodes
+    p_state, signals = state.policy, {}
+  else:
+    offers = active if proposal.num_valid is None else active & (proposal.num_valid > 0)
+    gamma, p_state, signals = loop.policy.choose(inputs.policy_params, state.policy,
+                                                 state.prev, state.last, proposal, offers)
+  if proposal.num_valid is not None:  # the drafter offers fewer (prompt lookup: 0 without a match)
+    gamma = jnp.where(active, jnp.minimum(gamma, proposal.num_valid), 0).astype(jnp.int32)
+  return gamma, p_state, signals
+
+
 def speculative_step(loop: SpecLoop, inputs: SpecInputs, state: SpecState
                      ) -> tuple[SpecState, StepRecord]:
   """One speculative step for every row (module docstring); traceable, no host sync.
@@ -183,66 +203,43 @@ def speculative_step(loop: SpecLoop, inputs: SpecInputs, state: SpecState
   Rows that are not RUNNING idle: their caches, tokens and counters are unchanged.
   Returns the next state and a :class:`StepRecord` of the step ([B] / [B, D]).
   """
-  target, policy = loop.target, loop.policy
-  drafter, verifier, sampling = inputs.drafter, inputs.verifier, inputs.sampling
-  strategy = drafter.strategy
-  depth = drafter.max_accepted
+  drafter, policy, depth = inputs.drafter, loop.policy, loop.depth
   last, prev = state.last, state.prev
   b = last.shape[0]
   active = state.finish_reason == RUNNING
   keys = row_key(inputs.key, inputs.row_ids, state.step)  # [B]
   split = jax.vmap(lambda kk: jax.random.split(kk, 3))(keys)  # [B, 3]
   gate = None if policy is None else policy.draft_gate(inputs.policy_params, state.policy)
-  proposal, d_state = strategy.propose(drafter, inputs.draft_params, state.drafter, prev,
-                                       last, split[:, 0], gate=gate)
-  p_state = state.policy
-  if policy is None:
-    gamma = jnp.full((b,), proposal.tokens.shape[1], jnp.int32)  # K, or N tree nodes
-    signals = {}
-  else:
-    offers = active if proposal.num_valid is None else active & (proposal.num_valid > 0)
-    gamma, p_state, signals = policy.choose(inputs.policy_params, p_state, prev, last,
-                                            proposal, offers)
-  if proposal.num_valid is not None:  # the drafter offers fewer (prompt lookup: 0 without a match)
-    gamma = jnp.where(active, jnp.minimum(gamma, proposal.num_valid), 0).astype(jnp.int32)
-  buckets = drafter.verify_buckets if policy is None else policy.buckets
-  v = strategy.verify(VerifyInputs(
-      target=target, depth=depth, buckets=None if buckets is None else tuple(buckets),
-      target_params=inputs.target_params, cache=state.target_cache, verifier=verifier,
-      sampling=sampling, last=last, proposal=proposal, gamma=gamma, u_keys=split[:, 1],
-      verify_keys=split[:, 2], active=active))
+  proposal, d_state = drafter.propose(inputs.draft_params, state.drafter, prev, last,
+                                      split[:, 0], gate=gate if drafter.gates_drafting else None)
+  gamma, p_state, signals = _choose_gamma(loop, inputs, state, proposal, active)
+  v = loop.strategy.verify(loop, inputs, state.target_cache,
+                           Round(last, proposal, gamma, active, split[:, 1], split[:, 2]))
   nacc, t_cache = v.num_accepted, v.cache
   # --- commit: drafter / policy learn what the target kept.
-  committed = jnp.concatenate([last[:, None], v.path_tokens], 1)  # [B, D+1]
+  committed = jnp.concatenate([last[:, None], v.path_drafts], 1)  # [B, D+1]
   d_state = drafter.commit(d_state, t_cache.lengths, committed, jnp.where(active, nacc + 1, 0),
-                           v.hidden)
+                           v.hidden, v.target_logits)
   if policy is not None:
     p_state = policy.commit(p_state, t_cache.lengths)
-  new = jnp.concatenate([v.path_tokens, jnp.zeros((b, 1), jnp.int32)], 1)
+  new = jnp.concatenate([v.path_drafts, jnp.zeros((b, 1), jnp.int32)], 1)
   new = jnp.where(jnp.arange(depth + 1)[None, :] == nacc[:, None], v.token[:, None], new)
   out, n, reason = _append(state.tokens, state.num_tokens, state.finish_reason, new, nacc + 1,
                            loop.eos, loop.max_new_tokens)
   # A row that cannot fit another step stops now (entry validation guarantees
   # the first step fits), so no iteration is spent on rows that are all full.
   reason = _stop_if_full(reason, t_cache.lengths, drafter.tokens_per_step, loop.cache_length)
-  last_acc = jnp.take_along_axis(v.path_tokens, jnp.maximum(nacc - 1, 0)[:, None], 1)[:, 0]
+  last_acc = jnp.take_along_axis(v.path_drafts, jnp.maximum(nacc - 1, 0)[:, None], 1)[:, 0]
   new_prev = jnp.where(active, jnp.where(nacc > 0, last_acc, last), prev)
   new_last = jnp.where(active, v.token, last)
-  a = active.astype(jnp.int32)
-  st = state.stats
   pos = jnp.arange(depth)[None, :]
   accepted = v.accepted & active[:, None]
   offered = (pos <= nacc[:, None]) & (pos < gamma[:, None]) & active[:, None]
-  one_hot_gamma = (jnp.arange(st.gamma_counts.shape[1])[None, :] == gamma[:, None])
-  stats = SpecStats(
-      st.target_calls + a, st.accepted + nacc * a, st.relaxed + v.num_relaxed * a,
-      st.accept_counts + accepted.astype(jnp.int32),
-      st.offered_counts + offered.astype(jnp.int32),
-      st.verified_tokens + jnp.where(active, gamma, 0),
-      st.processed_tokens + v.processed * a,
-      st.gamma_counts + one_hot_gamma * a[:, None])
+  stats = state.stats.add_round(active, gamma, nacc, v.num_relaxed, accepted, offered,
+                                v.processed)
   new_state = SpecState(t_cache, d_state, p_state, reason, out, n, new_prev, new_last,
                         state.step + 1, stats)
+  a = active.astype(jnp.int32)
   record = StepRecord(state.step, active, jnp.where(active, gamma, 0), nacc * a, accepted,
                       offered, n - state.num_tokens, signals)
   return new_state, record
@@ -268,8 +265,9 @@ def speculative_core(loop: SpecLoop, drafter: Drafter, verifier: NodeRule,
                                    draft_params, policy_params, tokens, lengths, key, row_ids)
   state = jax.lax.while_loop(lambda s: jnp.any(s.finish_reason == RUNNING),
                              lambda s: speculative_step(loop, inputs, s)[0], state)
+  adapter = getattr(state.drafter, "adapter", None)
   return SpecResult(state.tokens[:, :loop.max_new_tokens], state.num_tokens,
-                    state.finish_reason, state.stats)
+                    state.finish_reason, state.stats, adapter)
 
 
 _speculative = jax.jit(speculative_core, static_argnums=0)
@@ -335,6 +333,25 @@ def _checked_arguments(target, target_params, drafter, draft_params, verifier, s
   return key
 
 
+def _check_carried_adapter(drafter, draft_params, batch: int, mesh) -> None:
+  """A session's carried adapters (``draft_params["adapter"]``) must belong to an
+  adapting drafter and fit its head and the batch; the loop runs them without a mesh
+  (their rows are per-row state, not replicated params)."""
+  carried = draft_params.get("adapter") if isinstance(draft_params, dict) else None
+  if carried is None:
+    return
+  cfg = getattr(drafter, "adapt", None)
+  if cfg is None:
+    raise ValueError("draft_params['adapter'] was given, but the drafter does not adapt "
+                     "(EagleDrafter(adapt=OnlineAdaptation(...)))")
+  if mesh is not None:
+    raise ValueError("carried adapters (draft_params['adapter']) run without a mesh "
+                     "(mesh=None): they are per-row state")
+  from specjax.decoding import adaptation
+  c = drafter.head.config
+  adaptation.check_carried(carried, cfg, batch, c.hidden_size, c.draft_vocab_size)
+
+
 def speculative_generate(target: Model, target_params, drafter: Drafter, draft_params,
                          verifier: NodeRule, prompts, *, max_new_tokens: int,
                          sampling: SamplingConfig = SamplingConfig(temperature=0.0), key=None,
@@ -381,7 +398,6 @@ def speculative_generate(target: Model, target_params, drafter: Drafter, draft_p
   """
   key = _checked_arguments(target, target_params, drafter, draft_params, verifier, sampling,
                            key, max_new_tokens, row_offset, policy, allow_tokenizer_mismatch)
-  target = loop_target(target, drafter)
   eos = eos_tuple(target.config.eos_token_id if eos_token_id == "config" else eos_token_id)
   tokens, lengths = prepare_prompts(prompts, target.config.vocab_size,
                                     min_bucket=prompt_bucket)
@@ -396,10 +412,11 @@ def speculative_generate(target: Model, target_params, drafter: Drafter, draft_p
                      f"needs {per_step} free slots after the longest prompt "
                      f"({int(lengths.max())} tokens)")
   tokens = tokens[:, :bucket]
+  _check_carried_adapter(drafter, draft_params, tokens.shape[0], mesh)
   if policy is not None:
     n_dev = 1 if mesh is None else int(mesh.shape.get("data", 1))
     policy.check_rows(tokens.shape[0], -(-tokens.shape[0] // n_dev), n_dev)
-  loop = SpecLoop(target, policy, int(max_new_tokens), eos, cache_length)
+  loop = make_loop(target, drafter, policy, max_new_tokens, eos, cache_length)
   traced = (drafter, verifier, sampling, target_params, draft_params, policy_params)
   if mesh is not None:
     from specjax.decoding import parallel

@@ -193,14 +193,14 @@ class SuffixTreeDrafter(Drafter):
     return SuffixCandidates(TreeDraft(tokens.astype(jnp.int32), parents, depths), real,
                             node_support.astype(jnp.int32), q_node)
 
-  def draft_tree(self, params, state: th.TokenHistory, prev, last, keys):
-    del params, prev, keys  # no model; deterministic
+  def propose(self, params, state: th.TokenHistory, prev, last, keys, gate=None):
+    del params, prev, keys, gate  # no model; deterministic
     cand = self.candidates(state, last)
     q = jax.nn.one_hot(cand.tree.tokens, self.vocab, dtype=jnp.float32)  # [B, N, V]
     return Proposal.from_tree(cand.tree, q, cand.q_node), state
 
   def commit(self, state: th.TokenHistory, target_lengths, committed=None, num_committed=None,
-             target_hidden=None) -> th.TokenHistory:
+             target_hidden=None, target_logits=None) -> th.TokenHistory:
     """Append what the target kept (``last`` and the accepted path)."""
     if committed is None or num_committed is None:
       raise ValueError("SuffixTreeDrafter.commit needs the committed tokens and their count")

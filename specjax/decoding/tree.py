@@ -1,6 +1,6 @@
 """Draft trees: parent arrays, depths, ancestor attention masks, static trees.
 
-Convention (shared by drafters, the loop and ``verify_tree``): a tree of N
+Convention (shared by drafters, the loop and the tree rules): a tree of N
 draft nodes plus the root.  Index 0 is the root -- the last committed token,
 not yet in the target cache -- and draft node j (0-based in the drafter's
 arrays) has tree index j + 1.  ``parents[j]`` is the *tree index* of node j's

@@ -323,10 +323,14 @@ class EagleHead:
                      preferred_element_type=jnp.float32)
     return self.module.apply({"params": params}, hidden, method=_Head.logits).astype(jnp.float32)
 
-  def logits(self, params, hidden, target_lm_head=None, d2t=None):
+  def logits(self, params, hidden, target_lm_head=None, d2t=None, delta=None):
     """Float32 logits over the *target* vocabulary ``[..., V]``: draft id d scattered
-    to target id ``d + d2t[d]``; ids outside the draft vocabulary get -inf."""
+    to target id ``d + d2t[d]``; ids outside the draft vocabulary get -inf.
+    ``delta [..., V_draft]``: added to the draft logits first (an online adapter,
+    ``specjax.decoding.adaptation``)."""
     z = self.draft_logits(params, hidden, target_lm_head)
+    if delta is not None:
+      z = z + delta
     c = self.config
     if not c.reduced_vocab:
       return z

@@ -10,8 +10,8 @@ table).  See ``base.py`` for the protocol.
 
 from specjax.policies.adaedl import (AdaEDL, AdaEDLParams, AdaEDLState, acceptance_bound,
                                      draft_entropy, stop_lengths, update_threshold)
-from specjax.policies.base import (ConstantGamma, FixedLength, VerifyPolicy, bucket_index,
-                                   default_buckets, round_up_to_bucket, validate_buckets)
+from specjax.decoding.buckets import bucket_index, check_buckets, default_buckets, round_up
+from specjax.policies.base import ConstantGamma, FixedLength, VerifyPolicy
 from specjax.policies.cost_aware import CostAwareLength, CostAwareParams
 from specjax.policies.calibration import (CalibrationTable, FittedTable, fit_table,
                                           fixed_edges, information_report, load_table,
@@ -25,7 +25,7 @@ from specjax.policies.sv import (SpeculativeVerification, choose_batch_max, choo
 
 __all__ = ["CostAwareLength", "CostAwareParams", "AdaEDL", "AdaEDLParams", "AdaEDLState", "acceptance_bound", "draft_entropy",
            "stop_lengths", "update_threshold", "ConstantGamma", "FixedLength", "VerifyPolicy",
-           "bucket_index", "default_buckets", "round_up_to_bucket", "validate_buckets",
+           "bucket_index", "check_buckets", "default_buckets", "round_up",
            "CalibrationTable", "FittedTable", "fit_table", "fixed_edges", "information_report",
            "load_table", "quantile_edges", "save_table", "triple_id", "LatencyProfile",
            "load_profile", "measure_profile", "save_profile", "SpeculativeVerification",

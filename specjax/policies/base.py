@@ -12,7 +12,7 @@ params and state are pytrees passed in and out, like a drafter's::
 ``prev`` / ``last`` are as in :mod:`specjax.decoding.drafters` (``prev`` the
 last token in the target's cache, at position L-1; ``last`` the token emitted
 by the previous step, at position L).  ``gamma[b]`` in ``0..K`` is the number
-of drafts row b offers to the verifier (``verify_chain(..., num_valid=gamma)``);
+of drafts row b offers to the verifier (the chain rule's ``length``);
 inactive rows get 0.  ``active[b]``: row b runs this step *and* its drafter
 offers drafts (a prompt-lookup row without a match is inactive for the policy:
 its round is a plain decode step).  ``signals`` is a dict of per-position arrays for
@@ -27,7 +27,7 @@ per position where it scores its drafts (prompt lookup: the match length).
 ``buckets`` is the static, sorted tuple of verify lengths the target forward
 may be compiled for: the loop runs the target over ``bucket + 1`` tokens, the
 bucket being the smallest one ``>= max(gamma over active rows)``
-(:func:`bucket_index`, for ``lax.switch``).  ``buckets[-1]`` must be K.
+(:mod:`specjax.decoding.buckets`).  ``buckets[-1]`` must be K.
 """
 
 from __future__ import annotations
@@ -38,47 +38,13 @@ from typing import Any, Optional
 import jax
 import jax.numpy as jnp
 
+from specjax.decoding.buckets import check_buckets, default_buckets
+
 
 def node_distributions(proposal) -> jax.Array:
   """``[B, K, V]``: the drafter's full distribution at each position (``q_node``), or
   the drafts' ``q`` for a drafter without one (one-hot rows for prompt lookup)."""
   return proposal.q if proposal.q_node is None else proposal.q_node
-
-
-def default_buckets(k: int) -> tuple:
-  """``(0, 1, 2, 4, ..., K)``: powers of two below K, plus 0 and K."""
-  out, g = [0], 1
-  while g < k:
-    out.append(g)
-    g *= 2
-  out.append(k)
-  return tuple(out)
-
-
-def validate_buckets(buckets, k: int) -> tuple:
-  """Sorted unique ints in ``[0, K]`` ending with K; ValueError otherwise."""
-  try:
-    b = tuple(sorted(set(int(v) for v in buckets)))
-  except (TypeError, ValueError):
-    raise ValueError(f"buckets={buckets!r} must be a sequence of integers") from None
-  if not b or b[0] < 0 or b[-1] != k:
-    raise ValueError(f"buckets={buckets!r} must be integers in [0, K={k}] and include K")
-  return b
-
-
-def bucket_index(buckets: tuple, gamma: jax.Array, active: jax.Array) -> jax.Array:
-  """Index (int32 scalar) of the smallest bucket ``>= max(gamma[active])`` (0 if none active).
-
-  Use with ``lax.switch(bucket_index(...), [forward_for(b) for b in buckets], ...)``.
-  """
-  gmax = jnp.max(jnp.where(active, gamma, 0))
-  return jnp.sum(jnp.asarray(buckets, jnp.int32) < gmax).astype(jnp.int32)
-
-
-def round_up_to_bucket(buckets: tuple, gamma: jax.Array) -> jax.Array:
-  """Elementwise smallest bucket ``>= gamma`` (gamma <= K = buckets[-1])."""
-  b = jnp.asarray(buckets, jnp.int32)
-  return b[jnp.sum(b[None, :] < gamma.reshape(-1, 1), axis=1)].reshape(gamma.shape)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,15 +86,15 @@ class VerifyPolicy:
 @dataclasses.dataclass(frozen=True)
 class BucketedPolicy(VerifyPolicy):
   """A policy whose verify lengths vary per step: ``verify_buckets`` (static) are the
-  lengths the target forward is compiled for, default :func:`default_buckets`,
-  validated by :func:`validate_buckets`."""
+  lengths the target forward is compiled for (:mod:`specjax.decoding.buckets`),
+  default :func:`~specjax.decoding.buckets.default_buckets`."""
 
   verify_buckets: Optional[tuple] = None
 
   def __post_init__(self):
     super().__post_init__()
     b = (default_buckets(self.num_draft) if self.verify_buckets is None
-         else validate_buckets(self.verify_buckets, self.num_draft))
+         else check_buckets("verify_buckets", self.verify_buckets, self.num_draft))
     object.__setattr__(self, "verify_buckets", b)
 
   @property

@@ -62,6 +62,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.checks import check_range
+from specjax.decoding.buckets import covering
 from specjax.policies.acceptance import AcceptanceTable, draft_confidence, proposal_confidence
 from specjax.policies.base import BucketedPolicy
 from specjax.policies.calibration import bin_index
@@ -135,10 +136,7 @@ def make_params(table: AcceptanceTable, round_cost, *, rate0: float = 1.0,
 def bucket_cost(round_cost: jax.Array, buckets: tuple) -> jax.Array:
   """``c_eff(n) = c(smallest bucket >= n)``: what verifying n drafts costs when the
   target runs over a bucket. ``[K+1] -> [K+1]``."""
-  k = round_cost.shape[-1] - 1
-  b = np.asarray(buckets)
-  cover = np.asarray([b[np.searchsorted(b, n)] for n in range(k + 1)])
-  return round_cost[..., cover]
+  return round_cost[..., covering(buckets)]
 
 
 def continuation_tables(prior: jax.Array, cost: jax.Array) -> tuple[jax.Array, jax.Array]:

@@ -19,7 +19,7 @@ import numpy as np
 from specjax.decoding.autoregressive import RUNNING
 from specjax.decoding.drafters import Drafter
 from specjax.decoding.prompts import eos_tuple, prepare_prompts
-from specjax.decoding.speculative import SpecLoop, jit_init, jit_step, loop_target
+from specjax.decoding.speculative import jit_init, jit_step, loop_target, make_loop
 from specjax.distributions import SamplingConfig
 from specjax.models.transformer import Model
 from specjax.policies.base import VerifyPolicy
@@ -68,7 +68,7 @@ def run_probe(target: Model, target_params, drafter: Drafter, draft_params,
     cache_length = tokens.shape[1] + max_new_tokens + 2 * (k + 1)
   b = tokens.shape[0]
   row_ids = jnp.arange(b, dtype=jnp.int32) + row_offset
-  loop = SpecLoop(target, policy, int(max_new_tokens), eos, int(cache_length))
+  loop = make_loop(target, drafter, policy, max_new_tokens, eos, cache_length)
   inputs, state = jit_init(loop, drafter, verifier, sampling, target_params, draft_params,
                            policy_params, jnp.asarray(tokens), jnp.asarray(lengths), key, row_ids)
   steps = []

@@ -90,7 +90,8 @@ from specjax.decoding.drafters import lm_commit, lm_prefill
 from specjax.distributions import SamplingConfig, probs_from_logits
 from specjax.models import kv_cache as kvc
 from specjax.models.transformer import Model
-from specjax.policies.base import BucketedPolicy, round_up_to_bucket
+from specjax.decoding.buckets import round_up
+from specjax.policies.base import BucketedPolicy
 from specjax.policies.calibration import CalibrationTable
 from specjax.verifiers.base import safe_ratio
 
@@ -362,7 +363,7 @@ class SpeculativeVerification(BucketedPolicy):
     if self.fill_bucket:
       def fill(gm, a):
         gmax = jnp.max(jnp.where(a, gm, 0))
-        return jnp.where(a, round_up_to_bucket(self.buckets, gmax[None])[0], 0)
+        return jnp.where(a, round_up(self.buckets, gmax[None])[0], 0)
       gamma = _per_group(fill, g, gamma, active)
     en = jnp.take_along_axis(expected_accepted(p_hat), gamma[:, None], axis=1)[:, 0]
     return gamma.astype(jnp.int32), cache, {"S": s, "A": a, "p_hat": p_hat,

@@ -9,8 +9,7 @@ and MARS threshold hooks) is :mod:`specjax.verifiers.registry`.
 
 from specjax.distributions import (allowed_set_eta, allowed_set_min_p, eta_threshold,
                                    min_p_threshold, residual, truncate)
-from specjax.verifiers.base import (ChainResult, NodeRule, NodeState, TreeResult, check_range,
-                                    safe_ratio, verify_chain, verify_tree)
+from specjax.verifiers.base import NodeRule, NodeState, check_range, safe_ratio
 from specjax.verifiers.registry import (available, get, register, register_threshold_hook,
                                         threshold_hooks)
 from specjax.verifiers import lossless as _lossless  # noqa: F401  (registers)
@@ -31,8 +30,8 @@ from specjax.verifiers.fuzzy import Fuzzy  # registers "fuzzy" (a node rule)
 from specjax.verifiers.fly import Fly  # registers "fly" (kind "path")
 from specjax.verifiers.mars_block import MarsBlock  # registers "mars_block" (kind "path")
 
-__all__ = ["ChainResult", "NodeRule", "NodeState", "TreeResult", "check_range", "residual",
-           "safe_ratio", "verify_chain", "verify_tree", "available", "get", "register",
+__all__ = ["NodeRule", "NodeState", "check_range", "residual",
+           "safe_ratio", "available", "get", "register",
            "Lossless", "Greedy", "SpecCascade", "Typical", "TruncationState",
            "allowed_set_eta", "allowed_set_min_p", "eta_threshold", "min_p_threshold", "truncate",
            "CoS", "CoSContrastive", "Lenience", "Mars", "MarsState", "register_threshold_hook",

@@ -1,4 +1,4 @@
-"""The node-rule protocol and the generic chain / tree drivers.
+"""The node-rule protocol.
 
 A verification rule is four pure functions over ONE tree node (docs/spec.md §2):
 
@@ -14,10 +14,14 @@ such as MARS look at logit ratios, which temperature does not change).
 
 Everything else -- chains, trees, greedy and sampled decoding, the exact
 induced distribution in :mod:`specjax.analysis.induced` -- is built from these
-four functions.  The bonus token after a fully accepted chain (or at an
+four functions.  A node rule reaches the decoding loop through one adapter per
+draft shape: :class:`~specjax.verifiers.path.NodePathRule` on a chain (the
+chain's one driver is the path-rule protocol) and
+:class:`~specjax.verifiers.tree_rule.NodeTreeRule` on a tree (the tree's one
+driver is the tree-rule protocol).  The bonus token after a fully accepted chain (or at an
 accepted tree leaf) is ``correction(init(z, p))``: "no candidate left".
 
-Two optional hooks, both used identically by the drivers and the analysis:
+Two optional hooks, both used identically by the adapters and the analysis:
 
 * ``init_node(z, p, q_node)`` (rules with ``needs_node_dist = True``, e.g.
   CoS): the node state may depend on the drafter's *full* distribution
@@ -74,13 +78,13 @@ still be passed as a static argument).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from specjax.checks import check_range  # noqa: F401  (re-exported: verifiers.check_range)
-from specjax.distributions import residual, sample_from_probs
+from specjax.distributions import residual
 from specjax.hyperparams import Hyperparams
 
 NodeStateT = Any
@@ -178,24 +182,6 @@ class NodeRule(Hyperparams):
     return False
 
 
-class ChainResult(NamedTuple):
-  """Outcome of verifying one row's chain.
-
-  Attributes:
-    num_accepted: [] int32, number n of leading drafts accepted (0..K).
-    token: [] int32, the token emitted after them (correction or bonus).
-    accepted: [K] bool, accepted[i] for i < n.
-    relaxed: [K] bool, acceptances that only the relaxation allowed.
-    emit_probs: [V] the distribution ``token`` was drawn from.
-  """
-
-  num_accepted: jax.Array
-  token: jax.Array
-  accepted: jax.Array
-  relaxed: jax.Array
-  emit_probs: jax.Array
-
-
 def _node_states(rule: NodeRule, z, p, q_node):
   """``init_node`` for rules that need the drafter's node distribution, else ``init``.
 
@@ -214,55 +200,6 @@ def _missing_node_dist(rule: NodeRule) -> ValueError:
                     "was given")
 
 
-def verify_chain(rule: NodeRule, z: jax.Array, p: jax.Array, q: jax.Array, x: jax.Array,
-                 u: jax.Array, key: jax.Array, num_valid: jax.Array | int | None = None,
-                 q_node: jax.Array | None = None) -> ChainResult:
-  """Generic chain driver (docs/spec.md §2) for one row.
-
-  Node i (0..K-1) has the single child x[i]; it is accepted iff
-  ``u[i] < accept_prob``.  At the first rejection n the token is drawn from
-  ``correction(on_reject(init(z[n], p[n]), q[n], x[n]))``; if all
-  ``num_valid`` drafts are accepted the bonus is drawn from
-  ``correction(init(z[num_valid], p[num_valid]))``.  (With a single child the
-  strict-then-fallback form of ``relaxed_fallback`` rules is ``accept_prob``.)
-
-  Args:
-    rule: the node rule.
-    z: [K+1, V] raw target logits; z[i] is the target's view before draft i.
-    p: [K+1, V] target distributions (after temperature and processors).
-    q: [K, V] distributions the drafts were drawn from.
-    x: [K] int draft tokens.
-    u: [K] uniforms in [0, 1).
-    key: PRNG key for the emitted token.
-    num_valid: drafts actually offered (<= K, may be traced); default K.
-    q_node: [K, V] the drafter's full distribution at each draft position
-      (``init_node``; only read by rules with ``needs_node_dist``); default
-      ``q`` -- right for sampled drafts, not for greedy (one-hot) ones.
-  """
-  k = x.shape[0]
-  states = _node_states(rule, z[:k], p[:k], q if q_node is None else q_node)
-  a = jax.vmap(rule.accept_prob)(states, q, x)
-  a_strict = jax.vmap(rule.strict_accept_prob)(states, q, x)
-  valid = jnp.arange(k) < (k if num_valid is None else num_valid)
-  ok = (u < a) & valid
-  accepted = jnp.cumprod(ok.astype(jnp.int32)).astype(bool)
-  n = jnp.sum(accepted).astype(jnp.int32)
-  relaxed = accepted & (u >= a_strict)
-  # Only the node where the chain stops needs a full-vocabulary distribution:
-  # the correction after rejecting x[n] there, or the bonus at node n (all
-  # offered drafts accepted). Two [V] computations, not 2K + 1.
-  n_valid = k if num_valid is None else num_valid
-  all_accepted = n >= n_valid
-  i_rej = jnp.minimum(n, k - 1)
-  state_n = jax.tree.map(lambda leaf: leaf[i_rej], states)
-  reject_dist = rule.correction(rule.on_reject(state_n, q[i_rej], x[i_rej]))  # [V]
-  i_bonus = jnp.minimum(n, k)
-  bonus_dist = rule.correction(rule.init(z[i_bonus], p[i_bonus]))  # [V]
-  emit = jnp.where(all_accepted, bonus_dist, reject_dist)
-  token = sample_from_probs(key, emit)
-  return ChainResult(n, token, accepted, relaxed, emit)
-
-
 def relaxed_fallback_choice(rule: NodeRule, state, tokens: jax.Array, mask: jax.Array
                             ) -> tuple[jax.Array, jax.Array]:
   """Strict before relaxed (docs/spec.md §3), once every candidate of a node was
@@ -277,136 +214,11 @@ def relaxed_fallback_choice(rule: NodeRule, state, tokens: jax.Array, mask: jax.
 
   Returns ``(i [] int, take [] bool)``: the chosen entry and whether any candidate is
   relaxable (``take`` False: the node ends with ``correction``; ``i`` is then
-  meaningless).  The tree driver (:func:`verify_tree`) and the exact analysis
+  meaningless).  The node rule's tree walk
+  (:class:`~specjax.verifiers.tree_rule.NodeTreeRule`) and the exact analysis
   (:mod:`specjax.analysis.induced`) both choose with it.
   """
   prio = jax.vmap(lambda t: rule.relaxed_fallback(state, t))(tokens)  # [C]
   prio = jnp.where(mask, prio, -jnp.inf)
   best = jnp.argmax(prio)  # first maximum
   return best, prio[best] > 0
-
-
-class TreeResult(NamedTuple):
-  """Outcome of verifying one row's tree.
-
-  Attributes:
-    path: [N] int32 node indices of the accepted path (root excluded), padded with 0.
-    num_accepted: [] int32, length of the accepted path.
-    token: [] int32, the emitted token.
-    num_relaxed: [] int32, relaxed acceptances along the path.
-    emit_probs: [V] the distribution ``token`` was drawn from.
-  """
-
-  path: jax.Array
-  num_accepted: jax.Array
-  token: jax.Array
-  num_relaxed: jax.Array
-  emit_probs: jax.Array
-
-
-def _try_child(rule: NodeRule, state, q, x, u, kids, last_tried, done) -> tuple:
-  """One step of :func:`verify_tree` at the current node: try its first untried child
-  (``kids [N+1]``: the node's valid children; those above ``last_tried`` are untried)
-  with ``u``, or -- strict before relaxed, every child rejected -- take the best
-  relaxable one (:func:`relaxed_fallback_choice`).
-
-  Returns ``(j, take, rej, relaxed, has_child)``: the child, whether it is taken, whether
-  it was rejected, whether the acceptance was relaxed, whether an untried child was left.
-  """
-  fallback = rule.has_relaxed_fallback
-  stage_prob = rule.strict_accept_prob if fallback else rule.accept_prob
-  is_child = kids & (jnp.arange(x.shape[0]) > last_tried)
-  has_child = jnp.any(is_child)
-  j = jnp.argmax(is_child)  # first untried child
-  a = stage_prob(state, q[j], x[j])
-  a_strict = rule.strict_accept_prob(state, q[j], x[j])
-  acc = u[j] < a
-  step = has_child & ~done
-  take = step & acc
-  rej = step & ~acc
-  relaxed = take & (u[j] >= a_strict)
-  if fallback:  # every child rejected: the best relaxable one, if any
-    jf, relaxable = relaxed_fallback_choice(rule, state, x, kids)
-    fb = ~has_child & ~done & relaxable
-    j = jnp.where(fb, jf, j)
-    take = take | fb
-    relaxed = relaxed | fb
-  return j, take, rej, relaxed, has_child
-
-
-def verify_tree(rule: NodeRule, z: jax.Array, p: jax.Array, q: jax.Array, x: jax.Array,
-                parent: jax.Array, u: jax.Array, key: jax.Array,
-                valid: jax.Array | None = None, q_node: jax.Array | None = None
-                ) -> TreeResult:
-  """Generic tree driver (docs/spec.md §2) for one row.
-
-  Node 0 is the root (the last committed token); nodes 1..N are draft nodes
-  with ``parent[j] < j``.  Starting at the root, the children of the current
-  node are tried in increasing index order; the first accepted child becomes
-  the current node, a rejected child's subtree is pruned.  When a node has no
-  untried child left, the token is drawn from ``correction`` of its state.
-
-  Rules with ``has_relaxed_fallback`` (MARS) are *strict before relaxed*
-  (docs/spec.md §3): the children are tried with ``strict_accept_prob`` and, once all
-  are rejected, the child with the highest positive ``relaxed_fallback``
-  priority is accepted (a relaxed acceptance) before falling back to
-  ``correction``.  Rules with ``needs_node_dist`` (CoS) build the state of a
-  node that has children with ``init_node(z[j], p[j], q_node[j])``.
-
-  Args:
-    z: [N+1, V] raw target logits at every node (z[j] predicts j's children).
-    p: [N+1, V] target distributions at every node.
-    q: [N+1, V] distribution node j's token was drawn from (row 0 unused).
-    x: [N+1] node tokens (x[0] unused).
-    parent: [N+1] parent index (parent[0] ignored).
-    u: [N+1] uniforms (u[j] decides node j).
-    key: PRNG key for the emitted token.
-    valid: optional [N+1] bool; invalid nodes are never tried.
-    q_node: optional [N+1, V]; row j is the drafter's full distribution at
-      node j, from which j's children were proposed (required by rules with
-      ``needs_node_dist``; rows of nodes without children are not read).
-  """
-  n1 = x.shape[0]
-  idx = jnp.arange(n1)
-  if valid is None:
-    valid = jnp.ones((n1,), bool)
-  valid = valid & (idx > 0)
-  if rule.needs_node_dist and q_node is None:
-    raise _missing_node_dist(rule)
-  fallback = rule.has_relaxed_fallback
-  # [N+1] valid children per node (parent[0] is ignored: node 0 is never valid).
-  n_kids = jnp.zeros((n1,), jnp.int32).at[parent].add(valid.astype(jnp.int32))
-
-  def node_state(j):
-    state = rule.init(z[j], p[j])
-    if rule.needs_node_dist:
-      with_q = rule.init_node(z[j], p[j], q_node[j])
-      state = jax.tree.map(lambda a, b: jnp.where(n_kids[j] > 0, a, b), with_q, state)
-    return state
-
-  def body(i, carry):
-    cur, state, last_tried, done, path, depth, nrel = carry
-    j, take, rej, relaxed, has_child = _try_child(rule, state, q, x, u, (parent == cur) & valid,
-                                                  last_tried, done)
-    new_state_acc = node_state(j)
-    new_state_rej = rule.on_reject(state, q[j], x[j])
-    state = jax.tree.map(lambda sa, sr, s: jnp.where(take, sa, jnp.where(rej, sr, s)),
-                         new_state_acc, new_state_rej, state)
-    path = jnp.where(take, path.at[depth].set(j), path)
-    nrel = nrel + relaxed.astype(jnp.int32)
-    depth = depth + take.astype(jnp.int32)
-    cur = jnp.where(take, j, cur)
-    last_tried = jnp.where(take, 0, jnp.where(rej, j, last_tried))
-    done = done | (~has_child & ~take)
-    return cur, state, last_tried, done, path, depth, nrel
-
-  state0 = node_state(0)
-  carry = (jnp.int32(0), state0, jnp.int32(0), jnp.bool_(False),
-           jnp.zeros((max(n1 - 1, 1),), jnp.int32), jnp.int32(0), jnp.int32(0))
-  # Each iteration tries one node, takes a fallback child or finishes: N tries,
-  # at most N fallback descents and 1 final check.
-  n_iter = 2 * n1 if fallback else n1
-  _, state, _, _, path, depth, nrel = jax.lax.fori_loop(0, n_iter, body, carry)
-  emit = rule.correction(state)
-  token = sample_from_probs(key, emit)
-  return TreeResult(path, depth, token, nrel, emit)

@@ -37,7 +37,7 @@ The exact analysis (:mod:`specjax.analysis.path_law`) is built from the last
 two; the decoding loop calls the first on chains
 (:mod:`specjax.decoding.strategies`).  ``q_node [K, V]`` is the drafter's full
 distribution at each position: only node rules with ``needs_node_dist``
-(CoS) read it, and it defaults to ``q``, as in :func:`base.verify_chain`.
+(CoS) read it, and it defaults to ``q`` (right for sampled drafts).
 
 All three are jittable and ``jax.vmap``-able over rows (``length`` may be a
 traced [B] array); :func:`verify_path_batch` is that vmap.
@@ -56,6 +56,7 @@ probabilities ``g [K]`` (0 beyond ``length``):
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -75,10 +76,15 @@ class PathDecision:
     emit_dist: [V] the distribution of that next token (a residual after a
       rejection, or the bonus distribution when every offered draft was
       accepted).  The caller draws the token.
+    num_relaxed: [] int32 of the accepted drafts, those only a lossy relaxation
+      accepted (the uniform fell between the strict rule's acceptance
+      probability and the relaxed one), or None: the rule does not count them
+      (the loop then counts 0).
   """
 
   num_accepted: jax.Array
   emit_dist: jax.Array
+  num_relaxed: Optional[jax.Array] = None
 
 
 # --- the two acceptance-length laws ------------------------------------------------------
@@ -216,11 +222,12 @@ class NodePathRule(PathRule):
   Draft ``x_{i+1}`` is accepted iff ``u[i] < accept_prob(init(z[i], p[i]), q[i], x[i])``;
   the first rejection at position ``t`` emits from
   ``correction(on_reject(state_t, q[t], x[t]))``; if all ``length`` drafts are
-  accepted the bonus is ``correction(init(z[length], p[length]))``.  The same
-  steps as :func:`specjax.verifiers.base.verify_chain`, from the node rule's
-  own four functions (a test checks the two agree).  The law of
-  ``num_accepted`` is :func:`first_failure_law` of the acceptance
-  probabilities.
+  accepted the bonus is ``correction(init(z[length], p[length]))`` (docs/spec.md
+  §2).  This is the one chain driver of a node rule: the decoding loop, the
+  exact analysis and the tests all reach a node rule on a chain through it.
+  The law of ``num_accepted`` is :func:`first_failure_law` of the acceptance
+  probabilities.  An accepted draft whose uniform lies at or above the node
+  rule's ``strict_accept_prob`` counts as relaxed (``num_relaxed``).
 
   Attributes:
     node: the node rule (a nested pytree: its float hyperparameters are traced).
@@ -268,12 +275,16 @@ class NodePathRule(PathRule):
     k = x.shape[0]
     n_valid = k if length is None else length
     tau = first_failure_sample(a, u)
-    # Only the stopping position needs a [V] distribution (as in verify_chain).
+    a_strict = jax.vmap(self.node.strict_accept_prob)(states, q, x)  # [K]
+    relaxed = (jnp.arange(k) < tau) & (u >= a_strict)
+    # Only the stopping position needs a [V] distribution: the correction after
+    # rejecting x[tau], or the bonus at tau when every offered draft was accepted.
     i_rej = jnp.minimum(tau, k - 1)
     state = jax.tree.map(lambda leaf: leaf[i_rej], states)
     reject = self.node.correction(self.node.on_reject(state, q[i_rej], x[i_rej]))
     bonus = self._bonus(z, p, jnp.minimum(tau, k))
-    return PathDecision(tau, jnp.where(tau >= n_valid, bonus, reject))
+    return PathDecision(tau, jnp.where(tau >= n_valid, bonus, reject),
+                        jnp.sum(relaxed).astype(jnp.int32))
 
   @property
   def is_lossless(self) -> bool:

@@ -1,18 +1,18 @@
 """Tree rules: verification that decides over a whole drafted tree at once.
 
 A node rule (:mod:`specjax.verifiers.base`) decides one node at a time, top
-down, and :func:`~specjax.verifiers.base.verify_tree` drives it.  A *tree
+down.  A *tree
 rule* sees the whole drafted tree of one row at once -- the node tokens, the
 parents, the distribution each node's token was drawn from, the drafter's full
 distribution at each node, the target's logits and distribution at every node
 and one uniform per node -- and returns the accepted root-to-node path and the
 distribution of the token emitted after it (docs/path_rules.md, "Tree rules").
 Traversal verification (:mod:`specjax.verifiers.traversal`) is the first one;
-a node rule on a tree is the special case, through :class:`NodeTreeRule`
-(used by the exact analysis; the decoding loop keeps calling ``verify_tree``
-for node rules).
+a node rule on a tree is the special case, through :class:`NodeTreeRule`, the
+one tree driver of a node rule: the decoding loop and the exact analysis both
+reach a node rule on a tree through it.
 
-Layout (one row; the same as ``verify_tree``'s)::
+Layout (one row)::
 
     z, p     [N+1, V]  target logits / distribution at every node: row j predicts
                        the children of node j (row 0: the root, the last committed token)
@@ -50,11 +50,12 @@ strategy all take a tree rule unchanged.
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
 
-from specjax.verifiers.base import NodeRule, _missing_node_dist, verify_tree
+from specjax.verifiers.base import NodeRule, _missing_node_dist, relaxed_fallback_choice
 from specjax.verifiers.path import PathDecision, PathRule, _check_length, check_path_shapes
 
 
@@ -70,12 +71,16 @@ class TreeDecision:
     num_accepted: [] int32 the depth of ``end`` (drafts accepted).
     emit_dist: [V] the distribution of the token emitted after the path; the
       caller draws it.
+    num_relaxed: [] int32 acceptances along the path that only a lossy
+      relaxation allowed, or None: the rule does not count them (the loop then
+      counts 0).
   """
 
   end: jax.Array
   path: jax.Array
   num_accepted: jax.Array
   emit_dist: jax.Array
+  num_relaxed: Optional[jax.Array] = None
 
 
 def check_tree_shapes(z, p, q, x, parents, u=None) -> tuple[int, int]:
@@ -192,19 +197,95 @@ class TreeRule(PathRule):
   def verify_path(self, z, p, q, x, u, length=None, q_node=None):
     z, p, q, x, par, u, valid, qn = self._chain_as_tree(z, p, q, x, u, length, q_node)
     dec = self.verify_tree_path(z, p, q, x, par, u, valid, qn)
-    return PathDecision(dec.num_accepted, dec.emit_dist)
+    return PathDecision(dec.num_accepted, dec.emit_dist, dec.num_relaxed)
+
+
+def _try_child(rule: NodeRule, state, q, x, u, kids, last_tried, done) -> tuple:
+  """One step of the walk at the current node: try its first untried child
+  (``kids [N+1]``: the node's valid children; those above ``last_tried`` are untried)
+  with ``u``, or -- strict before relaxed, every child rejected -- take the best
+  relaxable one (:func:`~specjax.verifiers.base.relaxed_fallback_choice`).
+
+  Returns ``(j, take, rej, relaxed, has_child)``: the child, whether it is taken, whether
+  it was rejected, whether the acceptance was relaxed, whether an untried child was left.
+  """
+  fallback = rule.has_relaxed_fallback
+  stage_prob = rule.strict_accept_prob if fallback else rule.accept_prob
+  is_child = kids & (jnp.arange(x.shape[0]) > last_tried)
+  has_child = jnp.any(is_child)
+  j = jnp.argmax(is_child)  # first untried child
+  a = stage_prob(state, q[j], x[j])
+  a_strict = rule.strict_accept_prob(state, q[j], x[j])
+  acc = u[j] < a
+  step = has_child & ~done
+  take = step & acc
+  rej = step & ~acc
+  relaxed = take & (u[j] >= a_strict)
+  if fallback:  # every child rejected: the best relaxable one, if any
+    jf, relaxable = relaxed_fallback_choice(rule, state, x, kids)
+    fb = ~has_child & ~done & relaxable
+    j = jnp.where(fb, jf, j)
+    take = take | fb
+    relaxed = relaxed | fb
+  return j, take, rej, relaxed, has_child
+
+
+def _walk_tree(rule: NodeRule, z, p, q, x, parent, u, valid, q_node) -> tuple:
+  """The sampled walk of :class:`NodeTreeRule` over one row (layout in the module
+  docstring; ``valid`` may be None).  Returns ``(path [max(N, 1)] accepted nodes in
+  depth order, 0-padded; depth [] int32; emit [V] correction of the last state;
+  num_relaxed [] int32)``.
+
+  Each iteration tries one child, takes a fallback child or finishes: N tries, at
+  most N fallback descents (strict-before-relaxed rules) and 1 final check."""
+  n1 = x.shape[0]
+  idx = jnp.arange(n1)
+  valid = (jnp.ones((n1,), bool) if valid is None else valid) & (idx > 0)
+  # [N+1] valid children per node (parent[0] is ignored: node 0 is never valid).
+  n_kids = jnp.zeros((n1,), jnp.int32).at[parent].add(valid.astype(jnp.int32))
+
+  def node_state(j):
+    state = rule.init(z[j], p[j])
+    if rule.needs_node_dist:
+      with_q = rule.init_node(z[j], p[j], q_node[j])
+      state = jax.tree.map(lambda a, b: jnp.where(n_kids[j] > 0, a, b), with_q, state)
+    return state
+
+  def body(i, carry):
+    cur, state, last_tried, done, path, depth, nrel = carry
+    j, take, rej, relaxed, has_child = _try_child(rule, state, q, x, u, (parent == cur) & valid,
+                                                  last_tried, done)
+    new_state_acc = node_state(j)
+    new_state_rej = rule.on_reject(state, q[j], x[j])
+    state = jax.tree.map(lambda sa, sr, s: jnp.where(take, sa, jnp.where(rej, sr, s)),
+                         new_state_acc, new_state_rej, state)
+    path = jnp.where(take, path.at[depth].set(j), path)
+    nrel = nrel + relaxed.astype(jnp.int32)
+    depth = depth + take.astype(jnp.int32)
+    cur = jnp.where(take, j, cur)
+    last_tried = jnp.where(take, 0, jnp.where(rej, j, last_tried))
+    done = done | (~has_child & ~take)
+    return cur, state, last_tried, done, path, depth, nrel
+
+  carry = (jnp.int32(0), node_state(0), jnp.int32(0), jnp.bool_(False),
+           jnp.zeros((max(n1 - 1, 1),), jnp.int32), jnp.int32(0), jnp.int32(0))
+  n_iter = 2 * n1 if rule.has_relaxed_fallback else n1
+  _, state, _, _, path, depth, nrel = jax.lax.fori_loop(0, n_iter, body, carry)
+  return path, depth, rule.correction(state), nrel
 
 
 @dataclasses.dataclass(frozen=True)
 class NodeTreeRule(TreeRule):
-  """A node rule on a tree, as a tree rule: token-level tree verification.
+  """A node rule on a tree, as a tree rule: token-level tree verification
+  (docs/spec.md §2).
 
-  The same decision as :func:`~specjax.verifiers.base.verify_tree` (which
-  :meth:`verify_tree_path` calls): from the root, the children of the current
-  node are tried in increasing index order with the node rule's
+  :meth:`verify_tree_path` walks the tree: from the root, the children of the
+  current node are tried in increasing index order with the node rule's
   ``accept_prob`` (``on_reject`` between them); the first accepted child
-  becomes the current node; with none left the token comes from
-  ``correction``.  Its exact law: the state at a node after its first children
+  becomes the current node, a rejected child's subtree is pruned; with no
+  untried child left the token comes from ``correction``.  Rules with
+  ``needs_node_dist`` (CoS) build the state of a node that has children with
+  ``init_node(z[j], p[j], q_node[j])``.  Its exact law: the state at a node after its first children
   were rejected does not depend on the uniforms, so with ``a_c`` the
   acceptance probability of child c at its turn, ``P(pass c) = P(pass parent)
   prod_{earlier siblings s} (1 - a_s) a_c`` and ``P(e = j) = P(pass j)
@@ -212,7 +293,7 @@ class NodeTreeRule(TreeRule):
   after all its children were rejected.
 
   Rules with a strict-before-relaxed fallback (MARS, docs/spec.md §3): ``a_c``
-  is ``strict_accept_prob`` and, as in ``verify_tree``, the mass
+  is ``strict_accept_prob`` and, as in the walk, the mass
   ``P(pass j) prod_c (1 - a_c)`` of "every child of j strictly rejected" goes
   to the child with the highest positive ``relaxed_fallback`` priority in j's
   final state (the first on ties) when there is one -- that child passes --
@@ -299,12 +380,12 @@ class NodeTreeRule(TreeRule):
 
   def verify_tree_path(self, z, p, q, x, parents, u, valid=None, q_node=None):
     n1, _ = check_tree_shapes(z, p, q, x, parents, u)
-    res = verify_tree(self.node, z, p, q, x, parents, u, jax.random.key(0),
-                      valid=valid, q_node=q_node)  # the key only draws the unused token
-    path = jnp.concatenate([jnp.zeros((1,), jnp.int32), res.path[:n1 - 1]])
-    path = jnp.where(jnp.arange(n1) <= res.num_accepted, path, 0)
-    end = path[res.num_accepted]
-    return TreeDecision(end, path, res.num_accepted, res.emit_probs)
+    if self.node.needs_node_dist and q_node is None:
+      raise _missing_node_dist(self.node)
+    walked, depth, emit, nrel = _walk_tree(self.node, z, p, q, x, parents, u, valid, q_node)
+    path = jnp.concatenate([jnp.zeros((1,), jnp.int32), walked[:n1 - 1]])
+    path = jnp.where(jnp.arange(n1) <= depth, path, 0)
+    return TreeDecision(path[depth], path, depth, emit, nrel)
 
   @property
   def is_lossless(self) -> bool:

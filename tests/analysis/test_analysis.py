@@ -12,7 +12,8 @@ from specjax.analysis import propositions as props
 from specjax.analysis.induced import (bonus_distribution, induced_distribution, induced_parts,
                                       induced_two_tokens)
 from specjax.distributions import residual
-from specjax.verifiers import base, collaborative, mars, truncation  # noqa: F401  (register)
+from specjax.verifiers import collaborative, mars, truncation  # noqa: F401  (register)
+from tests import helpers
 
 B, V = 6, 48
 ATOL = 1e-6
@@ -238,7 +239,7 @@ def test_single_context_and_validation(ctx):
 
 @pytest.mark.slow
 def test_matches_chain_and_tree_drivers():
-  """The enumerator is the drivers' law: Monte Carlo through verify_chain / verify_tree."""
+  """The enumerator is the drivers' law: Monte Carlo through the chain and tree drivers."""
   v, n = 8, 20_000
   z, p = _dirichlet(2, 1, v, 0.7)
   _, q = _dirichlet(3, 1, v, 0.7)
@@ -249,7 +250,7 @@ def test_matches_chain_and_tree_drivers():
     kx, ku, ke = jax.random.split(key, 3)
     x = jax.random.categorical(kx, jnp.log(q))[None]
     zz, pp = jnp.stack([z, z]), jnp.stack([p, p])  # bonus row unused when K = 1 is rejected
-    res = base.verify_chain(rule, zz, pp, q[None], x, jax.random.uniform(ku, (1,)), ke)
+    res = helpers.verify_chain(rule, zz, pp, q[None], x, jax.random.uniform(ku, (1,)), ke)
     return jnp.where(res.num_accepted > 0, x[0], res.token)
 
   def tree_token(rule, key):  # root with 3 deterministic children = top-3 of q
@@ -257,7 +258,7 @@ def test_matches_chain_and_tree_drivers():
     c = jax.lax.top_k(q, 3)[1]
     x = jnp.concatenate([jnp.zeros((1,), jnp.int32), c])
     qq = jax.nn.one_hot(x, v)
-    res = base.verify_tree(rule, jnp.tile(z, (4, 1)), jnp.tile(p, (4, 1)), qq, x,
+    res = helpers.verify_tree(rule, jnp.tile(z, (4, 1)), jnp.tile(p, (4, 1)), qq, x,
                            jnp.array([0, 0, 0, 0]), jax.random.uniform(ku, (4,)), ke)
     return jnp.where(res.num_accepted > 0, x[res.path[0]], res.token)
 

@@ -209,7 +209,7 @@ def test_one_level_trees_match_the_induced_distribution():
   """A depth-1 tree's first emitted token (block[0] + block[1] summed over the bonus)
   equals analysis/induced.py's exact induced distribution, on 16 random contexts
   (V = 4): top-k candidates (2 children) for lossless, CoS and MARS -- whose
-  strict-before-relaxed fallback NodeTreeRule now follows like verify_tree -- and one
+  strict-before-relaxed fallback NodeTreeRule's walk follows -- and one
   sampled child for the same rules."""
   rng = np.random.default_rng(41)
   p = jnp.asarray(rand_dists(rng, (16,), 4))

@@ -18,7 +18,8 @@ import pytest
 
 from specjax import verifiers
 from specjax.decoding.proposal import Proposal
-from specjax.decoding.strategies import CHAIN, VerifyInputs
+from specjax.decoding.loop_state import SpecInputs, SpecLoop
+from specjax.decoding.strategies import CHAIN, Round
 from specjax.distributions import SamplingConfig
 from specjax.models import kv_cache as kvc
 from specjax.models.config import ModelConfig
@@ -57,12 +58,15 @@ def setup():
   q = jnp.stack(qs, 1)  # [B, K, V]
   proposal = Proposal(toks[:, 1:], q, q_node=q)
   u_keys, v_keys = jax.random.split(ks[K + 1], B), jax.random.split(ks[K + 2], B)
-  verify = jax.jit(CHAIN.verify)
+  verify = jax.jit(CHAIN.verify, static_argnums=0)
 
   def run(rule, sampling, gamma, buckets):
-    inputs = VerifyInputs(target, K, buckets, params, cache, rule, sampling, last, proposal,
-                          jnp.asarray(gamma, jnp.int32), u_keys, v_keys, jnp.ones(B, bool))
-    return verify(inputs)
+    loop = SpecLoop(target, None, 8, (), 16, CHAIN, K, buckets)
+    inputs = SpecInputs(None, rule, sampling, params, None, None, jax.random.key(0),
+                        jnp.arange(B, dtype=jnp.int32))
+    rnd = Round(last, proposal, jnp.asarray(gamma, jnp.int32), jnp.ones(B, bool), u_keys,
+                v_keys)
+    return verify(loop, inputs, cache, rnd)
 
   return run
 
@@ -85,7 +89,7 @@ def test_bucketed_verdict_equals_the_full_chain(setup, name, temperature):
     bucketed = setup(rule, sampling, gamma, BUCKETS)
     n = next(b for b in BUCKETS if b >= max(gamma))
     assert int(bucketed.processed) == n + 1 and int(full.processed) == K + 1
-    for field in ("num_accepted", "token", "accepted", "num_relaxed", "path_tokens"):
+    for field in ("num_accepted", "token", "accepted", "num_relaxed", "path_drafts"):
       np.testing.assert_array_equal(getattr(bucketed, field), getattr(full, field),
                                     err_msg=f"{name} T={temperature} gamma={gamma}: {field}")
     np.testing.assert_array_equal(bucketed.cache.lengths, full.cache.lengths)

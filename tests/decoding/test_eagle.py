@@ -117,7 +117,7 @@ def test_drafter_cache_bookkeeping_matches_recompute(kind, reduced):
   full_hid = _features(target, tp, head.config.target_layers, seqs)
   ref = make_reference(head, target, k)
   d2t_j = None if d2t is None else jnp.asarray(d2t, jnp.int32)
-  draft, commit = jax.jit(drafter.draft), jax.jit(drafter.commit)
+  draft, commit = jax.jit(drafter.propose), jax.jit(drafter.commit)
   rows = np.arange(2)
   for accepted in ([0, 2], [3, 1], [1, 0]):
     last = seqs[rows, lengths]
@@ -168,7 +168,7 @@ def test_tree_drafts_are_valid_and_static_tree_matches_chain():
   dyn = EagleDrafter(depth=3, sampling=GREEDY, head=head, tree_kind="dynamic", top_k=3,
                      total_tokens=10)
   assert dyn.tree and dyn.tokens_per_step == 11
-  run = lambda d: jax.jit(lambda *a: (d.draft_tree if d.tree else d.draft)(
+  run = lambda d: jax.jit(lambda *a: d.propose(
       params, d.prefill(params, seqs, lengths, 24, hid), *a))(prev, last, keys)
   proposal, _ = run(dyn)
   tree, q, q_node = proposal.tree, proposal.q, proposal.q_node

@@ -80,7 +80,7 @@ def test_lookup_proposes_the_most_recent_longest_match_and_copies_with_overlap()
                                     [5, 6, 5, 6, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
                                     [1, 2, 3, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]]),
                          jnp.array([9, 5, 4]))
-  x, num_valid, ngram = jax.jit(d.propose)(hist, jnp.array([3, 6, 5]))
+  x, num_valid, ngram = jax.jit(d.match)(hist, jnp.array([3, 6, 5]))
   # Row 0: text 1 2 3 9 1 2 4 1 2 3 -> the 3-gram "1 2 3" occurs at 0..2 (the more recent
   # "1 2" at 4..5 and 7..8 match only 2 tokens); the copy follows it: 9 1 2 4 1.
   # Row 1: 5 6 5 6 5 6 -> the most recent "6 5 6" ends at 3; the copy runs past the end
@@ -197,8 +197,8 @@ class _ClaimsUniformQ(PromptLookupDrafter):
   """Broken on purpose: reports q = uniform for its deterministic copies (as if they
   were sampled), so the lossless rule accepts a copy with min(1, V p(x)): lossy."""
 
-  def draft(self, params, state, prev, last, keys):
-    proposal, state = super().draft(params, state, prev, last, keys)
+  def propose(self, params, state, prev, last, keys, gate=None):
+    proposal, state = super().propose(params, state, prev, last, keys)
     return dataclasses.replace(proposal, q=jnp.full_like(proposal.q, 1.0 / self.vocab)), state
 
 

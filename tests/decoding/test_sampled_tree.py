@@ -220,7 +220,7 @@ def test_sampled_proposal_carries_each_siblings_law(pair):
   lengths = jnp.array([4, 3])
   state = d.prefill(dp, prompts, lengths, 32)
   keys = jax.random.split(jax.random.key(0), 2)
-  prop, _ = jax.jit(d.draft_tree)(dp, state, prompts[:, 0], jnp.array([6, 8]), keys)
+  prop, _ = jax.jit(d.propose)(dp, state, prompts[:, 0], jnp.array([6, 8]), keys)
   tok, q, qn = np.asarray(prop.tokens), np.asarray(prop.q), np.asarray(prop.q_node)
   par = np.asarray(prop.parents)
   for b in range(2):
@@ -270,8 +270,8 @@ def test_sampled_eagle_static_tree_keeps_greedy_identity():
 class _WithReplacementQ(LMTreeDrafter):
   """BROKEN on purpose: sampled children, each recorded with its parent's full q_node."""
 
-  def draft_tree(self, params, state, prev, last, keys):
-    prop, state = super().draft_tree(params, state, prev, last, keys)
+  def propose(self, params, state, prev, last, keys, gate=None):
+    prop, state = super().propose(params, state, prev, last, keys)
     q = jax.vmap(lambda qn, par: qn[par])(prop.q_node, prop.parents)
     return dataclasses.replace(prop, q=q), state
 

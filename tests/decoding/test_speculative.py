@@ -276,7 +276,7 @@ def test_host_loop_of_the_jitted_step_matches_the_while_loop(pair):
     ref = speculative_generate(target, tp, drafter, dp, rule, prompts, max_new_tokens=9,
                                sampling=samp, key=key, eos_token_id=None, cache_length=40)
     tokens, lengths = prepare_prompts(prompts, 32)  # bucket 16 < cache 40
-    loop = spec.SpecLoop(spec.loop_target(target, drafter), None, 9, (), 40)
+    loop = spec.make_loop(target, drafter, None, 9, (), 40)
     inputs, state = spec.jit_init(loop, drafter, rule, samp, tp, dp, None, jnp.asarray(tokens),
                                   jnp.asarray(lengths), key, jnp.arange(3, dtype=jnp.int32))
     accepted, emitted, steps = 0, 0, 0

@@ -312,7 +312,9 @@ def test_two_processes_give_the_single_process_tokens(tmp_path):
   port = _free_port()
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
   env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-  procs = [subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "tp_worker.py"),
+  # ``-m`` from the repo root: ``tests/`` must not come first on sys.path (its folders
+  # mirror the top-level packages' names).
+  procs = [subprocess.Popen([sys.executable, "-m", "tests.tp_worker",
                              f"localhost:{port}", "2", str(i), str(tmp_path / f"out{i}.json")],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True) for i in range(2)]

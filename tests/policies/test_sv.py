@@ -13,7 +13,7 @@ from specjax.distributions import SamplingConfig, probs_from_logits
 from specjax.policies import (ConstantGamma, FixedLength, SpeculativeVerification, bucket_index,
                               choose_batch_max, choose_batch_total, choose_row,
                               climb_until_decrease, default_buckets, expected_accepted, goodput, hill_climb,
-                              round_up_to_bucket, uninformative_table)
+                              round_up, uninformative_table)
 from specjax.policies.calibration import CalibrationTable
 from specjax.policies.sv_collect import collect_records
 from tests.helpers import independent_draft
@@ -132,7 +132,7 @@ def test_buckets_helpers():
   assert int(bucket_index(b, jnp.asarray([3, 1, 7]), jnp.asarray([True, True, False]))) == 3
   assert int(bucket_index(b, jnp.asarray([0, 0]), jnp.asarray([True, True]))) == 0
   assert int(bucket_index(b, jnp.asarray([7, 0]), jnp.asarray([True, False]))) == 4
-  assert round_up_to_bucket(b, jnp.asarray([0, 3, 5, 7])).tolist() == [0, 4, 7, 7]
+  assert round_up(b, jnp.asarray([0, 3, 5, 7])).tolist() == [0, 4, 7, 7]
 
 
 def test_fixed_and_constant():

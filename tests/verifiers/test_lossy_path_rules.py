@@ -133,7 +133,7 @@ def _tv(a, b):
 def test_loop_decisions_draw_from_the_exact_laws():
   """Monte Carlo, N = 40,000 uniform vectors per row, 12 random rows (V = 5, K = 4,
   ragged): FLy's verify_path and Fuzzy's chain decisions (both fallbacks, through the
-  node adapter, which is verify_chain step for step) draw tau from their exact
+  node adapter, the one chain driver of a node rule) draw tau from their exact
   accept_length_law (TV < TV_TOL = 0.0217, 1e-9 false-failure odds per row) and emit
   exactly emit_dists[tau].  Broken variants, compared with the right law, must exceed
   TV_TOL on every row where the two laws are > 3 TV_TOL apart: FLy without its window,
@@ -259,7 +259,7 @@ def test_fly_greedy_is_the_authors_rule_and_fuzzy_zero_is_greedy():
 
 def test_fuzzy_on_trees_by_exact_enumeration():
   """Fuzzy is a node rule, so trees come for free (analysis.tree_law, the loop's
-  verify_tree): on a 4-node static tree with sampled (without replacement) and top-k
+  NodeTreeRule): on a 4-node static tree with sampled (without replacement) and top-k
   children, threshold 0 is lossless for both fallbacks and threshold 1 (> ln 2) accepts
   a full-depth path on every context."""
   from specjax.analysis import tree_law as tl

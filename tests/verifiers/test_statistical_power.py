@@ -1,7 +1,7 @@
 """Statistical tests with proven power.
 
 Each family -- chain, tree, SV verify-length policy -- runs the real driver
-(``verify_chain`` / ``verify_tree``, the SV policy's own ``companion_signals``
+(a node rule on chains and trees through ``NodePathRule`` / ``NodeTreeRule``, the SV policy's own ``companion_signals``
 and ``choose_row``) N times on a synthetic Markov target and draft over V
 tokens and compares the law of the first emitted tokens with an INDEPENDENT
 reference: the target's own law ``p(y1) p(y2 | y1)`` for lossless rules, the
@@ -58,7 +58,8 @@ from specjax.policies.acceptance import AcceptanceTable, draft_confidence
 from specjax.policies.adaedl import acceptance_bound, draft_entropy, stop_lengths
 from specjax.policies.cost_aware import offer_lengths
 from specjax.policies.sv import choose_row, companion_signals
-from specjax.verifiers import Lenience, Lossless, residual, verify_chain, verify_tree
+from specjax.verifiers import Lenience, Lossless, residual
+from tests.helpers import verify_chain, verify_tree
 
 V = 6
 N = 200_000
@@ -124,7 +125,7 @@ def chain_driver(rule, z, p, q, x, u, key, num_valid):
 
 
 def chain_off_by_one_bonus(rule, z, p, q, x, u, key, num_valid):
-  """``verify_chain``, but a bonus token comes from position n - 1 instead of n."""
+  """The chain driver, but a bonus token comes from position n - 1 instead of n."""
   n, tok = chain_driver(rule, z, p, q, x, u, key, num_valid)
   j = jnp.maximum(n - 1, 0)
   early = sample_from_probs(key, rule.correction(rule.init(z[j], p[j])))
@@ -137,7 +138,7 @@ def tree_driver(rule, z, p, q, x, parent, u, key):
 
 
 def tree_off_by_one_bonus(rule, z, p, q, x, parent, u, key):
-  """``verify_tree``, but at an accepted leaf the bonus comes from the leaf's parent."""
+  """The tree driver, but at an accepted leaf the bonus comes from the leaf's parent."""
   path, depth, tok = tree_driver(rule, z, p, q, x, parent, u, key)
   last = jnp.where(depth > 0, path[jnp.maximum(depth - 1, 0)], 0)
   leaf = (depth > 0) & ~jnp.any((parent == last) & (jnp.arange(x.shape[0]) > 0))

@@ -290,8 +290,8 @@ def test_verify_tree_path_draws_the_end_node_from_its_law():
   """Monte Carlo, N = 40,000 uniform vectors per row, 8 random rows of a 6-node tree
   (V = 5; 4 with zeros / one-hot rows, 4 smooth): the TV between the sampled end node and
   end_node_law is below TV_TOL (0.0228, derivation above) for traversal and for the
-  token-level adapter (whose sampler is base.verify_tree: this checks NodeTreeRule's
-  exact law); emit_dist is exactly end_node_emit[end]; the path is root first, ends at
+  token-level adapter (its top-down walk: this checks NodeTreeRule's
+  exact law against its own sampler); emit_dist is exactly end_node_emit[end]; the path is root first, ends at
   ``end`` and has ``num_accepted`` = its depth.  The top-down sampler is compared with
   traversal's law and exceeds TV_TOL on every row where the two laws are > 3 TV_TOL apart."""
   rows = [_rand_tree_rows(s, 4, 5, PATHS_MC, smooth) for s, smooth in ((3, False), (4, True))]

@@ -10,6 +10,7 @@ import pytest
 from specjax import verifiers
 from specjax.decoding import tree as tr
 from specjax.models import kv_cache as kvc
+from tests import helpers
 from tests.helpers import tiny_pair
 
 
@@ -149,7 +150,7 @@ def test_verify_tree_distribution_matches_enumeration_and_chain_equivalence():
   n = 40000
   keys = jax.random.split(jax.random.key(0), n)
   us = jax.random.uniform(jax.random.key(1), (n, 6))
-  res = jax.jit(jax.vmap(lambda u, k: verifiers.verify_tree(rule, z, p, q, x, parent, u, k)))(us, keys)
+  res = jax.jit(jax.vmap(lambda u, k: helpers.verify_tree(rule, z, p, q, x, parent, u, k)))(us, keys)
   first = np.where(np.asarray(res.num_accepted) > 0, np.asarray(x)[np.asarray(res.path[:, 0])],
                    np.asarray(res.token))
   freq = np.bincount(first, minlength=v) / n
@@ -168,8 +169,8 @@ def test_verify_tree_distribution_matches_enumeration_and_chain_equivalence():
   qc = jax.nn.one_hot(xc, v)
   u = jax.random.uniform(jax.random.key(100), (200, 4))
   kk = jax.random.split(jax.random.key(200), 200)
-  t = jax.jit(jax.vmap(lambda u, k: verifiers.verify_tree(rule, zc, pc, qc, xc, chain_par, u, k)))(u, kk)
-  c = jax.jit(jax.vmap(lambda u, k: verifiers.verify_chain(rule, zc, pc, qc[1:], xc[1:], u[1:], k)))(u, kk)
+  t = jax.jit(jax.vmap(lambda u, k: helpers.verify_tree(rule, zc, pc, qc, xc, chain_par, u, k)))(u, kk)
+  c = jax.jit(jax.vmap(lambda u, k: helpers.verify_chain(rule, zc, pc, qc[1:], xc[1:], u[1:], k)))(u, kk)
   np.testing.assert_array_equal(t.num_accepted, c.num_accepted)
   assert 0 < np.asarray(c.num_accepted).mean() < 3  # both outcomes occur
   np.testing.assert_allclose(t.emit_probs, c.emit_probs, atol=1e-6)

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from specjax import verifiers
+from tests import helpers
 from specjax import distributions as sampling
 from specjax.verifiers import (CoS, CoSContrastive, Greedy, Lenience, Lossless, Mars,
                                SpecCascade, Typical)
@@ -218,19 +219,19 @@ def test_mars_chain_example_four_tokens():
   p = _target(z, 0.0)
   q = jax.nn.one_hot(x, V)
   u = jnp.full((k,), 0.5)
-  chain = jax.jit(verifiers.verify_chain, static_argnums=0)
+  chain = jax.jit(helpers.verify_chain, static_argnums=0)
   mars = chain(Mars(theta=0.9), z, p, q, x, u, jax.random.PRNGKey(0))
   greedy = chain(Greedy(), z, p, q, x, u, jax.random.PRNGKey(0))
   assert int(mars.num_accepted) + 1 == 4
   assert int(mars.token) == 2
   np.testing.assert_array_equal(np.asarray(mars.accepted), [True, True, True, False])
-  np.testing.assert_array_equal(np.asarray(mars.relaxed), [True, True, False, False])
+  assert int(mars.num_relaxed) == 2  # positions 0 and 1, the top-2 drafts
   assert int(greedy.num_accepted) + 1 == 1 and int(greedy.token) == 1
   # Same chain sampled (T = 1): relaxed positions accept deterministically, whatever u is.
   p1 = _target(z, 1.0)
   res = chain(Mars(theta=0.9), z, p1, q, x, jnp.full((k,), 0.999), jax.random.PRNGKey(0))
   assert int(res.num_accepted) >= 2
-  np.testing.assert_array_equal(np.asarray(res.relaxed[:2]), [True, True])
+  assert int(res.num_relaxed) >= 2  # the two low-margin top-2 drafts
 
 
 def test_mars_tree_siblings():
@@ -243,7 +244,7 @@ def test_mars_tree_siblings():
   x = jnp.asarray([0, 0, 5], jnp.int32)
   parent = jnp.asarray([0, 0, 0], jnp.int32)
   q = jax.nn.one_hot(x, V)
-  res = jax.jit(verifiers.verify_tree, static_argnums=0)(
+  res = jax.jit(helpers.verify_tree, static_argnums=0)(
       Mars(), z, _target(z, 0.0), q, x, parent, jnp.full((3,), 0.5), jax.random.PRNGKey(0))
   assert int(res.num_accepted) == 1 and int(res.path[0]) == 2
   assert int(res.num_relaxed) == 1 and int(res.token) == 4
@@ -296,7 +297,7 @@ def test_mars_relax_only_accepts_everything_lossless_accepts():
 
   @functools.partial(jax.jit, static_argnums=0)
   def accepted(rule):
-    return jax.vmap(lambda *a: verifiers.verify_chain(rule, *a).num_accepted)(z, p, q, x, u, keys)
+    return jax.vmap(lambda *a: helpers.verify_chain(rule, *a).num_accepted)(z, p, q, x, u, keys)
 
   n_lossless = np.asarray(accepted(Lossless()))
   n_mars = np.asarray(accepted(Mars()))
@@ -313,13 +314,13 @@ def test_mars_relax_only_accepts_everything_lossless_accepts():
 
 
 def _tree_root(children, temperature, z_root, rule, u, parent=None):
-  """verify_tree on a root whose children are ``children`` (one-hot q); every child is a leaf
+  """The tree driver on a root whose children are ``children`` (one-hot q); every child is a leaf
   whose logits put argmax on token 7.  Returns (path node, num_accepted, num_relaxed, token)."""
   c = len(children)
   z = jnp.concatenate([z_root[None], jnp.tile(jnp.zeros((V,)).at[7].set(5.0), (c, 1))])
   x = jnp.asarray([0] + list(children), jnp.int32)
   par = jnp.zeros((c + 1,), jnp.int32) if parent is None else jnp.asarray(parent, jnp.int32)
-  res = jax.jit(verifiers.verify_tree, static_argnums=0)(
+  res = jax.jit(helpers.verify_tree, static_argnums=0)(
       rule, z, _target(z, temperature), jax.nn.one_hot(x, V), x, par, jnp.asarray(u, jnp.float32),
       jax.random.PRNGKey(0))
   return int(res.path[0]), int(res.num_accepted), int(res.num_relaxed), int(res.token)
@@ -360,7 +361,7 @@ def test_mars_tree_fallback_descends_and_continues():
   zz = jnp.stack([z, jnp.zeros((V,)).at[7].set(5.0), jnp.zeros((V,)).at[7].set(5.0),
                   jnp.zeros((V,)).at[1].set(5.0)])
   x = jnp.asarray([0, 0, 5, 7], jnp.int32)
-  res = jax.jit(verifiers.verify_tree, static_argnums=0)(
+  res = jax.jit(helpers.verify_tree, static_argnums=0)(
       Mars(), zz, _target(zz, 0.0), jax.nn.one_hot(x, V), x, jnp.asarray([0, 0, 0, 2]),
       jnp.full((4,), 0.5), jax.random.PRNGKey(0))
   assert int(res.num_accepted) == 2 and res.path[:2].tolist() == [2, 3]
@@ -430,7 +431,7 @@ def test_cos_tree_node_emits_pi_with_onehot_candidates(rule):
   x = jnp.asarray([0, c1, c2], jnp.int32)
   qq = jax.nn.one_hot(x, V)
   qn = jnp.stack([q_node, jnp.zeros(V), jnp.zeros(V)])  # leaves: rows never read
-  tree = jax.jit(verifiers.verify_tree, static_argnums=0)
+  tree = jax.jit(helpers.verify_tree, static_argnums=0)
 
   def run(u1, u2):
     return tree(rule, zz, pp, qq, x, jnp.zeros(3, jnp.int32), jnp.asarray([0.0, u1, u2]),
@@ -451,8 +452,8 @@ def test_cos_tree_node_emits_pi_with_onehot_candidates(rule):
   np.testing.assert_allclose(np.asarray(res.emit_probs), np.asarray(p), atol=1e-6)
   # The tree driver refuses to run CoS without the node distribution.
   with pytest.raises(ValueError, match=rf"{type(rule).__name__}.*{rule.name}.*q_node"):
-    verifiers.verify_tree(rule, zz, pp, qq, x, jnp.zeros(3, jnp.int32), jnp.zeros(3),
-                          jax.random.PRNGKey(0))
+    helpers.verify_tree(rule, zz, pp, qq, x, jnp.zeros(3, jnp.int32), jnp.zeros(3),
+                        jax.random.PRNGKey(0))
 
 
 def test_cos_greedy_chain_uses_the_node_distribution():
@@ -462,7 +463,7 @@ def test_cos_greedy_chain_uses_the_node_distribution():
   x = jnp.argmax(q_node)[None].astype(jnp.int32)
   rule = CoS(lam=0.3)
   pi_x = 0.3 * float(p[x[0]]) + 0.7 * float(q_node[x[0]])
-  chain = jax.jit(verifiers.verify_chain, static_argnums=0)
+  chain = jax.jit(helpers.verify_chain, static_argnums=0)
   zz, pp, q1 = jnp.stack([z, z]), jnp.stack([p, p]), jax.nn.one_hot(x, V)
   for u, n in ((pi_x - 1e-4, 1), (pi_x + 1e-4, 0)):
     res = chain(rule, zz, pp, q1, x, jnp.asarray([u]), jax.random.PRNGKey(0), None, q_node[None])
@@ -665,7 +666,7 @@ def test_induced_closed_forms(seed):
         jnp.where(top, q, 0) + (1 - qt) * pm)
 
 
-# --- Monte Carlo: verify_chain (K = 1) against the exact enumeration ---------------------
+# --- Monte Carlo: the chain driver (K = 1) against the exact enumeration ---------------------
 
 N_MC = 100_000
 # TV(empirical, P) over V outcomes: E[TV] <= 0.5 * sum_y sqrt(P(y)(1 - P(y)) / N) <=
@@ -688,8 +689,8 @@ _MC_CASES = ([(name, None, 1.0) for name in verifiers.available()] + [
 @functools.partial(jax.jit, static_argnums=0)
 def _mc_exact_and_empirical(rules, z, ps, q, key):
   """For each rule r (target ps[r]): the exact induced distribution [R, V] and the frequencies
-  [R, V] of the first emitted token of a K = 1 ``verify_chain`` over N_MC runs (the same
-  draws x ~ q, u and emission keys for every rule).  One compilation for all cases."""
+  [R, V] of the first emitted token of a K = 1 chain (``helpers.verify_chain``) over N_MC
+  runs (the same draws x ~ q, u and emission keys for every rule).  One compilation for all cases."""
   kx, ku, ke = jax.random.split(key, 3)
   xs = jax.random.categorical(kx, jnp.log(q), shape=(N_MC,)).astype(jnp.int32)
   us = jax.random.uniform(ku, (N_MC,))
@@ -699,7 +700,7 @@ def _mc_exact_and_empirical(rules, z, ps, q, key):
     zz, pp = jnp.stack([z, z]), jnp.stack([p, p])
 
     def first_token(x, u, k, rule=rule, zz=zz, pp=pp):
-      res = verifiers.verify_chain(rule, zz, pp, q[None], x[None], u[None], k)
+      res = helpers.verify_chain(rule, zz, pp, q[None], x[None], u[None], k)
       return jnp.where(res.num_accepted == 1, x, res.token)
 
     first = jax.vmap(first_token)(xs, us, keys)

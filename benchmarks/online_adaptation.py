@@ -1,0 +1,197 @@
+r"""Online adaptation of the EAGLE-3 head over multi-turn sessions: frozen and adapted
+drafts side by side, turn after turn, on SmolLM2.
+
+Each of ``--sessions`` held-out ShareGPT conversations with at least two user turns
+(``specjax.data.eval_prompts.multiturn_prompts``) is replayed: the model answers
+user turn 1, then user turn 2 with its own first answer in context, and so on for
+``--turns`` turns or until the conversation, rendered through the chat template, no
+longer fits ``--max_context`` tokens with ``--max_new_tokens`` more.  The answers are
+greedy (T = 0), so they are the target's whatever the drafts are: the frozen head,
+the adapting head and target-only decoding see the same sessions (checked token for
+token).  The adapting head carries its state (adapters, Adam's moments, window) from
+one turn to the next, as a served chat would (``SpecResult.adapter``).
+
+Per turn, batch 1, every call once per round, round-robin, median of ``--repeats``
+rounds: target-only ``generate``, the frozen chain and the adapting chain, each at
+``n`` and 1 new tokens (the 1-token call is the prefill and first token; decode
+phase = n - 1).  The adapting chain is timed from the state it starts the turn with,
+so every repeat runs the same computation.  The record has per turn: the tokens
+emitted, target calls, tau and accepted drafts per position for both heads, the
+decode-phase seconds of all three, and the tokens served before the turn (the
+learning curve's x axis).
+
+    python -m benchmarks.online_adaptation --sessions=6 --turns=3 --max_new_tokens=128 \
+        --adapt=every=4:learning_rate=0.03 \
+        --output=benchmarks/results/online_adaptation/smollm2.json
+"""
+
+from __future__ import annotations
+
+import os
+
+from absl import app, flags
+import numpy as np
+
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+  flags.DEFINE_string("target", "smollm2-135m-instruct", "registered real model with a "
+                      "shipped EAGLE-3 head")
+  flags.DEFINE_integer("sessions", 6, "held-out multi-turn conversations")
+  flags.DEFINE_integer("turns", 3, "user turns answered per session (at most)")
+  flags.DEFINE_integer("max_new_tokens", 128, "tokens per answer (stop at EOS)")
+  flags.DEFINE_integer("max_context", 1024, "longest conversation rendered for a turn")
+  flags.DEFINE_integer("k", 4, "draft length K of the EAGLE-3 chain")
+  flags.DEFINE_string("adapt", "every=4:learning_rate=0.03", "OnlineAdaptation "
+                      "hyperparameters, 'name=value:name=value' (specjax.decoding.adaptation)")
+  flags.DEFINE_integer("repeats", 3, "timed rounds per turn (median; round-robin)")
+  flags.DEFINE_integer("seed", 0, "conversation order (held-out split's hash seed)")
+  flags.DEFINE_string("output", "", "JSON record ('' = print only)")
+  from experiments.common import cli
+  cli.define_decision_flag()
+
+
+def parse_adapt(spec: str):
+  """``OnlineAdaptation`` of ``--adapt``; ``UsageError`` naming the flag."""
+  from experiments.common.rows import parse_adapt as parse
+  from specjax.decoding.adaptation import OnlineAdaptation
+  try:
+    (name, hp), = parse("online" + (":" + spec if spec else ""))
+    return OnlineAdaptation(**hp)
+  except (ValueError, TypeError) as e:
+    raise app.UsageError(f"--adapt={spec!r}: {e}") from None
+
+
+def sessions(encode_chat) -> list[list[dict]]:
+  """The user turns (``--turns`` at most) of ``--sessions`` held-out conversations
+  whose first turn fits the context."""
+  from specjax.data import eval_prompts
+  out = []
+  for prefixes in eval_prompts.heldout_multiturn_prompts(seed=FLAGS.seed):
+    users = [m for m in prefixes[0].messages if m["role"] == "user"][:FLAGS.turns]
+    if len(encode_chat(users[:1])) + FLAGS.max_new_tokens <= FLAGS.max_context:
+      out.append(users)
+    if len(out) == FLAGS.sessions:
+      return out
+  raise app.UsageError(f"--sessions={FLAGS.sessions}: only {len(out)} held-out conversations "
+                       f"fit --max_context={FLAGS.max_context}")
+
+
+def _position_counts(stats) -> tuple[list, list]:
+  return (np.asarray(stats.accept_counts).sum(0).tolist(),
+          np.asarray(stats.offered_counts).sum(0).tolist())
+
+
+def run_turn(setup: dict, ids: list, state) -> tuple[dict, object, list]:
+  """One turn: the three calls' outputs and their decode-phase timings
+  (module docstring); returns ``(row, the adapting head's next state, answer ids)``."""
+  from benchmarks.common import call_timer, interleaved_medians
+  from specjax.decoding.autoregressive import generate
+  from specjax.decoding.speculative import speculative_generate
+  ms, n = setup["ms"], FLAGS.max_new_tokens
+  target, tp, lossless = ms.target, ms.target_params, setup["rule"]
+  aparams = setup["aparams"] if state is None else dict(setup["aparams"], adapter=state)
+  calls = {
+      "target": lambda m: generate(target, tp, [ids], max_new_tokens=m),
+      "frozen": lambda m: speculative_generate(target, tp, setup["frozen"], setup["fparams"],
+                                               lossless, [ids], max_new_tokens=m),
+      "adapted": lambda m: speculative_generate(target, tp, setup["adapting"], aparams,
+                                                lossless, [ids], max_new_tokens=m)}
+  outs = {name: fn(n) for name, fn in calls.items()}
+  answers = {name: o.to_lists()[0] for name, o in outs.items()}
+  if not answers["target"] == answers["frozen"] == answers["adapted"]:
+    raise RuntimeError("greedy outputs differ between target-only, frozen and adapted runs")
+  timers = {(name, m): call_timer(fn, m) for name, fn in calls.items() for m in (n, 1)}
+  med = interleaved_medians(timers, FLAGS.repeats)
+  row = {"prompt_tokens": len(ids), "tokens": len(answers["target"])}
+  for name in ("frozen", "adapted"):
+    s = outs[name].stats.summary()
+    acc, off = _position_counts(outs[name].stats)
+    row[name] = dict(target_calls=s["target_calls"], accepted=s["accepted"], tau=s["tau"],
+                     accept_counts=acc, offered_counts=off)
+  for name in calls:
+    row[f"{name}_decode_s"] = med[name, n] - med[name, 1]
+  return row, outs["adapted"].adapter, answers["target"]
+
+
+def run_session(setup: dict, users: list[dict], served: int) -> tuple[list, int]:
+  """Every turn of one session (module docstring); ``served``: tokens served before it
+  by the adapting head (its state starts afresh per session)."""
+  ms, rows, state = setup["ms"], [], None
+  messages = []
+  for turn, user in enumerate(users):
+    messages.append(user)
+    ids = ms.encode_chat(messages)
+    if len(ids) + FLAGS.max_new_tokens > FLAGS.max_context:
+      break
+    row, state, answer = run_turn(setup, ids, state)
+    rows.append({"turn": turn, "served_before": served, **row})
+    served += row["tokens"]
+    messages.append({"role": "assistant", "content": ms.tokenizer.decode(answer)})
+  return rows, served
+
+
+def load_setup() -> dict:
+  from experiments.common.model_sets import load_model_set
+  from specjax import verifiers
+  from specjax.decoding.drafter_factory import make_drafter
+  from specjax.distributions import SamplingConfig
+  cfg = parse_adapt(FLAGS.adapt)
+  ms = load_model_set(FLAGS.target, draft="", eagle="eagle3")
+  greedy = SamplingConfig(temperature=0.0)
+  frozen, fparams = make_drafter("eagle_chain", greedy, ms.draft_sources(), num_draft=FLAGS.k)
+  adapting, aparams = make_drafter("eagle_chain", greedy, ms.draft_sources(),
+                                   num_draft=FLAGS.k, adapt=cfg)
+  return dict(ms=ms, cfg=cfg, rule=verifiers.get("lossless"), frozen=frozen, fparams=fparams,
+              adapting=adapting, aparams=aparams)
+
+
+def summarize(turns: list) -> dict:
+  """Pooled tau per turn index and over everything, both heads, and the decode-phase
+  speedups over target-only (sums over turns)."""
+  def pooled(rows, name):
+    calls = sum(r[name]["target_calls"] for r in rows)
+    return (sum(r[name]["accepted"] for r in rows) + calls) / max(calls, 1)
+  out = {"by_turn": []}
+  for t in sorted({r["turn"] for r in turns}):
+    rows = [r for r in turns if r["turn"] == t]
+    out["by_turn"].append({"turn": t, "rows": len(rows), "tau_frozen": pooled(rows, "frozen"),
+                           "tau_adapted": pooled(rows, "adapted")})
+  dec = {k: sum(r[f"{k}_decode_s"] for r in turns) for k in ("target", "frozen", "adapted")}
+  out.update(tau_frozen=pooled(turns, "frozen"), tau_adapted=pooled(turns, "adapted"),
+             decode_speedup_frozen=dec["target"] / dec["frozen"],
+             decode_speedup_adapted=dec["target"] / dec["adapted"])
+  return out
+
+
+def main(_):
+  from experiments.common import cli
+  from specjax import provenance
+  cli.apply_decision_flag()
+  stamp = provenance.stamp()
+  setup = load_setup()
+  turns = []
+  for s, users in enumerate(sessions(setup["ms"].encode_chat)):
+    rows, _ = run_session(setup, users, 0)
+    turns += [{"session": s, **r} for r in rows]
+    print(f"session {s}: " + ", ".join(
+        f"turn {r['turn']} tau {r['frozen']['tau']:.2f} -> {r['adapted']['tau']:.2f}"
+        for r in rows), flush=True)
+  summary = summarize(turns)
+  print(summary)
+  if FLAGS.output:
+    from benchmarks.records import write_record
+    record = provenance.stamped(
+        dict(benchmark="online_adaptation", target=FLAGS.target, k=FLAGS.k,
+             adapt={f: getattr(setup["cfg"], f) for f in ("every", "steps", "window", "rank",
+                                                          "learning_rate", "label_top_k")},
+             max_new_tokens=FLAGS.max_new_tokens, max_context=FLAGS.max_context,
+             turns=turns, summary=summary, load_end=os.getloadavg()[0]),
+        stamp, dict(setup["ms"].sources))
+    write_record(FLAGS.output, record)
+
+
+if __name__ == "__main__":
+  define_flags()
+  app.run(main)

@@ -1,0 +1,338 @@
+"""Online adaptation of an EAGLE head's drafts from the loop's own verification.
+
+Every verify forward computes, at each position the target commits, exactly what an
+EAGLE head is trained on: the target's features there and its next-token
+distribution.  With :class:`OnlineAdaptation` the drafter keeps them: each committed
+token adds one *entry* to a per-row window of the last ``window`` entries -- the
+head's input at that position (the target features ``f_t`` and the next committed
+token ``x_{t+1}``) and its label, the target's
+distribution over ``x_{t+2}`` (its ``label_top_k`` most likely tokens at
+temperature 1; the head's own training target) -- and every ``every`` rounds, before
+drafting, it takes ``steps`` Adam steps on a small per-row *adapter* of the head's
+draft logits:
+
+    draft logits = head logits(h) + bias + rms(h) A B        (bias [Vd], A [H, r], B [r, Vd])
+
+with ``h`` the head's output feature, ``rms(h) = h / sqrt(mean(h^2) + eps)`` and the
+loss the cross-entropy of the window's labels under the adapted logits of the head
+run over the window (causal attention within the window).  The head's own weights
+stay frozen and shared; each row adapts to its own conversation (per-row adapters
+keep rows independent, so results do not depend on how rows are batched or split
+over devices).  ``B`` starts at 0, so an adapter that has not learned yet drafts as
+the frozen head does.
+
+**Exact by construction** (docs/spec.md §4, "Online adaptation").  The adapter a
+round drafts with is a function of tokens committed before that round and of the
+target's features and distributions at those positions: an entry is complete only
+when the token after it is committed (the entry at the last committed position waits
+for the next round), entries are added in ``commit``, after the round's verification,
+and the update runs when the next round starts, before it drafts.  Conditioned on
+the history, every round is ordinary speculative sampling with the adapted drafter's
+q, so lossless rules stay lossless; lossy rules' output laws depend on the adapter
+(measure their KL with adaptation on).
+
+Shapes: B rows, W = ``window`` entries, n_sel x Ht the target features an entry keeps,
+H the head's hidden size, Vd its draft vocabulary, V the target's, r = ``rank``,
+k = ``label_top_k``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from specjax.checks import check_int, check_range
+from specjax.hyperparams import Hyperparams
+
+RMS_EPS = 1e-6
+# A's entries start at N(0, 1 / H) scaled by this, the same for every row (a fixed key).
+A_INIT_SCALE = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class OnlineAdaptation(Hyperparams):
+  """How an EAGLE drafter adapts its drafts while it serves (module docstring).
+
+  Attributes:
+    every: rounds between updates (>= 1).
+    steps: Adam steps per update (>= 1).
+    window: W, committed entries per row the update learns from (>= 2).
+    rank: r, the rank of the adapter's low-rank term (>= 1).
+    learning_rate: Adam's step size (> 0; traced: a sweep compiles once).
+    label_top_k: k, the target tokens each label keeps (>= 1).
+  """
+
+  every: int = 8
+  steps: int = 1
+  window: int = 32
+  rank: int = 8
+  learning_rate: float = 3e-3
+  label_top_k: int = 8
+
+  def __post_init__(self):
+    for name, low, high in (("every", 1, None), ("steps", 1, 64), ("window", 2, 4096),
+                            ("rank", 1, 256), ("label_top_k", 1, 256)):
+      value = check_int(name, getattr(self, name), low=low)
+      if high is not None and value > high:
+        raise ValueError(f"{name}={value} must be an integer in [{low}, {high}]")
+    check_range("learning_rate", self.learning_rate, low=0.0, low_open=True, high=1.0)
+
+  def optimizer(self) -> optax.GradientTransformation:
+    return optax.adam(self.learning_rate)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class AdapterParams:
+  """Per-row adapter of the draft logits (``B`` rows).
+
+  Attributes:
+    bias: [B, Vd] added to every draft logit of the row.
+    a: [B, H, r] and b: [B, r, Vd]: the low-rank term ``rms(h) a b``.
+  """
+
+  bias: jax.Array
+  a: jax.Array
+  b: jax.Array
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Window:
+  """The last W complete entries of each row, oldest first (``valid`` marks them).
+
+  Attributes:
+    feats: [B, W, n_sel, Ht] the target features at the entry's position.
+    tokens: [B, W] int32 the token paired with each feature (the next committed one).
+    label_ids: [B, W, k] int32 target-vocabulary ids of the label.
+    label_probs: [B, W, k] float32 their probabilities at temperature 1.
+    valid: [B, W] bool.
+  """
+
+  feats: jax.Array
+  tokens: jax.Array
+  label_ids: jax.Array
+  label_probs: jax.Array
+  valid: jax.Array
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class AdapterState:
+  """What an adapting drafter carries through the loop (part of its state).
+
+  Attributes:
+    params: the :class:`AdapterParams` the next round drafts with.
+    opt_state: Adam's state for them (per row).
+    window: the :class:`Window` of complete entries.
+    carry_feat: [B, n_sel, Ht] the target features at the row's last committed
+      position: its entry
+      completes when the next token is committed (the next round's ``last``).
+    has_carry: [B] bool.
+    rounds: [] int32 commits so far (the update schedule; the same for every row).
+    updates: [B] int32 updates that saw at least one entry of the row.
+  """
+
+  params: AdapterParams
+  opt_state: Any
+  window: Window
+  carry_feat: jax.Array
+  has_carry: jax.Array
+  rounds: jax.Array
+  updates: jax.Array
+
+
+def init_params(cfg: OnlineAdaptation, batch: int, hidden: int, draft_vocab: int
+                ) -> AdapterParams:
+  """Adapters that change nothing yet (``bias = 0``, ``b = 0``); ``a`` random, the same
+  for every row."""
+  a = jax.random.normal(jax.random.key(0), (hidden, cfg.rank), jnp.float32)
+  a = A_INIT_SCALE * a / jnp.sqrt(float(hidden))
+  return AdapterParams(jnp.zeros((batch, draft_vocab), jnp.float32),
+                       jnp.broadcast_to(a, (batch, hidden, cfg.rank)),
+                       jnp.zeros((batch, cfg.rank, draft_vocab), jnp.float32))
+
+
+def check_carried(carried, cfg: OnlineAdaptation, batch: int, hidden: int, draft_vocab: int
+                  ) -> None:
+  """``ValueError`` (before tracing) unless ``carried`` -- a session's adapter state
+  (``SpecResult.adapter`` of an earlier call) or bare :class:`AdapterParams` -- holds
+  adapters of ``batch`` rows for a head of width ``hidden`` and ``draft_vocab`` draft
+  tokens at ``cfg.rank`` (and, for a state, ``cfg``'s window): what a session carries
+  into its next call must come from the same head, settings and rows."""
+  if isinstance(carried, AdapterState):
+    w = tuple(carried.window.label_ids.shape)
+    if w != (batch, cfg.window, cfg.label_top_k):
+      raise ValueError(f"draft_params['adapter'] holds a window of shape {w[:2]} with "
+                       f"{w[2]} label tokens; this drafter and batch need ({batch}, "
+                       f"{cfg.window}) with {cfg.label_top_k}: carry a state only into a call "
+                       f"with the same adaptation settings and rows")
+    carried = carried.params
+  if not isinstance(carried, AdapterParams):
+    raise ValueError(f"draft_params['adapter'] must be an AdapterState (SpecResult.adapter of "
+                     f"an earlier call) or AdapterParams, got {type(carried).__name__}")
+  want = {"bias": (batch, draft_vocab), "a": (batch, hidden, cfg.rank),
+          "b": (batch, cfg.rank, draft_vocab)}
+  for name, shape in want.items():
+    got = tuple(getattr(carried, name).shape)
+    if got != shape:
+      raise ValueError(f"draft_params['adapter'].{name} has shape {got}; this drafter and "
+                       f"batch need {shape} (batch {batch}, head width {hidden}, draft vocab "
+                       f"{draft_vocab}, rank {cfg.rank}): carry adapters only into a call "
+                       f"with the same head, rank and rows")
+
+
+def init_state(cfg: OnlineAdaptation, batch: int, feature_shape: tuple, hidden: int,
+               draft_vocab: int, carried=None, feature_dtype=jnp.float32) -> AdapterState:
+  """The adapter state a call starts from: ``feature_shape = (n_sel, Ht)`` of the target
+  features an entry keeps.  ``carried`` (:func:`check_carried`): a session's state from
+  an earlier call -- its adapters, Adam's moments and window go on (the window's
+  entries lie in the conversation the next call continues), its pending entry does
+  not (the next call's first token is not the one after it) -- or bare
+  :class:`AdapterParams` (a fresh window and optimiser); None: :func:`init_params`."""
+  if isinstance(carried, AdapterState):
+    return dataclasses.replace(carried, has_carry=jnp.zeros_like(carried.has_carry))
+  p = init_params(cfg, batch, hidden, draft_vocab) if carried is None else carried
+  opt = jax.vmap(cfg.optimizer().init)(p)
+  w, k = cfg.window, cfg.label_top_k
+  window = Window(jnp.zeros((batch, w) + tuple(feature_shape), feature_dtype),
+                  jnp.zeros((batch, w), jnp.int32), jnp.zeros((batch, w, k), jnp.int32),
+                  jnp.zeros((batch, w, k), jnp.float32), jnp.zeros((batch, w), bool))
+  return AdapterState(p, opt, window, jnp.zeros((batch,) + tuple(feature_shape), feature_dtype),
+                      jnp.zeros((batch,), bool), jnp.int32(0), jnp.zeros((batch,), jnp.int32))
+
+
+def rms(h: jax.Array) -> jax.Array:
+  """``h / sqrt(mean(h^2) + eps)`` over the last axis, in float32."""
+  h = h.astype(jnp.float32)
+  return h * jax.lax.rsqrt(jnp.mean(h * h, -1, keepdims=True) + RMS_EPS)
+
+
+def logit_delta(params: AdapterParams, h: jax.Array) -> jax.Array:
+  """``bias + rms(h) a b``: ``h [B, ..., H]`` -> ``[B, ..., Vd]`` (per-row params)."""
+  x = rms(h)
+  lead = x.shape[1:-1]
+  flat = x.reshape(x.shape[0], -1, x.shape[-1])  # [B, T, H]
+  low = jnp.einsum("bth,bhr,brv->btv", flat, params.a, params.b)
+  return (low + params.bias[:, None, :]).reshape((x.shape[0],) + lead + (params.bias.shape[-1],))
+
+
+def labels(logits: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
+  """``(ids, probs)`` ``[..., k]``: the target's ``k`` most likely next tokens at
+  temperature 1 (target-vocabulary ids) and their probabilities."""
+  top, ids = jax.lax.top_k(jax.nn.log_softmax(logits.astype(jnp.float32), -1), k)
+  return ids.astype(jnp.int32), jnp.exp(top)
+
+
+def target_to_draft(draft_vocab: int, vocab: int, d2t: Optional[jax.Array]) -> jax.Array:
+  """``[V] int32``: the draft-vocabulary id of each target id (-1 outside it); draft id
+  d is target id ``d + d2t[d]`` (identity without ``d2t``)."""
+  if d2t is None:
+    return jnp.where(jnp.arange(vocab) < draft_vocab, jnp.arange(vocab), -1).astype(jnp.int32)
+  ids = jnp.arange(draft_vocab, dtype=jnp.int32) + d2t.astype(jnp.int32)
+  return jnp.full((vocab,), -1, jnp.int32).at[ids].set(jnp.arange(draft_vocab, dtype=jnp.int32))
+
+
+def _append(window: Window, new: Window, count: jax.Array) -> Window:
+  """Each row's first ``count[b]`` entries of ``new`` ([B, D, ...]) after its window,
+  keeping the last W."""
+  w = window.valid.shape[1]
+
+  def shift(old, add):
+    both = jnp.concatenate([old, add], 1)
+    return jax.vmap(lambda x, c: jax.lax.dynamic_slice_in_dim(x, c, w, 0))(both, count)
+
+  d = new.valid.shape[1]
+  keep = jnp.arange(d)[None, :] < count[:, None]
+  new = dataclasses.replace(new, valid=new.valid & keep)
+  return jax.tree.map(shift, window, new)
+
+
+def add_entries(cfg: OnlineAdaptation, state: AdapterState, feats: jax.Array,
+                committed: jax.Array, num_committed: jax.Array, target_logits: jax.Array
+                ) -> AdapterState:
+  """The entries this round completes, appended to each row's window; counts the round.
+
+  Args:
+    feats: [B, D+1, n_sel, Ht] the target features at the committed positions
+      (``last`` and the accepted drafts).
+    committed: [B, D+1] int32 ``last`` and the accepted drafts; ``num_committed`` [B]
+      of them (0: an idle row, nothing changes).
+    target_logits: [B, D+1, V] the target's logits there (row j: the distribution of
+      the token after committed position j).
+
+  The carried entry (the last committed position of the previous round) completes
+  with this round's ``last`` and its label ``target_logits[:, 0]``; entry j of this
+  round (j < num_committed - 1) pairs ``feats[:, j]`` with ``committed[:, j + 1]`` and
+  the label ``target_logits[:, j + 1]``; the feature at the last committed position
+  becomes the new carry.
+  """
+  ids, probs = labels(target_logits, cfg.label_top_k)  # [B, D+1, k]
+  n = num_committed.astype(jnp.int32)
+  ran = n > 0
+  carry = Window(state.carry_feat[:, None], committed[:, :1], ids[:, :1], probs[:, :1],
+                 jnp.ones((n.shape[0], 1), bool))
+  own = Window(feats[:, :-1], committed[:, 1:], ids[:, 1:], probs[:, 1:],
+               jnp.ones(committed[:, 1:].shape, bool))
+  window = _append(state.window, carry, (state.has_carry & ran).astype(jnp.int32))
+  window = _append(window, own, jnp.maximum(n - 1, 0))
+  last_feat = jax.vmap(lambda f, i: f[i])(feats, jnp.maximum(n - 1, 0))  # [B, n_sel, Ht]
+  keep = ran.reshape((-1,) + (1,) * (last_feat.ndim - 1))
+  return dataclasses.replace(
+      state, window=window, carry_feat=jnp.where(keep, last_feat, state.carry_feat),
+      has_carry=state.has_carry | ran, rounds=state.rounds + 1)
+
+
+def window_loss(params: AdapterParams, base_logits: jax.Array, hidden: jax.Array,
+                window: Window, to_draft: jax.Array) -> jax.Array:
+  """``[B]`` mean cross-entropy of each row's valid entries' labels (restricted to the
+  draft vocabulary, ``to_draft`` [V], and renormalised) under the adapted draft logits
+  (``base_logits [B, W, Vd]`` the frozen head's, ``hidden [B, W, H]``)."""
+  logp = jax.nn.log_softmax(base_logits + logit_delta(params, hidden), -1)  # [B, W, Vd]
+  ids = to_draft[window.label_ids]  # [B, W, k]
+  probs = jnp.where(ids >= 0, window.label_probs, 0.0)
+  mass = jnp.sum(probs, -1)
+  picked = jnp.take_along_axis(logp, jnp.maximum(ids, 0), -1)
+  ce = -jnp.sum(probs * picked, -1) / jnp.maximum(mass, 1e-30)
+  w = (window.valid & (mass > 0)).astype(jnp.float32)
+  return jnp.sum(ce * w, -1) / jnp.maximum(jnp.sum(w, -1), 1.0)
+
+
+def update(cfg: OnlineAdaptation, state: AdapterState, base_logits: jax.Array,
+           hidden: jax.Array, to_draft: jax.Array) -> AdapterState:
+  """``cfg.steps`` Adam steps on every row's adapter against its window (rows with an
+  empty window keep theirs).  ``base_logits`` / ``hidden`` ``[B, W, ...]``: the frozen
+  head run over the window; ``to_draft``: :func:`target_to_draft`."""
+  opt = cfg.optimizer()
+  has = jnp.any(state.window.valid, 1)  # [B]
+
+  def one_step(carry, _):
+    params, opt_state = carry
+    grads = jax.grad(lambda p: jnp.sum(
+        window_loss(p, base_logits, hidden, state.window, to_draft)))(params)
+    upd, new_opt = jax.vmap(opt.update)(grads, opt_state, params)
+    new_params = optax.apply_updates(params, upd)
+    pick = lambda new, old: jnp.where(has.reshape((-1,) + (1,) * (new.ndim - 1)), new, old)
+    return (jax.tree.map(pick, new_params, params), jax.tree.map(pick, new_opt, opt_state)), None
+
+  (params, opt_state), _ = jax.lax.scan(one_step, (state.params, state.opt_state), None,
+                                        length=cfg.steps)
+  return dataclasses.replace(state, params=params, opt_state=opt_state,
+                             updates=state.updates + has.astype(jnp.int32))
+
+
+def is_update_round(cfg: OnlineAdaptation, rounds: jax.Array) -> jax.Array:
+  """[] bool: the round that starts after ``rounds`` commits updates first."""
+  return (rounds > 0) & ((rounds % cfg.every) == 0)
+
+
+def window_attention(valid: jax.Array) -> jax.Array:
+  """``[B, W, W]`` causal attention among a window's entries that skips the empty ones
+  (each entry always sees itself)."""
+  w = valid.shape[1]
+  causal = jnp.tril(jnp.ones((w, w), bool))
+  return causal[None] & (valid[:, None, :] | jnp.eye(w, dtype=bool)[None])

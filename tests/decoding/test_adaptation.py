@@ -1,0 +1,235 @@
+"""Online adaptation of an EAGLE drafter (``specjax/decoding/adaptation.py``): the window's
+bookkeeping by hand, the update learning its window, greedy identity with the target
+under adaptation (chain and EAGLE-2 tree), the lossless law at T = 1 with adaptation on
+(slow step), sessions carried across calls, and bad input."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from specjax import verifiers
+from specjax.decoding import adaptation
+from specjax.decoding.adaptation import OnlineAdaptation
+from specjax.decoding.autoregressive import generate
+from specjax.decoding.eagle_drafter import EagleDrafter
+from specjax.decoding.speculative import speculative_generate
+from specjax.distributions import SamplingConfig
+from tests.helpers import eagle_head, eagle_target
+
+GREEDY = SamplingConfig(temperature=0.0)
+# A fast learner, so that a dozen rounds move the drafts (the tests need them to move).
+FAST = OnlineAdaptation(every=1, steps=2, window=8, rank=4, learning_rate=0.1, label_top_k=4)
+
+
+def test_entries_complete_one_round_late_and_in_order():
+  """Round 1: row 0 commits ``last`` + 1 accepted draft (one complete entry: the first
+  position, paired with the accepted draft, labelled by the target at position 1), row 1
+  commits ``last`` alone (nothing complete), row 2 is idle.  Round 2: each carried entry
+  completes with the round's ``last`` and the label at its position 0."""
+  cfg = OnlineAdaptation(every=1, window=4, rank=2, label_top_k=2)
+  b, d1, v = 3, 3, 6
+  st = adaptation.init_state(cfg, b, (1, 2), 5, v)
+  feats = jnp.arange(b * d1 * 2, dtype=jnp.float32).reshape(b, d1, 1, 2)
+  logits = jnp.zeros((b, d1, v)).at[:, :, 0].set(3.0).at[:, :, 1].set(2.0)
+  logits = logits.at[0, 1, 4].set(9.0)  # row 0's label at position 1: token 4 first
+  committed = jnp.asarray([[10, 11, 12], [20, 21, 22], [30, 31, 32]], jnp.int32)
+  st = adaptation.add_entries(cfg, st, feats, committed, jnp.asarray([2, 1, 0]), logits)
+  win = st.window
+  assert win.valid.tolist() == [[False, False, False, True], [False] * 4, [False] * 4]
+  assert int(win.tokens[0, -1]) == 11  # the accepted draft
+  np.testing.assert_array_equal(win.feats[0, -1], feats[0, 0])
+  assert win.label_ids[0, -1].tolist() == [4, 0]
+  assert st.has_carry.tolist() == [True, True, False] and int(st.rounds) == 1
+  np.testing.assert_array_equal(st.carry_feat[0], feats[0, 1])  # last committed position
+  np.testing.assert_array_equal(st.carry_feat[1], feats[1, 0])
+  committed2 = jnp.asarray([[13, 14, 15], [23, 24, 25], [33, 34, 35]], jnp.int32)
+  st = adaptation.add_entries(cfg, st, feats + 100, committed2, jnp.asarray([1, 1, 1]),
+                              logits.at[:, 0, 5].set(9.0))
+  win = st.window
+  assert win.valid.tolist() == [[False, False, True, True], [False, False, False, True],
+                                [False] * 4]
+  assert win.tokens[0, -2:].tolist() == [11, 13] and int(win.tokens[1, -1]) == 23
+  np.testing.assert_array_equal(win.feats[0, -1], feats[0, 1])  # the carried feature
+  assert win.label_ids[0, -1].tolist() == [5, 0] and win.label_ids[1, -1].tolist() == [5, 0]
+  assert st.has_carry.tolist() == [True, True, True] and int(st.rounds) == 2
+
+
+def test_update_learns_its_window_and_leaves_empty_rows_alone():
+  """Adam steps on the adapter lower the window loss of a row with entries; a row with an
+  empty window keeps its adapter (and its optimiser state)."""
+  cfg = OnlineAdaptation(every=1, steps=20, window=6, rank=3, learning_rate=0.05,
+                         label_top_k=3)
+  b, w, h, vd = 2, 6, 8, 10
+  st = adaptation.init_state(cfg, b, (1, h), h, vd)
+  rng = np.random.default_rng(0)
+  ids = jnp.asarray(rng.integers(0, vd, (b, w, 3)), jnp.int32)
+  probs = jnp.asarray(rng.dirichlet(np.ones(3), (b, w)), jnp.float32)
+  valid = jnp.asarray([[True] * w, [False] * w])
+  st = dataclasses.replace(st, window=dataclasses.replace(
+      st.window, label_ids=ids, label_probs=probs, valid=valid))
+  base = jnp.asarray(rng.standard_normal((b, w, vd)), jnp.float32)
+  hidden = jnp.asarray(rng.standard_normal((b, w, h)), jnp.float32)
+  to_draft = jnp.arange(vd, dtype=jnp.int32)
+  before = adaptation.window_loss(st.params, base, hidden, st.window, to_draft)
+  new = jax.jit(adaptation.update, static_argnums=0)(cfg, st, base, hidden, to_draft)
+  after = adaptation.window_loss(new.params, base, hidden, new.window, to_draft)
+  assert float(after[0]) < float(before[0]) - 0.1
+  for leaf_new, leaf_old in zip(jax.tree.leaves(new.params), jax.tree.leaves(st.params)):
+    np.testing.assert_array_equal(leaf_new[1], leaf_old[1])
+  assert new.updates.tolist() == [1, 0]
+
+
+def _setup(kind="eagle3", reduced=True):
+  target, tp = eagle_target()
+  head, p, d2t = eagle_head(kind, reduced)
+  return target, tp, head, EagleDrafter.make_params(p, target, tp, d2t)
+
+
+PROMPTS = [[1, 2, 3, 4, 5], [7, 8], [3, 3, 3, 9, 10, 11, 12]]
+
+
+@pytest.mark.parametrize("shape", ["chain", "dynamic"])
+def test_greedy_output_is_the_targets_under_adaptation(shape):
+  """T = 0: adaptation changes the drafts (the adapters learn: nonzero after the run, and
+  the number of target calls differs from the frozen head's), never the output."""
+  target, tp, head, params = _setup()
+  kw = (dict(depth=3, tree_kind="dynamic", top_k=3, total_tokens=8) if shape == "dynamic"
+        else dict(num_draft=3))
+  ref = generate(target, tp, PROMPTS, max_new_tokens=20, eos_token_id=None).to_lists()
+  runs = {}
+  for adapt in (None, FAST):
+    drafter = EagleDrafter(sampling=GREEDY, head=head, adapt=adapt, **kw)
+    runs[adapt] = speculative_generate(target, tp, drafter, params, verifiers.get("lossless"),
+                                       PROMPTS, max_new_tokens=20, eos_token_id=None)
+    assert runs[adapt].to_lists() == ref
+  adapted, frozen = runs[FAST], runs[None]
+  assert frozen.adapter is None
+  assert float(jnp.abs(adapted.adapter.params.b).max()) > 0
+  assert not np.array_equal(np.asarray(adapted.stats.target_calls),
+                            np.asarray(frozen.stats.target_calls))
+
+
+def test_a_session_carries_its_adapters():
+  """The adapter state a call returns starts the next call (``draft_params["adapter"]``):
+  the second call of a session drafts differently from a fresh one, and still emits the
+  target's greedy tokens."""
+  target, tp, head, params = _setup()
+  drafter = EagleDrafter(num_draft=3, sampling=GREEDY, head=head, adapt=FAST)
+  lossless = verifiers.get("lossless")
+  first = speculative_generate(target, tp, drafter, params, lossless, PROMPTS,
+                               max_new_tokens=20, eos_token_id=None)
+  turn = [p + [6, 6] for p in PROMPTS]
+  ref = generate(target, tp, turn, max_new_tokens=12, eos_token_id=None).to_lists()
+  carried = speculative_generate(target, tp, drafter, dict(params, adapter=first.adapter),
+                                 lossless, turn, max_new_tokens=12, eos_token_id=None)
+  fresh = speculative_generate(target, tp, drafter, params, lossless, turn, max_new_tokens=12,
+                               eos_token_id=None)
+  assert carried.to_lists() == ref == fresh.to_lists()
+  assert not np.array_equal(np.asarray(carried.adapter.params.b),
+                            np.asarray(fresh.adapter.params.b))
+  assert int(carried.adapter.rounds) > int(fresh.adapter.rounds)  # the state went on
+
+
+def test_bad_adaptation_input_is_refused_before_tracing():
+  target, tp, head, params = _setup()
+  for kw, match in ((dict(every=0), "every"), (dict(window=1), "window"),
+                    (dict(learning_rate=0.0), "learning_rate"), (dict(rank=1000), "rank"),
+                    (dict(steps=2.5), "steps")):
+    with pytest.raises((ValueError, TypeError), match=match):
+      OnlineAdaptation(**kw)
+  with pytest.raises(TypeError, match="adapt"):
+    EagleDrafter(num_draft=2, sampling=GREEDY, head=head, adapt={"every": 2})
+  frozen = EagleDrafter(num_draft=2, sampling=GREEDY, head=head)
+  adapting = EagleDrafter(num_draft=2, sampling=GREEDY, head=head, adapt=FAST)
+  lossless = verifiers.get("lossless")
+  c = head.config
+  wrong = adaptation.init_params(FAST, 2, c.hidden_size, c.draft_vocab_size)  # 2 rows, not 3
+  with pytest.raises(ValueError, match=r"adapter.*does not adapt"):
+    speculative_generate(target, tp, frozen, dict(params, adapter=wrong), lossless, PROMPTS,
+                         max_new_tokens=4)
+  with pytest.raises(ValueError, match=r"adapter'\]\.bias has shape \(2, 16\).*\(3, 16\)"):
+    speculative_generate(target, tp, adapting, dict(params, adapter=wrong), lossless, PROMPTS,
+                         max_new_tokens=4)
+  with pytest.raises(ValueError, match="AdapterState"):
+    speculative_generate(target, tp, adapting, dict(params, adapter={"bias": 0}), lossless,
+                         PROMPTS, max_new_tokens=4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", ["chain", "dynamic"])
+def test_sampled_lossless_under_adaptation_reproduces_the_target(shape):
+  """Lossless verification at T = 1 with a fast-learning adapter samples the target:
+  martingale z-test over every generated token after the first, 1500 rows x 8 tokens,
+  V = 32, max |z| < 4.5 (P(false alarm) < 32 * 6.8e-6 per check; see
+  tests/decoding/test_speculative.py).  The adapters must have learned (nonzero)."""
+  from tests.helpers import martingale_z, teacher_forced_probs
+  target, tp, head, params = _setup()
+  samp = SamplingConfig(temperature=1.0)
+  kw = (dict(depth=3, tree_kind="dynamic", top_k=3, total_tokens=8) if shape == "dynamic"
+        else dict(num_draft=3))
+  drafter = EagleDrafter(sampling=samp, head=head, adapt=FAST, **kw)
+  prompt = [1, 2, 3, 4, 5]
+  res = speculative_generate(target, tp, drafter, params, verifiers.get("lossless"),
+                             [prompt] * 1500, max_new_tokens=8, sampling=samp,
+                             key=jax.random.key(9), eos_token_id=None)
+  assert float(jnp.abs(res.adapter.params.b).max()) > 0
+  probs = np.asarray(teacher_forced_probs(target, tp, prompt, res.tokens, samp))
+  z = martingale_z(np.asarray(res.tokens)[:, 1:], probs[:, 1:], np.asarray(res.lengths) - 1)
+  assert np.abs(z).max() < 4.5, z
+
+
+def _peeking_run(target, tp, drafter, params, prompt, rows, new_tokens, samp, key):
+  """BROKEN on purpose: each round is run twice from the same state (the same keys and
+  uniforms); between the two, each row's adapter is pushed hard towards the token the
+  first run emitted -- the adapter sees the round's own target sample before the
+  round's verification.  Returns (tokens [rows, new_tokens], lengths)."""
+  from specjax.decoding import speculative as spec
+  from specjax.decoding.autoregressive import RUNNING
+  from specjax.decoding.prompts import prepare_prompts
+  tokens, lengths = prepare_prompts([prompt] * rows, target.config.vocab_size)
+  cache = tokens.shape[1] + new_tokens + drafter.tokens_per_step + 1
+  loop = spec.make_loop(target, drafter, None, new_tokens, (), cache)
+  inputs, state = spec.jit_init(loop, drafter, verifiers.get("lossless"), samp, tp, params,
+                                None, jnp.asarray(tokens), jnp.asarray(lengths), key,
+                                jnp.arange(rows, dtype=jnp.int32))
+  step = jax.jit(spec.speculative_step, static_argnums=0)  # no donation: run twice
+  c = drafter.head.config
+  to_draft = adaptation.target_to_draft(c.draft_vocab_size, c.vocab_size, params.get("d2t"))
+
+  @jax.jit
+  def peek(state, tried):
+    y = jnp.take_along_axis(tried.tokens, state.num_tokens[:, None], 1)[:, 0]
+    d = to_draft[y]
+    a = state.drafter.adapter
+    bias = a.params.bias.at[jnp.arange(rows), jnp.maximum(d, 0)].add(
+        jnp.where(d >= 0, 20.0, 0.0))
+    return dataclasses.replace(state, drafter=dataclasses.replace(
+        state.drafter, adapter=dataclasses.replace(
+            a, params=dataclasses.replace(a.params, bias=bias))))
+
+  while np.any(np.asarray(state.finish_reason) == RUNNING):
+    tried, _ = step(loop, inputs, state)
+    state, _ = step(loop, inputs, peek(state, tried))
+  return state.tokens[:, :new_tokens], state.num_tokens
+
+
+@pytest.mark.slow
+def test_an_adapter_that_sees_the_rounds_own_sample_is_caught():
+  """The broken variant of the lossless test above (the same z-test, 1500 rows x 8
+  tokens, threshold 4.5): an adapter updated with the round's own target sample before
+  the round is verified shares the round's uniform with the acceptance test, and the
+  output is no longer the target's (with two tokens, p = (1/2, 1/2) and a deterministic
+  first draft, it would always emit the first token).  The z-test must reject it."""
+  from tests.helpers import martingale_z, teacher_forced_probs
+  target, tp, head, params = _setup()
+  samp = SamplingConfig(temperature=1.0)
+  drafter = EagleDrafter(num_draft=3, sampling=samp, head=head, adapt=FAST)
+  prompt = [1, 2, 3, 4, 5]
+  toks, lens = _peeking_run(target, tp, drafter, params, prompt, 1500, 8, samp,
+                            jax.random.key(9))
+  probs = np.asarray(teacher_forced_probs(target, tp, prompt, toks, samp))
+  z = martingale_z(np.asarray(toks)[:, 1:], probs[:, 1:], np.asarray(lens) - 1)
+  assert np.abs(z).max() > 4.5, z
