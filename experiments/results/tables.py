@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import functools
 
-from experiments.results import (ab_tables, acceptance_tables, compare_tables,
-                                 drafter_data_tables, humaneval_tables, notebook_tables,
+from experiments.results import (ab_tables, acceptance_tables, adaptation_tables,
+                                 compare_tables, drafter_data_tables, humaneval_tables,
+                                 notebook_tables,
                                  propositions_tables, rule_tables, shipped_drafter_tables,
                                  speed_profile_tables, speed_tables, sv_companion_tables,
                                  sv_tables, sweep_tables)
@@ -79,6 +80,8 @@ TABLES.update(propositions_tables.TABLES)
 TABLES.update(sv_companion_tables.TABLES)
 # Before / after timings of one code change in one process.
 TABLES.update(ab_tables.TABLES)
+# The EAGLE-3 head frozen and adapting online over multi-turn sessions.
+TABLES.update(adaptation_tables.TABLES)
 # The forward cost curve and one speculative round's parts, in target decode steps.
 TABLES.update(speed_profile_tables.TABLES)
 # Under each table that reads stamped records: their provenance, exploratory or not.

@@ -7,9 +7,9 @@ token adds one *entry* to a per-row window of the last ``window`` entries -- the
 head's input at that position (the target features ``f_t`` and the next committed
 token ``x_{t+1}``) and its label, the target's
 distribution over ``x_{t+2}`` (its ``label_top_k`` most likely tokens at
-temperature 1; the head's own training target) -- and every ``every`` rounds, before
-drafting, it takes ``steps`` Adam steps on a small per-row *adapter* of the head's
-draft logits:
+temperature 1; the head's own training target) -- and after every ``every`` rounds in
+which a row committed tokens, it takes ``steps`` Adam steps on that row's small
+*adapter* of the head's draft logits:
 
     draft logits = head logits(h) + bias + rms(h) A B        (bias [Vd], A [H, r], B [r, Vd])
 
@@ -26,7 +26,7 @@ round drafts with is a function of tokens committed before that round and of the
 target's features and distributions at those positions: an entry is complete only
 when the token after it is committed (the entry at the last committed position waits
 for the next round), entries are added in ``commit``, after the round's verification,
-and the update runs when the next round starts, before it drafts.  Conditioned on
+and the update runs there too, on those committed entries.  Conditioned on
 the history, every round is ordinary speculative sampling with the adapted drafter's
 q, so lossless rules stay lossless; lossy rules' output laws depend on the adapter
 (measure their KL with adaptation on).
@@ -134,7 +134,10 @@ class AdapterState:
       position: its entry
       completes when the next token is committed (the next round's ``last``).
     has_carry: [B] bool.
-    rounds: [] int32 commits so far (the update schedule; the same for every row).
+    rounds: [B] int32 rounds the row committed tokens in (the update schedule: a
+      finished row stops counting, so its adapter is the same however the rows are
+      split over devices).
+    updated_at: [B] int32 ``rounds`` at the row's last update.
     updates: [B] int32 updates that saw at least one entry of the row.
   """
 
@@ -144,6 +147,7 @@ class AdapterState:
   carry_feat: jax.Array
   has_carry: jax.Array
   rounds: jax.Array
+  updated_at: jax.Array
   updates: jax.Array
 
 
@@ -203,8 +207,9 @@ def init_state(cfg: OnlineAdaptation, batch: int, feature_shape: tuple, hidden: 
   window = Window(jnp.zeros((batch, w) + tuple(feature_shape), feature_dtype),
                   jnp.zeros((batch, w), jnp.int32), jnp.zeros((batch, w, k), jnp.int32),
                   jnp.zeros((batch, w, k), jnp.float32), jnp.zeros((batch, w), bool))
+  zeros = jnp.zeros((batch,), jnp.int32)
   return AdapterState(p, opt, window, jnp.zeros((batch,) + tuple(feature_shape), feature_dtype),
-                      jnp.zeros((batch,), bool), jnp.int32(0), jnp.zeros((batch,), jnp.int32))
+                      jnp.zeros((batch,), bool), zeros, zeros, zeros)
 
 
 def rms(h: jax.Array) -> jax.Array:
@@ -300,7 +305,7 @@ def add_entries(cfg: OnlineAdaptation, state: AdapterState, feats: jax.Array,
   keep = ran.reshape((-1,) + (1,) * (last_feat.ndim - 1))
   return dataclasses.replace(
       state, window=window, carry_feat=jnp.where(keep, last_feat, state.carry_feat),
-      has_carry=state.has_carry | ran, rounds=state.rounds + 1)
+      has_carry=state.has_carry | ran, rounds=state.rounds + ran.astype(jnp.int32))
 
 
 def window_loss(params: AdapterParams, base_logits: jax.Array, hidden: jax.Array,
@@ -320,11 +325,13 @@ def window_loss(params: AdapterParams, base_logits: jax.Array, hidden: jax.Array
 
 def update(cfg: OnlineAdaptation, state: AdapterState, base_logits: jax.Array,
            hidden: jax.Array, to_draft: jax.Array) -> AdapterState:
-  """``cfg.steps`` Adam steps on every row's adapter against its window (rows with an
-  empty window keep theirs).  ``base_logits`` / ``hidden`` ``[B, W, ...]``: the frozen
+  """``cfg.steps`` Adam steps on the adapter of every row that is due
+  (:func:`due_rows`) against its window (other rows, and rows with an empty window,
+  keep theirs).  ``base_logits`` / ``hidden`` ``[B, W, ...]``: the frozen
   head run over the window; ``to_draft``: :func:`target_to_draft`."""
   opt = cfg.optimizer()
-  has = jnp.any(state.window.valid, 1)  # [B]
+  due = due_rows(cfg, state)
+  has = jnp.any(state.window.valid, 1) & due  # [B]
 
   def one_step(carry, _):
     params, opt_state = carry
@@ -338,12 +345,15 @@ def update(cfg: OnlineAdaptation, state: AdapterState, base_logits: jax.Array,
   (params, opt_state), _ = jax.lax.scan(one_step, (state.params, state.opt_state), None,
                                         length=cfg.steps)
   return dataclasses.replace(state, params=params, opt_state=opt_state,
+                             updated_at=jnp.where(due, state.rounds, state.updated_at),
                              updates=state.updates + has.astype(jnp.int32))
 
 
-def is_update_round(cfg: OnlineAdaptation, rounds: jax.Array) -> jax.Array:
-  """[] bool: the round that starts after ``rounds`` commits updates first."""
-  return (rounds > 0) & ((rounds % cfg.every) == 0)
+def due_rows(cfg: OnlineAdaptation, state: AdapterState) -> jax.Array:
+  """``[B]`` bool: rows whose count of committing rounds reached a new multiple of
+  ``cfg.every`` since their last update (the round about to draft updates them first)."""
+  r = state.rounds
+  return (r > state.updated_at) & ((r % cfg.every) == 0)
 
 
 def window_attention(valid: jax.Array) -> jax.Array:

@@ -226,10 +226,10 @@ class Drafter(Hyperparams):
     raise NotImplementedError(f"{type(self).__name__} must define propose")
 
   def commit(self, state, target_lengths, committed, num_committed, target_hidden=None,
-             target_logits=None):
+             target_logits=None, params=None):
     """The drafter learns what the target kept (module docstring); ``target_logits``
-    ``[B, D+1, V]`` (the target's logits at the committed positions) only for a drafter
-    with ``reads_target_logits``."""
+    ``[B, D+1, V]`` (the target's logits at the committed positions) and ``params`` (its
+    decode params) only for a drafter with ``reads_target_logits``."""
     raise NotImplementedError
 
   @property
@@ -326,7 +326,8 @@ class LMDrafter(Drafter):
                         unroll=True, gate=gate)
 
   def commit(self, state: kvc.KVCache, target_lengths, committed=None, num_committed=None,
-             target_hidden=None, target_logits=None):
+             target_hidden=None, target_logits=None,
+             params=None):
     """Keep the context the target committed, minus its last token (re-read next step)."""
     return lm_commit(state, target_lengths)
 
@@ -461,7 +462,8 @@ class LMTreeDrafter(Drafter):
             PendingState(cache, state.pending, state.num_pending))
 
   def commit(self, state: PendingState, target_lengths, committed=None, num_committed=None,
-             target_hidden=None, target_logits=None):
+             target_hidden=None, target_logits=None,
+             params=None):
     """The root is already read; the accepted path tokens become pending."""
     w = state.pending.shape[1]
     pending = jnp.concatenate([committed[:, 1:], jnp.zeros_like(committed[:, :1])], 1)[:, :w]

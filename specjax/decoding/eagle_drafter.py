@@ -299,10 +299,11 @@ class EagleDrafter(Drafter):
     return EagleState(cache, jnp.zeros((b, w), jnp.int32), pend_hidden,
                       jnp.ones((b,), jnp.int32), adapter)
 
-  def _adapt(self, params, state: EagleState) -> EagleState:
-    """Every ``adapt.every`` rounds, before drafting: the adapters' update on their
-    windows (``adaptation.update``), the frozen head run over each window."""
-    cfg, a = self.adapt, state.adapter
+  def _adapt(self, params, a: adaptation.AdapterState) -> adaptation.AdapterState:
+    """Every ``adapt.every`` committing rounds of a row, right after its commit: the
+    row's adapter update on its window (``adaptation.update``), the frozen head run
+    over each window."""
+    cfg = self.adapt
     c = self.head.config
 
     def run(a):
@@ -318,12 +319,9 @@ class EagleDrafter(Drafter):
       to_draft = adaptation.target_to_draft(c.draft_vocab_size, c.vocab_size, params.get("d2t"))
       return adaptation.update(cfg, a, base, hidden, to_draft)
 
-    a = jax.lax.cond(adaptation.is_update_round(cfg, a.rounds), run, lambda a: a, a)
-    return dataclasses.replace(state, adapter=a)
+    return jax.lax.cond(jnp.any(adaptation.due_rows(cfg, a)), run, lambda a: a, a)
 
   def propose(self, params, state: EagleState, prev, last, keys, gate=None):
-    if self.adapt is not None:
-      state = self._adapt(params, state)
     if self.tree_kind == "dynamic":
       return self._dynamic_tree(params, state, last)
     if self.tree_kind == "static":
@@ -347,7 +345,7 @@ class EagleDrafter(Drafter):
     return proposal, dataclasses.replace(state, cache=cache)
 
   def commit(self, state: EagleState, target_lengths, committed=None, num_committed=None,
-             target_hidden=None, target_logits=None) -> EagleState:
+             target_hidden=None, target_logits=None, params=None) -> EagleState:
     if committed is None or num_committed is None or target_hidden is None:
       raise ValueError("EagleDrafter.commit needs the committed tokens, their count and the "
                        "target's hidden states at those positions")
@@ -358,12 +356,13 @@ class EagleDrafter(Drafter):
     hid = _fit(target_hidden.astype(state.pend_hidden.dtype), w, 2)
     adapter = state.adapter
     if self.adapt is not None:
-      if target_logits is None:
+      if target_logits is None or params is None:
         raise ValueError("an adapting EagleDrafter's commit needs the target's logits at the "
-                         "committed positions (reads_target_logits)")
+                         "committed positions and its params (reads_target_logits)")
       feats = jnp.moveaxis(target_hidden, 0, 2).astype(adapter.carry_feat.dtype)
       adapter = adaptation.add_entries(self.adapt, adapter, feats, committed.astype(jnp.int32),
                                        num, target_logits)
+      adapter = self._adapt(params, adapter)
     return EagleState(cache, toks, hid, num, adapter)
 
   # ---- trees -------------------------------------------------------------------------------

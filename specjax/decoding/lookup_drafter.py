@@ -148,7 +148,8 @@ class PromptLookupDrafter(Drafter):
             LookupState(state.history, num_valid))
 
   def commit(self, state: LookupState, target_lengths, committed=None, num_committed=None,
-             target_hidden=None, target_logits=None) -> LookupState:
+             target_hidden=None, target_logits=None,
+             params=None) -> LookupState:
     """Append what the target kept (``last`` and the accepted drafts)."""
     if committed is None or num_committed is None:
       raise ValueError("PromptLookupDrafter.commit needs the committed tokens and their count")

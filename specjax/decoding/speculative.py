@@ -218,8 +218,10 @@ def speculative_step(loop: SpecLoop, inputs: SpecInputs, state: SpecState
   nacc, t_cache = v.num_accepted, v.cache
   # --- commit: drafter / policy learn what the target kept.
   committed = jnp.concatenate([last[:, None], v.path_drafts], 1)  # [B, D+1]
+  learns = {} if v.target_logits is None else dict(target_logits=v.target_logits,
+                                                    params=inputs.draft_params)
   d_state = drafter.commit(d_state, t_cache.lengths, committed, jnp.where(active, nacc + 1, 0),
-                           v.hidden, v.target_logits)
+                           v.hidden, **learns)
   if policy is not None:
     p_state = policy.commit(p_state, t_cache.lengths)
   new = jnp.concatenate([v.path_drafts, jnp.zeros((b, 1), jnp.int32)], 1)

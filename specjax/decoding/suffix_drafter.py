@@ -200,7 +200,8 @@ class SuffixTreeDrafter(Drafter):
     return Proposal.from_tree(cand.tree, q, cand.q_node), state
 
   def commit(self, state: th.TokenHistory, target_lengths, committed=None, num_committed=None,
-             target_hidden=None, target_logits=None) -> th.TokenHistory:
+             target_hidden=None, target_logits=None,
+             params=None) -> th.TokenHistory:
     """Append what the target kept (``last`` and the accepted path)."""
     if committed is None or num_committed is None:
       raise ValueError("SuffixTreeDrafter.commit needs the committed tokens and their count")

@@ -134,6 +134,8 @@ def test_analysis_sweep_compiles_once_and_vmaps_over_stacked_rules():
 # --- the loop --------------------------------------------------------------------------
 
 
+# In the slow step (the default suite's 8-minute budget).
+@pytest.mark.slow
 def test_theta_sweep_compiles_the_speculative_loop_once(models):
   fn = spec._speculative
   before = fn._cache_size()

@@ -77,3 +77,26 @@ def test_sweeps_take_policies():
   c.policies = "adaedl:min_draft=2"  # K = 1 is in c.ks: refused before any row runs
   with pytest.raises(ValueError, match="min_draft=2 must be in \\[0, K=1\\]"):
     sweep_k.rows(c)
+
+
+def test_adapt_rows_for_eagle_drafters_only_and_stable_keys():
+  """``config.adapt`` (``--adapt``): an adapting EAGLE row beside every frozen one, its
+  hyperparameters in the method and the row; other drafters get none; rows without
+  adaptation keep their keys; bad strings name the value."""
+  c = compare.get_config()
+  c.rules = "lossless"
+  c.drafters = ("chain", "eagle_chain", "eagle_tree")
+  c.eagle_dir = "eagle3"
+  base = rows.default_rows(c)  # adapt = "none"
+  c.adapt = "none, online:every=4:learning_rate=0.05"
+  both = rows.default_rows(c)
+  assert [r for r in both if "adapt" not in r] == base
+  adapted = [r for r in both if "adapt" in r]
+  assert {r["drafter"] for r in adapted} == {"eagle_chain", "eagle_tree"}
+  assert {r["method"] for r in adapted} == {"lossless+online(every=4,learning_rate=0.05)"}
+  assert adapted[0]["adapt"] == {"every": 4, "learning_rate": 0.05}
+  assert rows.parse_adapt("") == [("none", {})]
+  for spec, message in (("offline", "adapt 'offline' unknown"), ("online:every=0", "every"),
+                        ("none:every=2", "takes no hyperparameters")):
+    with pytest.raises(ValueError, match=message):
+      rows.parse_adapt(spec)

@@ -182,6 +182,8 @@ def _run(models, params, prompts, **kw):
                                    eos_token_id=None, policy=pol, policy_params=params, **kw)
 
 
+# In the slow step (the default suite's 8-minute budget).
+@pytest.mark.slow
 def test_greedy_identity_lengths_per_row_and_one_compile(models):
   """Greedy + lossless + cost-aware = target greedy for any table and cost curve;
   a table of zeros gives plain decode steps only, a flat curve with sure drafts

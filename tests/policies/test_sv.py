@@ -350,6 +350,8 @@ def _steep_table():
                           jnp.asarray([[0.05, 0.5, 0.95]]))
 
 
+# In the slow step (the default suite's 8-minute budget).
+@pytest.mark.slow
 def test_lossless_with_sv_reproduces_the_target_distribution(triple):
   """SV only shortens what is verified: lossless + SV still samples the target.
 

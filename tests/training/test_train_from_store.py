@@ -144,6 +144,8 @@ def test_store_loss_equals_on_the_fly_loss(tiny, kind):
                                                                           rel=1e-4)
 
 
+# In the slow step (the default suite's 8-minute budget).
+@pytest.mark.slow
 def test_distill_loss_equals_dense_cross_entropy(tiny):
   target, tp, store = tiny
   b, rows = _on_the_fly_batch(store)

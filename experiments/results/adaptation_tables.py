@@ -1,0 +1,83 @@
+"""Online adaptation of the EAGLE-3 head over multi-turn sessions
+(``benchmarks/online_adaptation.py``): per turn of the sessions and over all turns,
+tau of the frozen and of the adapting head on the same greedy sessions, the adapted
+head's tau against the frozen one's (paired over sessions, corrected over the
+column), and the decode-phase speedups of both over target-only decoding timed beside
+them.
+
+Record: ``benchmarks/results/online_adaptation/smollm2.json``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from experiments.common.bootstrap import paired_ratio_gain
+from experiments.results.families import VerdictColumn, family_note
+from experiments.results.markdown import RESULTS, ci, path, table
+
+ONLINE_ADAPTATION = f"{RESULTS}/online_adaptation/smollm2.json"
+
+
+def _tau_pairs(turns: list, head: str) -> np.ndarray:
+  """``[n, 2]`` (tokens per target call: accepted + calls, calls) per session."""
+  by: dict = {}
+  for r in turns:
+    a, c = r[head]["accepted"], r[head]["target_calls"]
+    acc = by.setdefault(r["session"], [0, 0])
+    acc[0] += a + c
+    acc[1] += c
+  return np.array([by[s] for s in sorted(by)], float)
+
+
+def _time_pairs(turns: list, who: str) -> np.ndarray:
+  """``[n, 2]`` (tokens, decode-phase seconds of ``who``) per session."""
+  by: dict = {}
+  for r in turns:
+    acc = by.setdefault(r["session"], [0.0, 0.0])
+    acc[0] += r["tokens"] - 1  # the first token is the prefill's
+    acc[1] += r[f"{who}_decode_s"]
+  return np.array([by[s] for s in sorted(by)], float)
+
+
+def _speedup(turns: list, who: str) -> str:
+  g = paired_ratio_gain(_time_pairs(turns, who), _time_pairs(turns, "target"))
+  return f"{g['diff'] + 1:.2f} {ci([v + 1 for v in g['ci95']], '.2f')}"
+
+
+def _row(label: str, turns: list, column: VerdictColumn) -> list:
+  frozen, adapted = _tau_pairs(turns, "frozen"), _tau_pairs(turns, "adapted")
+  tau = lambda x: x[:, 0].sum() / x[:, 1].sum()
+  gain = paired_ratio_gain(adapted, frozen)
+  return [label, f"{len(frozen)}", f"{sum(r['tokens'] for r in turns)}",
+          f"{tau(frozen):.2f}", f"{tau(adapted):.2f}", column.cell(label, gain),
+          _speedup(turns, "frozen"), _speedup(turns, "adapted")]
+
+
+def online_adaptation_table(rel: str = ONLINE_ADAPTATION) -> str:
+  """One row per turn index of the sessions, then all turns pooled (module docstring)."""
+  with open(path(rel)) as f:
+    rec = json.load(f)
+  turns = rec["turns"]
+  column = VerdictColumn("adapted vs frozen", "every turn index and all turns pooled: the "
+                         "adapting head's tau against the frozen head's on the same sessions")
+  rows = [_row(f"turn {t + 1}", [r for r in turns if r["turn"] == t], column)
+          for t in sorted({r["turn"] for r in turns})]
+  rows.append(_row("all turns", turns, column))
+  head = ["turns", "sessions", "tokens", "tau, frozen", "tau, adapting",
+          "adapting / frozen tau - 1 [95% CI, paired over sessions], MDE (80% power): verdict",
+          "decode-phase speedup, frozen [95% CI]", "decode-phase speedup, adapting [95% CI]"]
+  a = rec["adapt"]
+  prov = rec["provenance"]
+  note = (f"\n\nRecord `{rel}`: `{prov['command']}` at commit `{prov['git_commit'][:10]}`; "
+          f"adaptation every {a['every']} rounds, {a['steps']} Adam step(s) at learning rate "
+          f"{a['learning_rate']:g}, window {a['window']}, rank {a['rank']}, "
+          f"{a['label_top_k']} label token(s); EAGLE-3 chain K = {rec['k']}, T = 0, "
+          f"{rec['max_new_tokens']} new tokens per turn; the three runs of every turn "
+          "emitted the same tokens.")
+  return table(head, column.fill(rows)) + note + "\n\n" + family_note(column.family())
+
+
+TABLES = {"online_adaptation_smollm2": online_adaptation_table}
