@@ -1,6 +1,6 @@
 """Speed of the exact induced-distribution analysis (docs/spec.md §6) at LLM vocabulary size.
 
-Plain script: ``python benchmarks/analysis_speed.py [--contexts 1000 --vocab 32000]``.
+``python benchmarks/analysis_speed.py [--num_contexts=1000 --vocab_size=32000]``.
 Prints, per case, compile+first-call time and steady-state time for computing
 the induced first-token distribution of every context and its KL to the
 matched baseline:
@@ -17,12 +17,13 @@ not change the cost: the work depends only on V, the support and the rule.
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import time
 
 import jax
 import jax.numpy as jnp
 
+from experiments.common import cli, knobs
 from specjax import verifiers
 from specjax.analysis import divergences as dv
 from specjax.analysis.induced import induced_parts
@@ -58,31 +59,48 @@ def case(rule, z, p, q, **kw):
   return dv.kl(big_p, p_a), dv.tv(big_p, p_a)
 
 
+@dataclasses.dataclass(frozen=True)
+class AnalysisSpeedSpec:
+  """The synthetic contexts timed and how the analysis enumerates them."""
+  num_contexts: int = knobs.knob(1000, "synthetic contexts")
+  vocab_size: int = knobs.knob(32000, "vocabulary size V")
+  draft_top_k: int = knobs.knob(8, "deterministic top-k drafts: candidates per context")
+  support: int = knobs.knob(64, "non-zeros of the sparse drafter q")
+  chunk: int = knobs.knob(32, "candidates per enumeration step (32 is cache-friendly on CPU)")
+  context_batch: int = knobs.knob(1, "contexts per lax.map step (1 is cache-friendly on CPU)")
+  dense_contexts: int = knobs.knob(2, "contexts timed with a dense q (V^2 each), then "
+                                   "extrapolated (0: none)")
+
+  def __post_init__(self):
+    for name in ("num_contexts", "vocab_size", "draft_top_k", "support", "chunk",
+                 "context_batch"):
+      knobs.check_int(self, name, 1)
+    knobs.check_int(self, "dense_contexts", 0)
+
+
+SPECS = knobs.Specs(AnalysisSpeedSpec)
+
+
+def define_flags() -> None:
+  """The flags of this binary, defined on its main path only (never at import:
+  several binaries share one process in the tests; experiments/common/cli.py)."""
+  SPECS.define()
+
+
 def main():
-  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  ap.add_argument("--contexts", type=int, default=1000)
-  ap.add_argument("--vocab", type=int, default=32000)
-  ap.add_argument("--top_k", type=int, default=8, help="deterministic candidates per context")
-  ap.add_argument("--support", type=int, default=64, help="non-zeros of the sparse drafter q")
-  ap.add_argument("--chunk", type=int, default=32,
-                  help="candidates per enumeration step (32 is cache-friendly on CPU)")
-  ap.add_argument("--context_batch", type=int, default=1,
-                  help="contexts per lax.map step (1 is cache-friendly on CPU)")
-  ap.add_argument("--dense_contexts", type=int, default=2,
-                  help="contexts timed with a dense q (V^2 each), then extrapolated")
-  args = ap.parse_args()
-  n, v = args.contexts, args.vocab
+  (args,) = SPECS.build()
+  n, v = args.num_contexts, args.vocab_size
   print(f"backend={jax.default_backend()} devices={jax.devices()} contexts={n} V={v}")
   rules = [verifiers.get("lossless"), verifiers.get("typical", eps=0.09)]
   key = jax.random.PRNGKey(0)
 
   z, p, q = contexts(key, n, v)
   for rule in rules:
-    f = jax.jit(lambda z, p, q, rule=rule: case(rule, z, p, q, draft="topk", top_k=args.top_k,
-                                               context_batch=100))
+    f = jax.jit(lambda z, p, q, rule=rule: case(rule, z, p, q, draft="topk",
+                                               top_k=args.draft_top_k, context_batch=100))
     first, steady = timed(f, z, p, q)
-    print(f"[topk k={args.top_k:<3d}] {rule.name:<9s} {n} contexts: first {first:7.2f} s, "
-          f"steady {steady:7.2f} s  ({1e3 * steady / n:.2f} ms/context)")
+    print(f"[topk k={args.draft_top_k:<3d}] {rule.name:<9s} {n} contexts: first "
+          f"{first:7.2f} s, steady {steady:7.2f} s  ({1e3 * steady / n:.2f} ms/context)")
 
   zs, ps, qs = contexts(key, n, v, args.support)
   for rule in rules:
@@ -105,4 +123,4 @@ def main():
 
 
 if __name__ == "__main__":
-  main()
+  cli.run_binary(main, define_flags=define_flags)

@@ -26,35 +26,64 @@ float32 differences between the two libraries can flip a near-tie).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import statistics
 import sys
 import time
 
-from absl import app, flags
+from absl import app
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _REPO not in sys.path:
   sys.path.insert(0, _REPO)
 
-FLAGS = flags.FLAGS
+from experiments.common import knobs, specs  # noqa: E402  (after the path fix above)
+
+SPECS = knobs.Specs(specs.ModelSpec, specs.DraftSpec, specs.ChainSpec,
+                    specs.NumPromptsSpec, specs.NewTokensSpec, specs.TimingSpec,
+                    specs.ThreadsSpec,
+                    presets=dict(model="smollm2-135m-instruct", k=4, num_prompts=4,
+                                 max_new_tokens=128, repeats=3))
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """This benchmark's specs, by name (``--eagle`` is not used: no EAGLE head runs)."""
+  model: specs.ModelSpec
+  draft: specs.DraftSpec
+  chain: specs.ChainSpec
+  num_prompts: specs.NumPromptsSpec
+  new_tokens: specs.NewTokensSpec
+  timing: specs.TimingSpec
+  threads: specs.ThreadsSpec
 
 
 def define_flags() -> None:
   """The flags of this binary, defined on its main path only (never at import:
   several binaries share one process in the tests; experiments/common/cli.py)."""
-  flags.DEFINE_string("model", "smollm2-135m-instruct", "registered real model or .gguf file")
-  flags.DEFINE_string("draft", "draft", "draft LM: 'draft' (shipped) or a shipped-form directory")
-  flags.DEFINE_integer("k", 4, "draft tokens per step on both sides")
-  flags.DEFINE_integer("num_prompts", 4, "held-out ShareGPT + HumanEval chat prompts")
-  flags.DEFINE_integer("max_new_tokens", 128, "tokens per prompt")
-  flags.DEFINE_integer("repeats", 3, "timed rounds (median)")
-  flags.DEFINE_integer("threads", 2, "torch.set_num_threads")
+  SPECS.define()
 
 
-def _round_robin(sides: dict, prompts: list) -> tuple:
+def build_run() -> Run:
+  """The validated specs of the parsed flags (a bad value is ``app.UsageError``)."""
+  r = Run(*SPECS.build())
+  try:
+    if r.model.is_default:
+      raise knobs.KnobError("model", r.model.model, "give a registered real model or a "
+                            ".gguf file (transformers loads its weights)")
+    if r.draft.draft == "none":
+      raise knobs.KnobError("draft", "none", "this benchmark needs a draft LM: 'draft' "
+                            "(shipped) or a shipped-form directory")
+    knobs.check_int(r.num_prompts, "num_prompts", 1)
+  except knobs.KnobError as e:
+    raise app.UsageError(str(e)) from None
+  return r
+
+
+def _round_robin(sides: dict, prompts: list, repeats: int) -> tuple:
   """``(compile_s, times, outs)``: a warm-up pass of every side over every prompt (every
-  bucket compiles), then ``--repeats`` rounds, every side once per round (the same
+  bucket compiles), then ``repeats`` rounds, every side once per round (the same
   background load for all); ``times[name]``: ``(seconds, tokens)`` per round."""
   compile_s = {}
   for name, fn in sides.items():  # warm-up: every prompt once (every bucket compiles)
@@ -64,7 +93,7 @@ def _round_robin(sides: dict, prompts: list) -> tuple:
     compile_s[name] = time.perf_counter() - t0
   times = {k: [] for k in sides}
   outs = {k: None for k in sides}
-  for _ in range(FLAGS.repeats):
+  for _ in range(repeats):
     for name, fn in sides.items():
       t0 = time.perf_counter()
       rows = [fn(p) for p in prompts]
@@ -73,14 +102,14 @@ def _round_robin(sides: dict, prompts: list) -> tuple:
   return compile_s, times, outs
 
 
-def _hf_models(lm, ms):
+def _hf_models(r: Run, lm):
   """transformers target and draft (the shipped draft LM exported with the target's
   shared embedding), the draft set up as a constant-K assistant."""
   import torch
   import transformers
 
   from specjax.models import drafter_assets, registry
-  draft_dir = drafter_assets.resolve(lm.name, FLAGS.draft)
+  draft_dir = drafter_assets.resolve(lm.name, r.draft.draft)
   hf_draft = os.path.join(registry.cache_root(), "drafters",
                           f"{lm.name}-{lm.sha256[:12]}-draft-hf")
   drafter_assets.export_draft_hf(draft_dir, hf_draft, lm.model, lm.params, lm.tokenizer,
@@ -89,13 +118,14 @@ def _hf_models(lm, ms):
                                                            torch_dtype=torch.float32).eval()
   d_hf = transformers.AutoModelForCausalLM.from_pretrained(hf_draft,
                                                            torch_dtype=torch.float32).eval()
-  d_hf.generation_config.num_assistant_tokens = FLAGS.k
+  d_hf.generation_config.num_assistant_tokens = r.chain.k
   d_hf.generation_config.num_assistant_tokens_schedule = "constant"
   return t_hf, d_hf
 
 
 def main(argv):
   del argv
+  r = build_run()
   import jax
   import torch
 
@@ -108,27 +138,29 @@ def main(argv):
   from specjax.distributions import SamplingConfig
   from specjax.models import registry
 
-  torch.set_num_threads(FLAGS.threads)
-  lm = registry.load_model(FLAGS.model)
-  ms = load_model_set(FLAGS.model, draft=FLAGS.draft, eagle="")
-  t_hf, d_hf = _hf_models(lm, ms)
+  torch.set_num_threads(r.threads.threads)
+  lm = registry.load_model(r.model.model)
+  ms = load_model_set(r.model.model, draft=r.draft.draft, eagle="")
+  t_hf, d_hf = _hf_models(r, lm)
   eos = lm.config.eos_token_id
   eos = eos[0] if isinstance(eos, (tuple, list)) else eos
-  prompts = [list(p.ids) for p in load_chat_prompts(ms.encode_chat, FLAGS.num_prompts)]
-  n = FLAGS.max_new_tokens
-  drafter, _ = make_drafter("chain", SamplingConfig(0.0), ms.draft_sources(), num_draft=FLAGS.k)
+  prompts = [list(p.ids)
+             for p in load_chat_prompts(ms.encode_chat, r.num_prompts.num_prompts)]
+  n = r.new_tokens.max_new_tokens
+  drafter, _ = make_drafter("chain", SamplingConfig(0.0), ms.draft_sources(),
+                            num_draft=r.chain.k)
   rule = verifiers.get("lossless")
 
   def sj_target(p):
-    r = generate(ms.target, ms.target_params, [p], max_new_tokens=n)
-    jax.block_until_ready(r.tokens)
-    return r.to_lists()[0]
+    res = generate(ms.target, ms.target_params, [p], max_new_tokens=n)
+    jax.block_until_ready(res.tokens)
+    return res.to_lists()[0]
 
   def sj_spec(p):
-    r = speculative_generate(ms.target, ms.target_params, drafter, ms.draft_params, rule, [p],
-                             max_new_tokens=n)
-    jax.block_until_ready(r.tokens)
-    return r.to_lists()[0]
+    res = speculative_generate(ms.target, ms.target_params, drafter, ms.draft_params, rule,
+                               [p], max_new_tokens=n)
+    jax.block_until_ready(res.tokens)
+    return res.to_lists()[0]
 
   def hf_call(p, assistant):
     ids = torch.tensor([p])
@@ -142,11 +174,11 @@ def main(argv):
 
   sides = {"specjax target": sj_target, "specjax spec": sj_spec,
            "hf target": lambda p: hf_call(p, False), "hf assisted": lambda p: hf_call(p, True)}
-  compile_s, times, outs = _round_robin(sides, prompts)
+  compile_s, times, outs = _round_robin(sides, prompts, r.timing.repeats)
   load = os.getloadavg()[0]
   print(f"\n{lm.name} target, shipped draft LM ({ms.draft.config.num_hidden_layers} layer), "
-        f"K={FLAGS.k}, {len(prompts)} prompts x {n} new tokens, batch 1, greedy, "
-        f"{FLAGS.repeats} rounds; load average {load:.2f}")
+        f"K={r.chain.k}, {len(prompts)} prompts x {n} new tokens, batch 1, greedy, "
+        f"{r.timing.repeats} rounds; load average {load:.2f}")
   print("| program | tokens/s (median) | warm-up s |")
   print("|---|---|---|")
   rate = {}

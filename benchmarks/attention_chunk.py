@@ -20,37 +20,65 @@ The record (``--output``) carries the command, commit and machine load;
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
 
-from absl import app, flags
+from absl import app
 
-from benchmarks.records import positive_ints, write_record
+from benchmarks.records import write_record
+from experiments.common import knobs, specs
 
-FLAGS = flags.FLAGS
 MODES = {"whole cache": "0", "chunks of 256": "256"}
+PROMPT_TOKENS = 32
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionChunkSpec:
+  """The cache sizes and the two run lengths whose difference is the decode step."""
+  cache_slots: tuple[int, ...] = knobs.knob((256, 2048), "KV-cache slots per row, "
+                                            "comma-separated")
+  short: int = knobs.knob(16, "new tokens of the short run")
+  long: int = knobs.knob(80, "new tokens of the long run")
+
+  def __post_init__(self):
+    if not self.cache_slots or min(self.cache_slots) < 1:
+      raise knobs.KnobError("cache_slots", self.cache_slots, "give integers >= 1, "
+                            "comma-separated")
+    knobs.check_int(self, "short", 1)
+    if self.long <= self.short:
+      raise knobs.KnobError("long", self.long, f"must be > --short={self.short}")
+    if min(self.cache_slots) < PROMPT_TOKENS + self.long:
+      raise knobs.KnobError("cache_slots", self.cache_slots, f"must hold {PROMPT_TOKENS} "
+                            f"prompt + --long={self.long} new tokens")
+
+
+SPECS = knobs.Specs(specs.ModelSpec, specs.BatchSizesSpec, specs.TimingSpec,
+                    specs.OutputSpec, AttentionChunkSpec,
+                    presets=dict(model="smollm2-135m-instruct", batch_sizes=(1, 16), repeats=3,
+                                 output="benchmarks/results/attention_chunk.json"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """This benchmark's specs, by name."""
+  model: specs.ModelSpec
+  batch_sizes: specs.BatchSizesSpec
+  timing: specs.TimingSpec
+  output: specs.OutputSpec
+  bench: AttentionChunkSpec
 
 
 def define_flags():
-  flags.DEFINE_string("model", "smollm2-135m-instruct", "registered model, .gguf or HF dir")
-  flags.DEFINE_list("batches", ["1", "16"], "rows per call")
-  flags.DEFINE_list("cache_slots", ["256", "2048"], "KV-cache slots per row")
-  flags.DEFINE_integer("short", 16, "new tokens of the short run")
-  flags.DEFINE_integer("long", 80, "new tokens of the long run")
-  flags.DEFINE_integer("repeats", 3, "timed runs per cell and mode after a warm-up")
-  flags.DEFINE_string("output", "benchmarks/results/attention_chunk.json", "JSON record")
+  """The flags of this binary, defined on its main path only."""
+  SPECS.define()
 
 
 def main(argv):
   del argv
-  batches = positive_ints("batches", FLAGS.batches)
-  slots = positive_ints("cache_slots", FLAGS.cache_slots)
-  if not 1 <= FLAGS.short < FLAGS.long or FLAGS.repeats < 1:
-    raise app.UsageError(f"need 1 <= --short={FLAGS.short} < --long={FLAGS.long} and "
-                         f"--repeats={FLAGS.repeats} >= 1")
-  if min(slots) < 32 + FLAGS.long:
-    raise app.UsageError(f"--cache_slots={slots} must hold 32 prompt + {FLAGS.long} new tokens")
+  r = Run(*SPECS.build())
+  short, long, repeats = r.bench.short, r.bench.long, r.timing.repeats
   import jax
   import numpy as np
 
@@ -60,11 +88,11 @@ def main(argv):
   from specjax.models import registry
 
   stamp = provenance.stamp()
-  lm = registry.load_model(FLAGS.model)
+  lm = registry.load_model(r.model.model)
   rows = []
-  for b in batches:
-    prompts = [[1 + (7 * i + j) % 1000 for j in range(32)] for i in range(b)]
-    for s in slots:
+  for b in r.batch_sizes.batch_sizes:
+    prompts = [[1 + (7 * i + j) % 1000 for j in range(PROMPT_TOKENS)] for i in range(b)]
+    for s in r.bench.cache_slots:
       calls = {}
       for mode, chunk in MODES.items():
         # The variable is read when a forward is traced, and jit reuses traces of the
@@ -72,31 +100,32 @@ def main(argv):
         # the timed calls hold their own executables.
         os.environ["SPECJAX_ATTENTION_CHUNK"] = chunk
         jax.clear_caches()
-        for n in (FLAGS.short, FLAGS.long):
+        for n in (short, long):
           fn = jax.jit(lambda p, n=n, s=s: generate(
               lm.model, p, prompts, max_new_tokens=n, sampling=SamplingConfig(temperature=0.0),
               eos_token_id=None, cache_length=s).tokens).lower(lm.params).compile()
           calls[mode, n] = (fn, np.asarray(fn(lm.params)))  # warm-up
       times = {k: [] for k in calls}
-      for _ in range(FLAGS.repeats):
+      for _ in range(repeats):
         for k, (fn, _) in calls.items():
           t0 = time.perf_counter()
           jax.block_until_ready(fn(lm.params))
           times[k].append(time.perf_counter() - t0)
-      step = {mode: 1e3 * (np.median(times[mode, FLAGS.long]) - np.median(times[mode, FLAGS.short]))
-              / (FLAGS.long - FLAGS.short) for mode in MODES}
+      step = {mode: 1e3 * (np.median(times[mode, long]) - np.median(times[mode, short]))
+              / (long - short) for mode in MODES}
       same = all(np.array_equal(calls["whole cache", n][1], calls["chunks of 256", n][1])
-                 for n in (FLAGS.short, FLAGS.long))
+                 for n in (short, long))
       row = {"batch": b, "cache_slots": s, "ms_per_step": step, "same_tokens": same,
              "runs_s": {f"{m}|{n}": t for (m, n), t in times.items()}}
       rows.append(row)
       print(json.dumps({k: row[k] for k in ("batch", "cache_slots", "ms_per_step", "same_tokens")}),
             flush=True)
   os.environ.pop("SPECJAX_ATTENTION_CHUNK", None)
-  record = {"benchmark": "attention_chunk", "model": FLAGS.model, "target_sha256": lm.sha256,
-            "prompt_tokens": 32, "short": FLAGS.short, "long": FLAGS.long,
-            "repeats": FLAGS.repeats, "provenance": provenance.finish(stamp), "rows": rows}
-  write_record(FLAGS.output, record)
+  record = {"benchmark": "attention_chunk", "model": r.model.model, "target_sha256": lm.sha256,
+            "prompt_tokens": PROMPT_TOKENS, "short": short, "long": long,
+            "repeats": repeats, "provenance": provenance.finish(stamp), "rows": rows}
+  if r.output.output:
+    write_record(r.output.output, record)
 
 
 if __name__ == "__main__":

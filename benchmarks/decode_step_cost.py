@@ -11,24 +11,45 @@ on the KV cache as a scan carry): run it with ``specjax/models/{transformer,kv_c
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
-from absl import app, flags
+from absl import app
 
-FLAGS = flags.FLAGS
+from experiments.common import knobs, specs
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeStepCostSpec:
+  """The cache and the timed loop of this benchmark."""
+  cache_length: int = knobs.knob(1024, "KV cache slots")
+  timed_steps: int = knobs.knob(32, "forwards per timed loop")
+
+  def __post_init__(self):
+    knobs.check_int(self, "cache_length", 200)
+    knobs.check_int(self, "timed_steps", 1)
+
+
+SPECS = knobs.Specs(specs.ModelSpec, specs.TimingSpec, DecodeStepCostSpec,
+                    presets=dict(model="smollm2-135m-instruct", repeats=3))
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """This benchmark's specs, by name."""
+  model: specs.ModelSpec
+  timing: specs.TimingSpec
+  bench: DecodeStepCostSpec
 
 
 def define_flags():
-  flags.DEFINE_string("model", "smollm2-135m-instruct", "registered name, .gguf or HF dir")
-  flags.DEFINE_integer("cache_length", 1024, "KV cache slots")
-  flags.DEFINE_integer("steps", 32, "forwards per timed loop")
-  flags.DEFINE_integer("repeats", 3, "timed calls (median)")
+  """The flags of this binary, defined on its main path only."""
+  SPECS.define()
 
 
 def main(argv):
   del argv
-  if FLAGS.cache_length < 200 or FLAGS.steps < 1 or FLAGS.repeats < 1:
-    raise app.UsageError("--cache_length >= 200, --steps >= 1, --repeats >= 1")
+  r = Run(*SPECS.build())
   import jax
   import jax.numpy as jnp
   import numpy as np
@@ -38,8 +59,8 @@ def main(argv):
   from specjax.models import kv_cache as kvc
   from specjax.models import registry
 
-  lm = registry.load_model(FLAGS.model)
-  m, p, s, steps = lm.model, lm.params, FLAGS.cache_length, FLAGS.steps
+  lm = registry.load_model(r.model.model)
+  m, p, s, steps = lm.model, lm.params, r.bench.cache_length, r.bench.timed_steps
 
   def loop(params, cache, tok):
     def body(_, c):
@@ -57,7 +78,7 @@ def main(argv):
   tok = jnp.ones((1,), jnp.int32)
   jax.block_until_ready(f(p, fresh(), tok))
   ts = []
-  for _ in range(FLAGS.repeats):
+  for _ in range(r.timing.repeats):
     c = jax.block_until_ready(fresh())
     t0 = time.perf_counter()
     jax.block_until_ready(f(p, c, tok))
@@ -69,7 +90,7 @@ def main(argv):
   g = lambda: generate(m, p, prompt, max_new_tokens=64, eos_token_id=None, cache_length=s)
   jax.block_until_ready(g().tokens)
   ts = []
-  for _ in range(FLAGS.repeats):
+  for _ in range(r.timing.repeats):
     t0 = time.perf_counter()
     jax.block_until_ready(g().tokens)
     ts.append(time.perf_counter() - t0)

@@ -24,69 +24,94 @@ bfloat16 and accumulating in float32) side by side.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 
-from absl import app, flags
+from absl import app
 
-from benchmarks.records import positive_ints, write_record
+from benchmarks.records import write_record
+from experiments.common import knobs, specs
 
-FLAGS = flags.FLAGS
 DTYPES = ("float32", "bfloat16")
 
 
+@dataclasses.dataclass(frozen=True)
+class ForwardCostSpec:
+  """The contexts of the cost curve and the weights' storage dtypes timed side by side."""
+  contexts: tuple[int, ...] = knobs.knob((128,), "committed tokens per row before the "
+                                         "forward, comma-separated")
+  param_dtypes: tuple[str, ...] = knobs.knob(
+      (), "weights' storage dtypes timed side by side (default: --dtype); bfloat16 weights "
+      "of a float32 model multiply in mixed precision "
+      "(specjax.models.transformer.cast_weights)")
+
+  def __post_init__(self):
+    if not self.contexts or min(self.contexts) < 1:
+      raise knobs.KnobError("contexts", self.contexts, "give integers >= 1, comma-separated")
+    knobs.check_subset(self, "param_dtypes", DTYPES, nonempty=False)
+
+
+SPECS = knobs.Specs(specs.ModelSpec, specs.DtypeSpec, specs.TokensSpec, specs.BatchSizesSpec,
+                    specs.TimingSpec, specs.OutputSpec, ForwardCostSpec,
+                    presets=dict(model="smollm2-135m-instruct", tokens=(1, 2, 4, 8, 16, 32, 64),
+                                 batch_sizes=(1, 4, 16), repeats=5, output=""))
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """This benchmark's specs, by name."""
+  model: specs.ModelSpec
+  dtype: specs.DtypeSpec
+  tokens: specs.TokensSpec
+  batch_sizes: specs.BatchSizesSpec
+  timing: specs.TimingSpec
+  output: specs.OutputSpec
+  bench: ForwardCostSpec
+
+
 def define_flags():
-  flags.DEFINE_string("model", "smollm2-135m-instruct", "registered real model, .gguf file, "
-                      "HF dir, or 'default' (the embedded small target)")
-  flags.DEFINE_list("tokens", ["1", "2", "4", "8", "16", "32", "64"], "new tokens per row (T)")
-  flags.DEFINE_list("batch_sizes", ["1", "4", "16"], "rows per forward")
-  flags.DEFINE_list("contexts", ["128"], "committed tokens per row before the forward")
-  flags.DEFINE_integer("repeats", 5, "timed forwards per cell (median)")
-  flags.DEFINE_enum("dtype", "float32", list(DTYPES), "activations (and weights, unless "
-                    "--param_dtypes says otherwise)")
-  flags.DEFINE_list("param_dtypes", [], "weights' storage dtypes timed side by side "
-                    "(default: --dtype); bfloat16 weights of a float32 model multiply in "
-                    "mixed precision (specjax.models.transformer.cast_weights)")
-  flags.DEFINE_string("output", "", "also write the cells as a JSON record here ('' = no)")
+  """The flags of this binary, defined on its main path only."""
+  SPECS.define()
+
+
+def _load(r: Run):
+  """``(model, params, name, source)`` of ``--model`` computing in ``--dtype``."""
+  dtype = r.dtype.dtype
+  if r.model.is_default:
+    from specjax.models.defaults import default_model_dir, load_default
+    model, params = load_default("target", dtype=dtype)
+    return model, params, "embedded default target", default_model_dir("target")
+  from specjax.models import registry
+  lm = registry.load_model(r.model.model, dtype=dtype)
+  return lm.model, lm.params, lm.name, lm.path
 
 
 def main(argv):
   del argv
-  tokens = positive_ints("tokens", FLAGS.tokens)
-  batches = positive_ints("batch_sizes", FLAGS.batch_sizes)
-  contexts = positive_ints("contexts", FLAGS.contexts)
-  weights = FLAGS.param_dtypes or [FLAGS.dtype]
-  bad = [w for w in weights if w not in DTYPES]
-  if bad:
-    raise app.UsageError(f"--param_dtypes={','.join(weights)}: {bad} not in {DTYPES}")
-  if FLAGS.repeats < 1:
-    raise app.UsageError(f"--repeats={FLAGS.repeats} must be >= 1")
+  r = Run(*SPECS.build())
+  tokens, batches = list(r.tokens.tokens), list(r.batch_sizes.batch_sizes)
+  contexts, dtype, repeats = list(r.bench.contexts), r.dtype.dtype, r.timing.repeats
+  weights = list(r.bench.param_dtypes) or [dtype]
   import jax
 
   from benchmarks.common import forward_timer, interleaved_medians
   from specjax import provenance
   from specjax.models.transformer import cast_weights
   stamp = provenance.stamp()
-  if FLAGS.model == "default":
-    from specjax.models.defaults import default_model_dir, load_default
-    model, params = load_default("target", dtype=FLAGS.dtype)
-    name, source = "embedded default target", default_model_dir("target")
-  else:
-    from specjax.models import registry
-    lm = registry.load_model(FLAGS.model, dtype=FLAGS.dtype)
-    model, params, name, source = lm.model, lm.params, lm.name, lm.path
-  models = {w: ((model, params) if w == FLAGS.dtype else cast_weights(model, params, w))
+  model, params, name, source = _load(r)
+  models = {w: ((model, params) if w == dtype else cast_weights(model, params, w))
             for w in weights}
   # decode form once per weights dtype (a timer given stored params makes its own copy)
   models = {w: (m, m.decode_params(p)) for w, (m, p) in models.items()}
-  print(f"model: {name} ({model.config.num_params() / 1e6:.1f}M params, {FLAGS.dtype} "
+  print(f"model: {name} ({model.config.num_params() / 1e6:.1f}M params, {dtype} "
         f"activations; weights {', '.join(weights)}), jax {jax.__version__} on "
-        f"{jax.default_backend()} ({os.cpu_count()} CPUs); median of {FLAGS.repeats} "
+        f"{jax.default_backend()} ({os.cpu_count()} CPUs); median of {repeats} "
         f"round-robin rounds per cell")
   load0, t0 = os.getloadavg()[0], time.perf_counter()
   timers = {(w, c, b, t): forward_timer(*models[w], b, t, c, c + 64, inner=4)
             for w in weights for c in contexts for b in batches for t in tokens}
-  table = interleaved_medians(timers, FLAGS.repeats)
+  table = interleaved_medians(timers, repeats)
   load1 = os.getloadavg()[0]
   print(f"1-min load average {load0:.1f} before, {load1:.1f} after; "
         f"{time.perf_counter() - t0:.0f} s\n")
@@ -100,14 +125,14 @@ def main(argv):
   print(f"\ncells: median forward time (ratio to T={tokens[0]} of the same row)")
   if base is not None:
     print(f"first row's T=1 = {base * 1e3:.1f} ms")
-  if FLAGS.output:
+  if r.output.output:
     cells = [{"param_dtype": w, "context": c, "batch": b, "tokens": t, "forward_s": v}
              for (w, c, b, t), v in table.items()]
-    record = provenance.stamped({"benchmark": "forward_cost", "model": name, "dtype": FLAGS.dtype,
+    record = provenance.stamped({"benchmark": "forward_cost", "model": name, "dtype": dtype,
                                  "param_dtypes": weights, "contexts": contexts,
-                                 "repeats": FLAGS.repeats, "cells": cells}, stamp,
+                                 "repeats": repeats, "cells": cells}, stamp,
                                 {"target": source})
-    write_record(FLAGS.output, record)
+    write_record(r.output.output, record)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ through the chat template; generation then stops at EOS on both sides.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import platform
@@ -40,43 +41,74 @@ import sys
 import tempfile
 import time
 
-from absl import app, flags
+from absl import app
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _REPO not in sys.path:  # run as a plain script from a source checkout
   sys.path.insert(0, _REPO)
 
-FLAGS = flags.FLAGS
+from experiments.common import knobs, specs  # noqa: E402  (after the path fix above)
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerateVsHfSpec:
+  """The checkpoint both sides run (or the shape of the random Llama built when there is
+  none), the random prompts' lengths and torch's OpenMP wait policy."""
+  checkpoint: str = knobs.knob("", "HF checkpoint dir, a registered real model or .gguf "
+                               "file; 'default' = specjax/models/assets/target; empty = a "
+                               "random Llama of the size given below")
+  vocab: int = knobs.knob(8192, "random model: vocabulary size")
+  hidden: int = knobs.knob(256, "random model: hidden size")
+  layers: int = knobs.knob(4, "random model: decoder layers")
+  heads: int = knobs.knob(8, "random model: attention heads")
+  kv_heads: int = knobs.knob(4, "random model: key/value heads")
+  intermediate: int = knobs.knob(688, "random model: MLP width")
+  min_prompt: int = knobs.knob(16, "shortest prompt (tokens); lengths are ragged")
+  max_prompt: int = knobs.knob(32, "longest prompt (tokens)")
+  omp_wait_policy: str = knobs.knob("", "if set (PASSIVE | ACTIVE), OMP_WAIT_POLICY for "
+                                    "torch's OpenMP pool; PASSIVE avoids spin-waiting threads "
+                                    "collapsing when other processes compete for the cores")
+
+  def __post_init__(self):
+    for name in ("vocab", "hidden", "layers", "heads", "kv_heads", "intermediate",
+                 "min_prompt"):
+      knobs.check_int(self, name, 1)
+    knobs.check_int(self, "max_prompt", self.min_prompt)
+    if self.hidden % self.heads:
+      raise knobs.KnobError("heads", self.heads, f"must divide --hidden={self.hidden}")
+    if self.heads % self.kv_heads:
+      raise knobs.KnobError("kv_heads", self.kv_heads, f"must divide --heads={self.heads}")
+    if self.omp_wait_policy.upper() not in ("", "PASSIVE", "ACTIVE"):
+      raise knobs.KnobError("omp_wait_policy", self.omp_wait_policy,
+                            "give PASSIVE, ACTIVE or '' (unset)")
+
+
+SPECS = knobs.Specs(specs.BatchSizesSpec, specs.NewTokensSpec, specs.TimingSpec,
+                    specs.ThreadsSpec, specs.SeedSpec, specs.OutputSpec, GenerateVsHfSpec,
+                    presets=dict(batch_sizes=(1, 8), max_new_tokens=64, repeats=3, output=""))
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """This benchmark's specs, by name."""
+  batch_sizes: specs.BatchSizesSpec
+  new_tokens: specs.NewTokensSpec
+  timing: specs.TimingSpec
+  threads: specs.ThreadsSpec
+  seed: specs.SeedSpec
+  output: specs.OutputSpec
+  bench: GenerateVsHfSpec
 
 
 def define_flags() -> None:
   """The flags of this binary, defined on its main path only (never at import:
   several binaries share one process in the tests; experiments/common/cli.py)."""
-  flags.DEFINE_string("checkpoint", "", "HF checkpoint dir; 'default' = specjax/models/assets/"
-                      "target; empty = a random Llama of the size given below")
-  flags.DEFINE_integer("vocab", 8192, "random model: vocabulary size")
-  flags.DEFINE_integer("hidden", 256, "random model: hidden size")
-  flags.DEFINE_integer("layers", 4, "random model: decoder layers")
-  flags.DEFINE_integer("heads", 8, "random model: attention heads")
-  flags.DEFINE_integer("kv_heads", 4, "random model: key/value heads")
-  flags.DEFINE_integer("intermediate", 688, "random model: MLP width")
-  flags.DEFINE_integer("seed", 0, "seed of the random model and prompts")
-  flags.DEFINE_list("batch_sizes", ["1", "8"], "batch sizes to time")
-  flags.DEFINE_integer("min_prompt", 16, "shortest prompt (tokens); lengths are ragged")
-  flags.DEFINE_integer("max_prompt", 32, "longest prompt (tokens)")
-  flags.DEFINE_integer("max_new_tokens", 64, "tokens generated per row")
-  flags.DEFINE_integer("repeats", 3, "timed calls per side (median reported)")
-  flags.DEFINE_integer("threads", 2, "torch.set_num_threads")
-  flags.DEFINE_string("output", "", "also write the rows as a JSON record (weights' sha256, "
-                      "provenance) here ('' = no)")
-  flags.DEFINE_string("omp_wait_policy", "", "if set (PASSIVE | ACTIVE), OMP_WAIT_POLICY for "
-                      "torch's OpenMP pool; PASSIVE avoids spin-waiting threads collapsing when "
-                      "other processes compete for the cores")
+  SPECS.define()
 
 DEFAULT_TARGET = os.path.join(_REPO, "specjax", "models", "assets", "target")
 
 
-def random_llama(path: str):
+def random_llama(path: str, g: GenerateVsHfSpec, seed: int):
   """Write a random Llama checkpoint to ``path`` with specjax's exporter.
 
   Kernels ~ N(0, 1/fan_in) (unit-variance activations), embeddings ~ N(0, 1),
@@ -90,12 +122,12 @@ def random_llama(path: str):
   from specjax.models.config import ModelConfig
   from specjax.models.transformer import Model
 
-  cfg = ModelConfig(model_type="llama", vocab_size=FLAGS.vocab, hidden_size=FLAGS.hidden,
-                    intermediate_size=FLAGS.intermediate, num_hidden_layers=FLAGS.layers,
-                    num_attention_heads=FLAGS.heads, num_key_value_heads=FLAGS.kv_heads,
-                    head_dim=FLAGS.hidden // FLAGS.heads, rope_theta=10000.0,
+  cfg = ModelConfig(model_type="llama", vocab_size=g.vocab, hidden_size=g.hidden,
+                    intermediate_size=g.intermediate, num_hidden_layers=g.layers,
+                    num_attention_heads=g.heads, num_key_value_heads=g.kv_heads,
+                    head_dim=g.hidden // g.heads, rope_theta=10000.0,
                     max_position_embeddings=2048, eos_token_id=None, bos_token_id=None)
-  rs = np.random.RandomState(FLAGS.seed)
+  rs = np.random.RandomState(seed)
 
   def make(path, s):
     name = jax.tree_util.keystr(path)
@@ -122,10 +154,10 @@ def chat_prompts(lm, batch: int):
   return [lm.encode_chat(p.messages) for p in order[:batch]]
 
 
-def make_prompts(batch: int, vocab: int, seed: int):
+def make_prompts(batch: int, vocab: int, seed: int, g: GenerateVsHfSpec):
   import numpy as np
   rs = np.random.RandomState(seed + batch)
-  lens = rs.randint(FLAGS.min_prompt, FLAGS.max_prompt + 1, size=batch)
+  lens = rs.randint(g.min_prompt, g.max_prompt + 1, size=batch)
   return [rs.randint(0, vocab, size=n).tolist() for n in lens]
 
 
@@ -181,29 +213,30 @@ class HFSide:
     return dt, rows
 
 
-def _checkpoint():
+def _checkpoint(r: Run):
   """``(path, source, real, tmp)``: the HF directory both sides load, a description, the
   registry model (a real ``--checkpoint``, else None) and the temporary directory of a
   random model (else None)."""
-  if FLAGS.checkpoint and not os.path.isdir(FLAGS.checkpoint) and FLAGS.checkpoint != "default":
+  checkpoint = r.bench.checkpoint
+  if checkpoint and not os.path.isdir(checkpoint) and checkpoint != "default":
     from specjax.models import registry
     try:
-      real = registry.load_model(FLAGS.checkpoint, dtype="float32")
+      real = registry.load_model(checkpoint, dtype="float32")
     except FileNotFoundError as e:
-      raise app.UsageError(f"--checkpoint={FLAGS.checkpoint!r}: {e}") from None
+      raise app.UsageError(f"--checkpoint={checkpoint!r}: {e}") from None
     return (real.hf_dir, f"{real.name} (sha256 {real.sha256[:12]}), dequantized float32", real,
             None)
-  if FLAGS.checkpoint:
-    path = DEFAULT_TARGET if FLAGS.checkpoint == "default" else FLAGS.checkpoint
+  if checkpoint:
+    path = DEFAULT_TARGET if checkpoint == "default" else checkpoint
     if not os.path.isdir(path):
-      raise app.UsageError(f"--checkpoint={FLAGS.checkpoint!r}: no directory {path}")
+      raise app.UsageError(f"--checkpoint={checkpoint!r}: no directory {path}")
     return path, path, None, None
   tmp = tempfile.TemporaryDirectory()
-  random_llama(tmp.name)
+  random_llama(tmp.name, r.bench, r.seed.seed)
   return tmp.name, "random Llama exported by specjax.models.hf.save_pretrained", None, tmp
 
 
-def _print_setup(source, cfg, hf_model, real, eos, n_new) -> None:
+def _print_setup(r: Run, source, cfg, hf_model, real, eos, n_new) -> None:
   """The checkpoint, model, library versions, machine and prompts of the run."""
   import jax
   import torch
@@ -219,53 +252,54 @@ def _print_setup(source, cfg, hf_model, real, eos, n_new) -> None:
         f"{transformers.__version__} (attn={hf_model.config._attn_implementation}), "
         f"{os.cpu_count()} CPUs, {platform.processor() or platform.machine()}")
   if real is None:
-    print(f"prompts: ragged {FLAGS.min_prompt}-{FLAGS.max_prompt} tokens, max_new_tokens="
+    print(f"prompts: ragged {r.bench.min_prompt}-{r.bench.max_prompt} tokens, max_new_tokens="
           f"{n_new}, greedy, no EOS", end="")
   else:
     print(f"prompts: held-out ShareGPT chat prompts, max_new_tokens={n_new}, greedy, stop at "
           f"EOS {eos}; tokens/s counts generated tokens", end="")
-  print(f"; median of {FLAGS.repeats} timed calls per side (interleaved) after one warm-up")
+  print(f"; median of {r.timing.repeats} timed calls per side (interleaved) after one warm-up")
 
 
-def _measure(b: int, model, params, hf_model, real, eos, n_new) -> tuple:
+def _measure(r: Run, b: int, model, params, hf_model, real, eos, n_new) -> tuple:
   """``(batch, specjax tok/s, transformers tok/s, ratio, specjax first call s, identical,
   identical rows)`` of one batch size, the two sides timed interleaved."""
-  prompts = (make_prompts(b, model.config.vocab_size, FLAGS.seed) if real is None
+  prompts = (make_prompts(b, model.config.vocab_size, r.seed.seed, r.bench) if real is None
              else chat_prompts(real, b))
   sj = SpecjaxSide(model, params, prompts, n_new, eos)
   th = HFSide(hf_model, prompts, n_new, eos)
   sj_t, hf_t = [], []
-  for _ in range(FLAGS.repeats):  # interleaved: both sides see the same machine load
+  for _ in range(r.timing.repeats):  # interleaved: both sides see the same machine load
     dt, sj_out = sj.timed()
     sj_t.append(dt)
     dt, hf_out = th.timed()
     hf_t.append(dt)
   sj_s, hf_s = statistics.median(sj_t), statistics.median(hf_t)
   n_same = sum(a == c for a, c in zip(sj_out, hf_out))
-  n_tok = sum(len(r) for r in sj_out)
+  n_tok = sum(len(row) for row in sj_out)
   return b, n_tok / sj_s, n_tok / hf_s, hf_s / sj_s, sj.first_s, sj_out == hf_out, n_same
 
 
-def _write_record(rows: list, source: str, weights: str, stamp: dict) -> None:
+def _write_record(r: Run, rows: list, source: str, weights: str, stamp: dict) -> None:
   """``--output``: the rows (``_measure``'s tuples, named) with the weights' sha256 and
   the run's provenance (:func:`specjax.provenance.stamped`)."""
   from specjax import provenance
   names = ("batch", "specjax_tokens_per_s", "transformers_tokens_per_s",
            "specjax_over_transformers", "specjax_first_call_s", "identical", "identical_rows")
   record = provenance.stamped({"benchmark": "generate_vs_hf", "checkpoint": source,
-                               "max_new_tokens": FLAGS.max_new_tokens, "repeats": FLAGS.repeats,
-                               "threads": FLAGS.threads,
-                               "rows": [dict(zip(names, r)) for r in rows]},
+                               "max_new_tokens": r.new_tokens.max_new_tokens,
+                               "repeats": r.timing.repeats, "threads": r.threads.threads,
+                               "rows": [dict(zip(names, row)) for row in rows]},
                               stamp, {"target": weights})
-  with open(FLAGS.output, "w") as f:
+  with open(r.output.output, "w") as f:
     json.dump(record, f, indent=1)
-  print(f"wrote {FLAGS.output}")
+  print(f"wrote {r.output.output}")
 
 
 def main(argv):
   del argv
-  if FLAGS.omp_wait_policy:  # read by OpenMP when torch is first imported
-    os.environ["OMP_WAIT_POLICY"] = FLAGS.omp_wait_policy
+  r = Run(*SPECS.build())
+  if r.bench.omp_wait_policy:  # read by OpenMP when torch is first imported
+    os.environ["OMP_WAIT_POLICY"] = r.bench.omp_wait_policy
   import torch
   import transformers
 
@@ -273,8 +307,8 @@ def main(argv):
 
   from specjax import provenance
   stamp = provenance.stamp()
-  torch.set_num_threads(FLAGS.threads)
-  path, source, real, tmp = _checkpoint()
+  torch.set_num_threads(r.threads.threads)
+  path, source, real, tmp = _checkpoint(r)
   if real is not None:
     model, params = real.model, real.params
   else:
@@ -282,11 +316,11 @@ def main(argv):
   hf_model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
   hf_model.generation_config.eos_token_id = None
   eos = model.config.eos_token_id if real is not None else None
-  n_new = FLAGS.max_new_tokens
-  _print_setup(source, model.config, hf_model, real, eos, n_new)
+  n_new = r.new_tokens.max_new_tokens
+  _print_setup(r, source, model.config, hf_model, real, eos, n_new)
   load_before = os.getloadavg()
-  rows = [_measure(int(x), model, params, hf_model, real, eos, n_new)
-          for x in FLAGS.batch_sizes]
+  rows = [_measure(r, b, model, params, hf_model, real, eos, n_new)
+          for b in r.batch_sizes.batch_sizes]
   load_after = os.getloadavg()
   print(f"1-min load average: {load_before[0]:.1f} before, {load_after[0]:.1f} after "
         f"({os.cpu_count()} CPUs; > CPUs means other processes competed for the cores)\n")
@@ -296,11 +330,11 @@ def main(argv):
   for b, sj, hft, ratio, comp, same, n_same in rows:
     print(f"| {b} | {sj:.0f} | {hft:.0f} | {ratio:.2f}x | {comp:.1f} | "
           f"{'yes' if same else f'NO ({n_same}/{b} rows)'} |")
-  if FLAGS.output:
-    _write_record(rows, source, real.path if real is not None else path, stamp)
+  if r.output.output:
+    _write_record(r, rows, source, real.path if real is not None else path, stamp)
   if tmp is not None:
     tmp.cleanup()
-  if not all(r[5] for r in rows):
+  if not all(row[5] for row in rows):
     raise SystemExit("greedy outputs differ between specjax and transformers")
 
 

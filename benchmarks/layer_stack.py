@@ -6,8 +6,8 @@ weights: one compiled layer body) or *unrolled* (per-layer weights, L copies of
 the body).  Unrolling costs compile time; on XLA:CPU it saves the copy of
 every weight matrix out of the stacked array that a scanned forward makes.
 This benchmark measures both sides for target-only ``generate()`` and the
-speculative loop (draft LM chain, K drafts, lossless, T = 0), target and draft
-in the same mode, batch 1, one held-out prompt, EOS off:
+speculative loop (draft LM chain of ``--k`` drafts, lossless, T = 0), target and
+draft in the same mode, batch 1, one held-out prompt, EOS off:
 
 * *first call*: wall seconds of the first call (tracing + compiling + one
   run) and the process CPU seconds it used (compiling is mostly one thread,
@@ -26,35 +26,61 @@ benchmarks/RESULTS.md.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 
-from absl import app, flags
+from absl import app
 
 from benchmarks.records import write_record
+from experiments.common import knobs, specs
 
-FLAGS = flags.FLAGS
 MODES = ("rolled", "unrolled")
 
 
+@dataclasses.dataclass(frozen=True)
+class LayerStackSpec:
+  """The model sets timed."""
+  models: tuple[str, ...] = knobs.knob(("default", "smollm2-135m-instruct"), "model sets "
+                                       "(experiments.common.model_sets.load_model_set names) "
+                                       "with a draft LM, comma-separated")
+
+  def __post_init__(self):
+    if not self.models:
+      raise knobs.KnobError("models", self.models, "name at least one model set")
+
+
+SPECS = knobs.Specs(specs.NewTokensSpec, specs.ChainSpec, specs.TimingSpec, specs.OutputSpec,
+                    LayerStackSpec,
+                    presets=dict(max_new_tokens=64, k=4, repeats=5,
+                                 output="benchmarks/results/layer_stack.json"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """This benchmark's specs, by name."""
+  new_tokens: specs.NewTokensSpec
+  chain: specs.ChainSpec
+  timing: specs.TimingSpec
+  output: specs.OutputSpec
+  bench: LayerStackSpec
+
+
 def define_flags():
-  flags.DEFINE_list("models", ["default", "smollm2-135m-instruct"],
-                    "model sets (experiments.common.model_sets.load_model_set names) with a draft LM")
-  flags.DEFINE_integer("max_new_tokens", 64, "tokens generated per call")
-  flags.DEFINE_integer("num_draft", 4, "K of the draft-LM chain")
-  flags.DEFINE_integer("repeats", 5, "timed calls per (model, workload, mode) after the first")
-  flags.DEFINE_string("output", "benchmarks/results/layer_stack.json", "JSON record")
+  """The flags of this binary, defined on its main path only."""
+  SPECS.define()
 
 
-def _check_flags():
-  if FLAGS.max_new_tokens < 2 or FLAGS.num_draft < 1 or FLAGS.repeats < 1:
-    raise app.UsageError(f"--max_new_tokens={FLAGS.max_new_tokens} must be >= 2, "
-                         f"--num_draft={FLAGS.num_draft} and --repeats={FLAGS.repeats} >= 1")
-  if not FLAGS.models:
-    raise app.UsageError("--models must name at least one model set")
+def build_run() -> Run:
+  """The validated specs of the parsed flags (a bad value is ``app.UsageError``)."""
+  r = Run(*SPECS.build())
+  if r.new_tokens.max_new_tokens < 2:
+    raise app.UsageError(str(knobs.KnobError("max_new_tokens", r.new_tokens.max_new_tokens,
+                                             "must be an integer >= 2")))
+  return r
 
 
-def _workloads(ms, prompts):
+def _workloads(r: Run, ms, prompts):
   """``{name: call(mode) -> tokens}`` for one model set; each mode has its own
   Model objects (a distinct static argument, so a distinct compile)."""
   import dataclasses
@@ -66,7 +92,7 @@ def _workloads(ms, prompts):
   from specjax.distributions import SamplingConfig
 
   greedy = SamplingConfig(temperature=0.0)
-  n = FLAGS.max_new_tokens
+  n = r.new_tokens.max_new_tokens
   models = {m: (dataclasses.replace(ms.target, layer_stack=m),
                 dataclasses.replace(ms.draft, layer_stack=m)) for m in MODES}
 
@@ -75,7 +101,7 @@ def _workloads(ms, prompts):
                     sampling=greedy, eos_token_id=None).tokens
 
   drafters = {m: make_drafter("chain", greedy, DraftSources.build(
-      models[m][0], ms.target_params, models[m][1], ms.draft_params), num_draft=FLAGS.num_draft)
+      models[m][0], ms.target_params, models[m][1], ms.draft_params), num_draft=r.chain.k)
       for m in MODES}
 
   def spec(mode):
@@ -109,7 +135,7 @@ def _measure(call, modes, repeats):
 
 def main(argv):
   del argv
-  _check_flags()
+  r = build_run()
   import jax
   jax.config.update("jax_enable_compilation_cache", False)
 
@@ -118,7 +144,7 @@ def main(argv):
   from specjax import provenance
   stamp = provenance.stamp()
   rows = []
-  for name in FLAGS.models:
+  for name in r.bench.models:
     ms = load_model_set(name, draft="draft", eagle="")
     if ms.draft is None:
       raise app.UsageError(f"--models entry {name!r} has no draft LM")
@@ -127,18 +153,19 @@ def main(argv):
       prompts = [list(p.ids) for p in load_chat_prompts(ms.encode_chat, 1, sets=("sharegpt",))]
     else:
       prompts = [list(p.ids) for p in load_eval_prompts(1, tokenizer=ms.tokenizer)]
-    for workload, call in _workloads(ms, prompts).items():
-      res, same = _measure(call, MODES, FLAGS.repeats)
+    for workload, call in _workloads(r, ms, prompts).items():
+      res, same = _measure(call, MODES, r.timing.repeats)
       row = {"model": name, "workload": workload, "layers": ms.target.config.num_hidden_layers,
              "draft_layers": ms.draft.config.num_hidden_layers, "same_tokens": same,
              "modes": res, "sources": ms.sources, "target_sha256": ms.sha256}
       rows.append(row)
       print(json.dumps({k: v for k, v in row.items() if k not in ("sources", "target_sha256")}),
             flush=True)
-  record = {"benchmark": "layer_stack", "max_new_tokens": FLAGS.max_new_tokens,
-            "num_draft": FLAGS.num_draft, "repeats": FLAGS.repeats, "batch": 1,
+  record = {"benchmark": "layer_stack", "max_new_tokens": r.new_tokens.max_new_tokens,
+            "num_draft": r.chain.k, "repeats": r.timing.repeats, "batch": 1,
             "provenance": provenance.finish(stamp), "rows": rows}
-  write_record(FLAGS.output, record)
+  if r.output.output:
+    write_record(r.output.output, record)
 
 
 if __name__ == "__main__":

@@ -21,61 +21,103 @@ decode-phase seconds of all three, and the tokens served before the turn (the
 learning curve's x axis).
 
     python -m benchmarks.online_adaptation --sessions=6 --turns=3 --max_new_tokens=128 \
-        --adapt=every=4:learning_rate=0.03 \
+        --adapt=online:every=4:learning_rate=0.03 \
         --output=benchmarks/results/online_adaptation/smollm2.json
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
-from absl import app, flags
+from absl import app
 import numpy as np
 
-FLAGS = flags.FLAGS
+from experiments.common import knobs, specs
+
+
+@dataclasses.dataclass(frozen=True)
+class OnlineAdaptationSpec:
+  """The multi-turn sessions replayed."""
+  sessions: int = knobs.knob(6, "held-out multi-turn conversations")
+  turns: int = knobs.knob(3, "user turns answered per session (at most)")
+  min_turns: int = knobs.knob(2, "only conversations with at least this many user turns (a "
+                              "long learning curve needs long sessions)")
+
+  def __post_init__(self):
+    knobs.check_int(self, "sessions", 1)
+    knobs.check_int(self, "turns", 1)
+    knobs.check_int(self, "min_turns", 1)
+
+
+SPECS = knobs.Specs(specs.ModelSpec, specs.ChainSpec, specs.AdaptSpec, specs.NewTokensSpec,
+                    specs.ContextSpec, specs.TimingSpec, specs.SeedSpec, specs.OutputSpec,
+                    OnlineAdaptationSpec,
+                    presets=dict(model="smollm2-135m-instruct", k=4,
+                                 adapt="online:every=4:learning_rate=0.03",
+                                 max_new_tokens=128, max_context=1024, repeats=3, output=""))
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """This benchmark's specs, by name."""
+  model: specs.ModelSpec
+  chain: specs.ChainSpec
+  adapt: specs.AdaptSpec
+  new_tokens: specs.NewTokensSpec
+  context: specs.ContextSpec
+  timing: specs.TimingSpec
+  seed: specs.SeedSpec
+  output: specs.OutputSpec
+  bench: OnlineAdaptationSpec
 
 
 def define_flags() -> None:
-  flags.DEFINE_string("target", "smollm2-135m-instruct", "registered real model with a "
-                      "shipped EAGLE-3 head")
-  flags.DEFINE_integer("sessions", 6, "held-out multi-turn conversations")
-  flags.DEFINE_integer("turns", 3, "user turns answered per session (at most)")
-  flags.DEFINE_integer("max_new_tokens", 128, "tokens per answer (stop at EOS)")
-  flags.DEFINE_integer("max_context", 1024, "longest conversation rendered for a turn")
-  flags.DEFINE_integer("k", 4, "draft length K of the EAGLE-3 chain")
-  flags.DEFINE_string("adapt", "every=4:learning_rate=0.03", "OnlineAdaptation "
-                      "hyperparameters, 'name=value:name=value' (specjax.decoding.adaptation)")
-  flags.DEFINE_integer("repeats", 3, "timed rounds per turn (median; round-robin)")
-  flags.DEFINE_integer("seed", 0, "conversation order (held-out split's hash seed)")
-  flags.DEFINE_string("output", "", "JSON record ('' = print only)")
+  """The flags of this binary, defined on its main path only."""
+  SPECS.define()
   from experiments.common import cli
   cli.define_decision_flag()
 
 
-def parse_adapt(spec: str):
-  """``OnlineAdaptation`` of ``--adapt``; ``UsageError`` naming the flag."""
-  from experiments.common.rows import parse_adapt as parse
+def online_adaptation(adapt: specs.AdaptSpec):
+  """The ``OnlineAdaptation`` of ``--adapt``, which must be one ``online[:...]`` mode
+  (the frozen head always runs beside it); ``KnobError`` otherwise."""
   from specjax.decoding.adaptation import OnlineAdaptation
+  modes = adapt.modes()
+  if len(modes) != 1 or modes[0][0] != "online":
+    raise knobs.KnobError("adapt", adapt.adapt, "give one online[:hparam=value[:...]] mode "
+                          "(the frozen head runs beside it)")
+  return OnlineAdaptation(**modes[0][1])
+
+
+def build_run() -> Run:
+  """The validated specs of the parsed flags (a bad value is ``app.UsageError``)."""
+  r = Run(*SPECS.build())
   try:
-    (name, hp), = parse("online" + (":" + spec if spec else ""))
-    return OnlineAdaptation(**hp)
-  except (ValueError, TypeError) as e:
-    raise app.UsageError(f"--adapt={spec!r}: {e}") from None
+    online_adaptation(r.adapt)
+  except knobs.KnobError as e:
+    raise app.UsageError(str(e)) from None
+  return r
 
 
-def sessions(encode_chat) -> list[list[dict]]:
-  """The user turns (``--turns`` at most) of ``--sessions`` held-out conversations
-  whose first turn fits the context."""
+def sessions(r: Run, encode_chat) -> list[list[dict]]:
+  """The user turns (``--turns`` at most) of ``--sessions`` held-out conversations with
+  ``--min_turns`` user turns or more whose first turn fits the context."""
   from specjax.data import eval_prompts
+  b, n, ctx = r.bench, r.new_tokens.max_new_tokens, r.context.max_context
   out = []
-  for prefixes in eval_prompts.heldout_multiturn_prompts(seed=FLAGS.seed):
-    users = [m for m in prefixes[0].messages if m["role"] == "user"][:FLAGS.turns]
-    if len(encode_chat(users[:1])) + FLAGS.max_new_tokens <= FLAGS.max_context:
+  for prefixes in eval_prompts.heldout_multiturn_prompts(seed=r.seed.seed):
+    users = [m for m in prefixes[0].messages if m["role"] == "user"]
+    if len(users) < b.min_turns:
+      continue
+    users = users[:b.turns]
+    if len(encode_chat(users[:1])) + n <= ctx:
       out.append(users)
-    if len(out) == FLAGS.sessions:
+    if len(out) == b.sessions:
       return out
-  raise app.UsageError(f"--sessions={FLAGS.sessions}: only {len(out)} held-out conversations "
-                       f"fit --max_context={FLAGS.max_context}")
+  raise app.UsageError(f"--sessions={b.sessions}: only {len(out)} held-out conversations "
+                       f"have --min_turns={b.min_turns} user turns and fit "
+                       f"--max_context={ctx}")
 
 
 def _position_counts(stats) -> tuple[list, list]:
@@ -83,13 +125,13 @@ def _position_counts(stats) -> tuple[list, list]:
           np.asarray(stats.offered_counts).sum(0).tolist())
 
 
-def run_turn(setup: dict, ids: list, state) -> tuple[dict, object, list]:
+def run_turn(r: Run, setup: dict, ids: list, state) -> tuple[dict, object, list]:
   """One turn: the three calls' outputs and their decode-phase timings
   (module docstring); returns ``(row, the adapting head's next state, answer ids)``."""
   from benchmarks.common import call_timer, interleaved_medians
   from specjax.decoding.autoregressive import generate
   from specjax.decoding.speculative import speculative_generate
-  ms, n = setup["ms"], FLAGS.max_new_tokens
+  ms, n = setup["ms"], r.new_tokens.max_new_tokens
   target, tp, lossless = ms.target, ms.target_params, setup["rule"]
   aparams = setup["aparams"] if state is None else dict(setup["aparams"], adapter=state)
   calls = {
@@ -103,7 +145,7 @@ def run_turn(setup: dict, ids: list, state) -> tuple[dict, object, list]:
   if not answers["target"] == answers["frozen"] == answers["adapted"]:
     raise RuntimeError("greedy outputs differ between target-only, frozen and adapted runs")
   timers = {(name, m): call_timer(fn, m) for name, fn in calls.items() for m in (n, 1)}
-  med = interleaved_medians(timers, FLAGS.repeats)
+  med = interleaved_medians(timers, r.timing.repeats)
   row = {"prompt_tokens": len(ids), "tokens": len(answers["target"])}
   for name in ("frozen", "adapted"):
     s = outs[name].stats.summary()
@@ -115,7 +157,7 @@ def run_turn(setup: dict, ids: list, state) -> tuple[dict, object, list]:
   return row, outs["adapted"].adapter, answers["target"]
 
 
-def run_session(setup: dict, users: list[dict], served: int) -> tuple[list, int]:
+def run_session(r: Run, setup: dict, users: list[dict], served: int) -> list:
   """Every turn of one session (module docstring); ``served``: tokens served before it
   by the adapting head (its state starts afresh per session)."""
   ms, rows, state = setup["ms"], [], None
@@ -123,26 +165,26 @@ def run_session(setup: dict, users: list[dict], served: int) -> tuple[list, int]
   for turn, user in enumerate(users):
     messages.append(user)
     ids = ms.encode_chat(messages)
-    if len(ids) + FLAGS.max_new_tokens > FLAGS.max_context:
+    if len(ids) + r.new_tokens.max_new_tokens > r.context.max_context:
       break
-    row, state, answer = run_turn(setup, ids, state)
+    row, state, answer = run_turn(r, setup, ids, state)
     rows.append({"turn": turn, "served_before": served, **row})
     served += row["tokens"]
     messages.append({"role": "assistant", "content": ms.tokenizer.decode(answer)})
-  return rows, served
+  return rows
 
 
-def load_setup() -> dict:
+def load_setup(r: Run) -> dict:
   from experiments.common.model_sets import load_model_set
   from specjax import verifiers
   from specjax.decoding.drafter_factory import make_drafter
   from specjax.distributions import SamplingConfig
-  cfg = parse_adapt(FLAGS.adapt)
-  ms = load_model_set(FLAGS.target, draft="", eagle="eagle3")
+  cfg = online_adaptation(r.adapt)
+  ms = load_model_set(r.model.model, draft="", eagle="eagle3")
   greedy = SamplingConfig(temperature=0.0)
-  frozen, fparams = make_drafter("eagle_chain", greedy, ms.draft_sources(), num_draft=FLAGS.k)
+  frozen, fparams = make_drafter("eagle_chain", greedy, ms.draft_sources(), num_draft=r.chain.k)
   adapting, aparams = make_drafter("eagle_chain", greedy, ms.draft_sources(),
-                                   num_draft=FLAGS.k, adapt=cfg)
+                                   num_draft=r.chain.k, adapt=cfg)
   return dict(ms=ms, cfg=cfg, rule=verifiers.get("lossless"), frozen=frozen, fparams=fparams,
               adapting=adapting, aparams=aparams)
 
@@ -168,28 +210,29 @@ def summarize(turns: list) -> dict:
 def main(_):
   from experiments.common import cli
   from specjax import provenance
+  r = build_run()
   cli.apply_decision_flag()
   stamp = provenance.stamp()
-  setup = load_setup()
+  setup = load_setup(r)
   turns = []
-  for s, users in enumerate(sessions(setup["ms"].encode_chat)):
-    rows, _ = run_session(setup, users, 0)
-    turns += [{"session": s, **r} for r in rows]
+  for s, users in enumerate(sessions(r, setup["ms"].encode_chat)):
+    rows = run_session(r, setup, users, 0)
+    turns += [{"session": s, **row} for row in rows]
     print(f"session {s}: " + ", ".join(
-        f"turn {r['turn']} tau {r['frozen']['tau']:.2f} -> {r['adapted']['tau']:.2f}"
-        for r in rows), flush=True)
+        f"turn {row['turn']} tau {row['frozen']['tau']:.2f} -> {row['adapted']['tau']:.2f}"
+        for row in rows), flush=True)
   summary = summarize(turns)
   print(summary)
-  if FLAGS.output:
+  if r.output.output:
     from benchmarks.records import write_record
     record = provenance.stamped(
-        dict(benchmark="online_adaptation", target=FLAGS.target, k=FLAGS.k,
+        dict(benchmark="online_adaptation", target=r.model.model, k=r.chain.k,
              adapt={f: getattr(setup["cfg"], f) for f in ("every", "steps", "window", "rank",
                                                           "learning_rate", "label_top_k")},
-             max_new_tokens=FLAGS.max_new_tokens, max_context=FLAGS.max_context,
+             max_new_tokens=r.new_tokens.max_new_tokens, max_context=r.context.max_context,
              turns=turns, summary=summary, load_end=os.getloadavg()[0]),
         stamp, dict(setup["ms"].sources))
-    write_record(FLAGS.output, record)
+    write_record(r.output.output, record)
 
 
 if __name__ == "__main__":

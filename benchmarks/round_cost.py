@@ -36,43 +36,102 @@ import dataclasses
 import os
 from typing import Any
 
-from absl import app, flags
+from absl import app
 import numpy as np
 
-FLAGS = flags.FLAGS
+from experiments.common import cli, knobs, specs
 
 RULES = {"lossless": {}, "mars": {"theta": 0.9}}  # the main job's two rules
+ROWS = ("lookup_chain:lossless", "suffix_tree:24:lossless", "lm_chain:lossless",
+        "eagle3_chain:lossless", "eagle3_chain:mars", "eagle3_tree:24:lossless")
+
+
+def row_problem(entry: str) -> str:
+  """What is wrong with a ``DRAFTER:RULE`` entry ('' if nothing)."""
+  from benchmarks.speculative import drafter_name_problem
+  drafter, _, rule = entry.rpartition(":")
+  if not drafter or rule not in RULES:
+    return f"must be DRAFTER:RULE with RULE one of {sorted(RULES)}"
+  problem = drafter_name_problem(drafter)
+  return f"has drafter {drafter!r}, which {problem}" if problem else ""
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundCostSpec:
+  """The rows timed: drafter entries (as ``benchmarks.speculative --loop_drafters``)
+  with a verification rule. A preset, so a binary built on this one
+  (benchmarks/adaptive_length.py) states its own rows."""
+  rows: tuple[str, ...] = knobs.knob(help="DRAFTER:RULE entries (drafters as "
+                                     "benchmarks.speculative --loop_drafters; rules: lossless, "
+                                     "mars (theta 0.9))", preset=True)
+
+  def __post_init__(self):
+    if not self.rows:
+      raise knobs.KnobError("rows", (), "give at least one DRAFTER:RULE entry")
+    for entry in self.rows:
+      problem = row_problem(entry)
+      if problem:
+        raise knobs.KnobError("rows", self.rows, f"entry {entry!r} {problem}")
+
+
+SPECS = knobs.Specs(
+    specs.ModelSpec, specs.ParamDtypeSpec, RoundCostSpec, specs.TemperaturesSpec,
+    specs.ChainSpec, specs.PromptSpec, specs.NumPromptsSpec, specs.NewTokensSpec,
+    specs.TimingSpec, specs.OutputSpec,
+    presets=dict(model="smollm2-135m-instruct", rows=ROWS, temperatures=(0.0,), k=4,
+                 num_prompts=4, max_new_tokens=64, repeats=3, output=""))
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """The benchmark's specs, by name (:func:`load_setup` reads ``model``, ``param_dtype``,
+  ``rows``, ``prompts``, ``num_prompts`` and ``new_tokens``)."""
+  model: specs.ModelSpec
+  param_dtype: specs.ParamDtypeSpec
+  rows: RoundCostSpec
+  temperatures: specs.TemperaturesSpec
+  chain: specs.ChainSpec
+  prompts: specs.PromptSpec
+  num_prompts: specs.NumPromptsSpec
+  new_tokens: specs.NewTokensSpec
+  timing: specs.TimingSpec
+  output: specs.OutputSpec
 
 
 def define_flags() -> None:
-  flags.DEFINE_string("target", "smollm2-135m-instruct", "registered real model (its shipped "
-                      "drafters are the rows' drafters)")
-  flags.DEFINE_list("rows", ["lookup_chain:lossless", "suffix_tree:24:lossless",
-                             "lm_chain:lossless", "eagle3_chain:lossless", "eagle3_chain:mars",
-                             "eagle3_tree:24:lossless"],
-                    "DRAFTER:RULE entries (drafters as benchmarks.speculative --drafters; rules: "
-                    "lossless, mars (theta 0.9))")
-  flags.DEFINE_list("temperatures", ["0"], "sampling temperatures")
-  flags.DEFINE_integer("k", 4, "draft length K (a tree's depth)")
-  flags.DEFINE_integer("prompts", 4, "held-out chat prompts (half ShareGPT, half HumanEval)")
-  flags.DEFINE_integer("max_new_tokens", 64, "tokens generated per prompt")
-  flags.DEFINE_integer("max_prompt_tokens", 256, "longest rendered chat prompt")
-  flags.DEFINE_integer("repeats", 3, "timed rounds (median; round-robin)")
-  flags.DEFINE_enum("param_dtype", "float32", ["float32", "bfloat16"],
-                    "the target's weights (activations stay float32)")
-  flags.DEFINE_string("output", "", "JSON record ('' = print only)")
+  """The flags of this binary, defined on its main path only (never at import:
+  several binaries share one process in the tests; experiments/common/cli.py)."""
+  SPECS.define()
+
+
+def check_run(r) -> None:
+  """The checks across specs (``app.UsageError``): a real chat model, prompts, two or
+  more new tokens (a decode step is (gen(n) - gen(1)) / (n - 1))."""
+  try:
+    if r.model.is_default:
+      raise knobs.KnobError("model", r.model.model, "times chat prompts: give a real chat "
+                            "model, e.g. smollm2-135m-instruct")
+    knobs.check_int(r.num_prompts, "num_prompts", 1)
+    knobs.check_int(r.new_tokens, "max_new_tokens", 2)
+  except knobs.KnobError as e:
+    raise app.UsageError(str(e)) from None
+
+
+def build_run() -> Run:
+  """The validated specs of the parsed flags (a bad value is ``app.UsageError``)."""
+  r = Run(*SPECS.build())
+  check_run(r)
+  return r
 
 
 def parse_rows(entries) -> list[tuple[str, str]]:
   """``[(drafter, rule)]`` of ``--rows``; ``UsageError`` naming a bad entry."""
-  from benchmarks.speculative import check_drafter_names
   rows = []
   for entry in entries:
+    problem = row_problem(entry)
+    if problem:
+      raise app.UsageError(f"--rows entry {entry!r} {problem}")
     drafter, _, rule = entry.rpartition(":")
-    if not drafter or rule not in RULES:
-      raise app.UsageError(f"--rows entry {entry!r} must be DRAFTER:RULE with RULE one of "
-                           f"{sorted(RULES)}")
-    check_drafter_names([drafter])
     rows.append((drafter, rule))
   return rows
 
@@ -109,26 +168,30 @@ class Setup:
   key: Any
 
 
-def load_setup() -> Setup:
+def load_setup(r) -> Setup:
+  """The :class:`Setup` of a run's specs ``r`` (:class:`Run`, or any object with its
+  ``model``, ``param_dtype``, ``rows``, ``prompts``, ``num_prompts`` and ``new_tokens``)."""
   import jax
 
   from experiments.common.model_sets import load_model_set
   from experiments.common.prompts import load_chat_prompts
   from specjax.models.transformer import cast_weights
-  needs_eagle = any(d.startswith("eagle") for d, _ in parse_rows(FLAGS.rows))
-  ms = load_model_set(FLAGS.target, eagle="eagle3" if needs_eagle else "")
+  needs_eagle = any(d.startswith("eagle") for d, _ in parse_rows(r.rows.rows))
+  ms = load_model_set(r.model.model, eagle="eagle3" if needs_eagle else "")
   target, tp = ms.target, ms.target_params
-  if FLAGS.param_dtype != "float32":
-    target, tp = cast_weights(target, tp, FLAGS.param_dtype)
-  prompts = [list(p.ids) for p in load_chat_prompts(ms.encode_chat, FLAGS.prompts,
-                                                    max_tokens=FLAGS.max_prompt_tokens)]
+  param_dtype = r.param_dtype.param_dtype
+  if param_dtype != "float32":
+    target, tp = cast_weights(target, tp, param_dtype)
+  prompts = [list(p.ids) for p in load_chat_prompts(
+      ms.encode_chat, r.num_prompts.num_prompts, sets=r.prompts.prompt_sets,
+      max_tokens=r.prompts.max_prompt_tokens)]
   return Setup(ms, target, tp, target.decode_params(tp),  # decoded once: a timer copies
                prompts, max(len(p) for p in prompts),
-               int(np.mean([len(p) for p in prompts])) + FLAGS.max_new_tokens // 2,
+               int(np.mean([len(p) for p in prompts])) + r.new_tokens.max_new_tokens // 2,
                jax.random.key(0))
 
 
-def build_timers(st: Setup, rows_spec, samp) -> tuple[dict, dict, dict]:
+def build_timers(r: Run, st: Setup, rows_spec, samp) -> tuple[dict, dict, dict]:
   """``(timers, runs, lengths)``: every timer of one temperature (target-only and
   speculative calls per prompt at n and 1 tokens, each drafter's step, the target
   forward at every length the rounds verified), the speculative results of the
@@ -140,8 +203,8 @@ def build_timers(st: Setup, rows_spec, samp) -> tuple[dict, dict, dict]:
   from specjax.decoding.prompts import prepare_prompts
   from specjax.decoding.speculative import speculative_generate
   from specjax.models.transformer import Model
-  n, ms, target, tp = FLAGS.max_new_tokens, st.model_set, st.target, st.target_params
-  drafters = {d: make_drafter(d, FLAGS.k, samp, ms.draft, ms.draft_params, target, tp, ms)
+  n, ms, target, tp = r.new_tokens.max_new_tokens, st.model_set, st.target, st.target_params
+  drafters = {d: make_drafter(d, r.chain.k, samp, ms.draft, ms.draft_params, target, tp, ms)
               for d in dict.fromkeys(d for d, _ in rows_spec)}
   cache_len = st.bucket + n + max(dr.tokens_per_step for dr, _ in drafters.values())
   common = dict(sampling=samp, key=st.key, eos_token_id=None, cache_length=cache_len,
@@ -176,11 +239,11 @@ def build_timers(st: Setup, rows_spec, samp) -> tuple[dict, dict, dict]:
   return timers, runs, lengths
 
 
-def row_result(temp: float, dname: str, rule: str, med: dict, runs: list, lengths: dict,
+def row_result(r: Run, temp: float, dname: str, rule: str, med: dict, runs: list, lengths: dict,
                num_prompts: int) -> dict:
   """One output row from the timers' medians (module docstring: step, round, draft,
   verify, other; the two speedups)."""
-  n, p = FLAGS.max_new_tokens, range(num_prompts)
+  n, p = r.new_tokens.max_new_tokens, range(num_prompts)
   gen_n, gen_1 = sum(med["gen", i, n] for i in p), sum(med["gen", i, 1] for i in p)
   step = (gen_n - gen_1) / (num_prompts * (n - 1))
   rounds = int(sum(np.sum(r.stats.target_calls) for r in runs))
@@ -190,7 +253,7 @@ def row_result(temp: float, dname: str, rule: str, med: dict, runs: list, length
   round_s = (spec_n - spec_1) / rounds
   verify_s = sum(c * med["fwd", length] for length, c in lengths.items()) / rounds
   draft_s = med["draft", dname]
-  return dict(temperature=temp, drafter=dname, rule=rule, k=FLAGS.k, prompts=num_prompts,
+  return dict(temperature=temp, drafter=dname, rule=rule, k=r.chain.k, prompts=num_prompts,
               max_new_tokens=n, rounds=rounds, tau=(accepted + rounds) / rounds,
               step_ms=step * 1e3, round_steps=round_s / step, draft_steps=draft_s / step,
               verify_steps=verify_s / step, other_steps=(round_s - draft_s - verify_s) / step,
@@ -199,9 +262,9 @@ def row_result(temp: float, dname: str, rule: str, med: dict, runs: list, length
               speedup_end_to_end=gen_n / spec_n, prefill_share_target_only=gen_1 / gen_n)
 
 
-def print_table(rows: list, num_prompts: int) -> None:
-  print(f"{FLAGS.target}, {FLAGS.param_dtype} weights, batch 1, {num_prompts} prompts x "
-        f"{FLAGS.max_new_tokens} new tokens, K = {FLAGS.k}\n")
+def print_table(r: Run, rows: list, num_prompts: int) -> None:
+  print(f"{r.model.model}, {r.param_dtype.param_dtype} weights, batch 1, {num_prompts} "
+        f"prompts x {r.new_tokens.max_new_tokens} new tokens, K = {r.chain.k}\n")
   print("| T | drafter | rule | tau | round | draft | verify | other | speedup decode | "
         "speedup end to end |")
   print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
@@ -214,32 +277,33 @@ def print_table(rows: list, num_prompts: int) -> None:
         f"{rows[0]['temperature']:g})")
 
 
-def main(_):
+def run() -> None:
+  """Time every row at every temperature, print the table, write ``--output``."""
   from benchmarks.common import interleaved_medians
   from specjax import provenance
   from specjax.distributions import SamplingConfig
-  rows_spec = parse_rows(FLAGS.rows)
+  r = build_run()
+  rows_spec = parse_rows(r.rows.rows)
   stamp = provenance.stamp()
-  st = load_setup()
+  st = load_setup(r)
   out_rows = []
-  for temp in map(float, FLAGS.temperatures):
-    timers, runs, lengths = build_timers(st, rows_spec, SamplingConfig(temperature=temp))
+  for temp in r.temperatures.temperatures:
+    timers, runs, lengths = build_timers(r, st, rows_spec, SamplingConfig(temperature=temp))
     load0 = os.getloadavg()[0]
-    med = interleaved_medians(timers, FLAGS.repeats)
+    med = interleaved_medians(timers, r.timing.repeats)
     load1 = os.getloadavg()[0]
     for dname, rule in rows_spec:
-      row = row_result(temp, dname, rule, med, runs[dname, rule], lengths[dname, rule],
+      row = row_result(r, temp, dname, rule, med, runs[dname, rule], lengths[dname, rule],
                        len(st.prompts))
       out_rows.append({**row, "load_before": load0, "load_after": load1})
-  print_table(out_rows, len(st.prompts))
-  if FLAGS.output:
+  print_table(r, out_rows, len(st.prompts))
+  if r.output.output:
     from benchmarks.records import write_record
-    record = provenance.stamped(dict(benchmark="round_cost", target=FLAGS.target,
-                                     param_dtype=FLAGS.param_dtype, rows=out_rows), stamp,
-                                dict(st.model_set.sources))
-    write_record(FLAGS.output, record)
+    record = provenance.stamped(dict(benchmark="round_cost", target=r.model.model,
+                                     param_dtype=r.param_dtype.param_dtype, rows=out_rows),
+                                stamp, dict(st.model_set.sources))
+    write_record(r.output.output, record)
 
 
 if __name__ == "__main__":
-  define_flags()
-  app.run(main)
+  cli.run_binary(run, define_flags=define_flags)

@@ -2,7 +2,10 @@
 replacement (recursive rejection sampling), lossless verification, on the small test
 models (a draft LM near the target, and a random EAGLE-3 head).
 
-    python -m benchmarks.rsd_tau [rows] [new_tokens]
+    python -m benchmarks.rsd_tau [--batch_size=64] [--max_new_tokens=32]
+
+(``--batch_size``: rows of each call, one random prompt each; ``--max_new_tokens``:
+tokens per row.)
 
 Prints one line per (drafter, tree, children): tau = tokens per target call.  The
 models are the random ones of tests/helpers.py, so the numbers are about the
@@ -11,10 +14,43 @@ drafting rule on these models only.
 
 from __future__ import annotations
 
-import sys
+import dataclasses
+
+from experiments.common import cli, knobs, specs
+
+SPECS = knobs.Specs(specs.BatchSpec, specs.NewTokensSpec,
+                    presets=dict(batch_size=64,  # random prompts, one call
+                                 max_new_tokens=32))
 
 
-def main(argv) -> None:
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """The measurement's specs, by name."""
+  batch: specs.BatchSpec
+  new_tokens: specs.NewTokensSpec
+
+
+def define_flags() -> None:
+  """The flags of this binary, defined on its main path only (never at import:
+  several binaries share one process in the tests; experiments/common/cli.py)."""
+  SPECS.define()
+
+
+def build_run() -> Run:
+  """The validated specs of the parsed flags (a bad value is ``app.UsageError``)."""
+  from absl import app
+  r = Run(*SPECS.build())
+  try:  # every row is one random prompt: there is no "all prompts" (0) here
+    knobs.check_int(r.batch, "batch_size", 1)
+    knobs.check_int(r.new_tokens, "max_new_tokens", 1)
+  except knobs.KnobError as e:
+    raise app.UsageError(str(e)) from None
+  return r
+
+
+def run() -> None:
+  """Print tau per (drafter, tree, children) (module docstring)."""
+  r = build_run()
   import jax
   from specjax import verifiers
   from specjax.decoding.drafter_factory import DraftSources, make_drafter
@@ -23,8 +59,7 @@ def main(argv) -> None:
   from specjax.distributions import SamplingConfig
   from tests.helpers import eagle_head, eagle_target, ragged_prompts, tiny_pair
 
-  rows = int(argv[1]) if len(argv) > 1 else 64
-  new = int(argv[2]) if len(argv) > 2 else 32
+  rows, new = r.batch.batch_size, r.new_tokens.max_new_tokens
   t1 = SamplingConfig(temperature=1.0)
   prompts = ragged_prompts(rows, 32, seed=7)
   lossless = verifiers.get("lossless")
@@ -48,4 +83,4 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-  main(sys.argv)
+  cli.run_binary(run, define_flags=define_flags)

@@ -21,6 +21,7 @@ namespace levels; unavailable ones are skipped).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import subprocess
@@ -28,18 +29,42 @@ import sys
 import tempfile
 import time
 
-from absl import app, flags
+from absl import app
 
-FLAGS = flags.FLAGS
+from experiments.common import cli, knobs, specs
+
 CONFIGS = ("old", "bwrap_split", "bwrap_single", "unshare_split", "guard_split")
 
 
-def define_flags():
-  flags.DEFINE_string("old_ref", "0265eda", "git revision holding the previous "
-                      "specjax/data/sandbox.py (single-process executor)")
-  flags.DEFINE_integer("repeats", 3, "timings per configuration (median)")
-  flags.DEFINE_integer("workers", 2, "programs run at a time")
-  flags.DEFINE_list("configs", list(CONFIGS), f"subset of {','.join(CONFIGS)}")
+@dataclasses.dataclass(frozen=True)
+class SandboxOverheadSpec:
+  """The sandbox configurations timed, how many programs run at a time, and where the
+  previous executor comes from."""
+  old_ref: str = knobs.knob("0265eda", "git revision holding the previous "
+                            "specjax/data/sandbox.py (single-process executor)")
+  workers: int = knobs.knob(2, "programs run at a time")
+  configs: tuple[str, ...] = knobs.knob(CONFIGS, f"subset of {','.join(CONFIGS)}")
+
+  def __post_init__(self):
+    knobs.check_int(self, "workers", 1)
+    knobs.check_subset(self, "configs", CONFIGS)
+
+
+SPECS = knobs.Specs(specs.TimingSpec, SandboxOverheadSpec,
+                    presets=dict(repeats=3))  # timings per configuration (median)
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """The benchmark's specs, by name."""
+  timing: specs.TimingSpec
+  sandbox: SandboxOverheadSpec
+
+
+def define_flags() -> None:
+  """The flags of this binary, defined on its main path only (never at import:
+  several binaries share one process in the tests; experiments/common/cli.py)."""
+  SPECS.define()
 
 
 def load_old_executor(ref: str):
@@ -61,7 +86,7 @@ def load_old_executor(ref: str):
   return module
 
 
-def runners(configs, workers: int) -> dict:
+def runners(configs, workers: int, old_ref: str) -> dict:
   """``{name: () -> list of ExecResult}`` for the configurations available here."""
   from specjax.data import humaneval, sandbox
   probs = humaneval.load_problems()
@@ -71,7 +96,7 @@ def runners(configs, workers: int) -> dict:
   out = {}
   for name in configs:
     if name == "old":
-      old = load_old_executor(FLAGS.old_ref)
+      old = load_old_executor(old_ref)
       out[name] = lambda old=old: old.run_programs(single, old.SandboxConfig(), workers=workers)
       continue
     level, mode = name.split("_")
@@ -89,28 +114,25 @@ def runners(configs, workers: int) -> dict:
   return out
 
 
-def main(argv):
-  del argv
-  bad = [c for c in FLAGS.configs if c not in CONFIGS]
-  if bad:
-    raise app.UsageError(f"--configs: unknown {bad}; choose from {','.join(CONFIGS)}")
-  if FLAGS.repeats < 1 or FLAGS.workers < 1:
-    raise app.UsageError(f"--repeats={FLAGS.repeats} and --workers={FLAGS.workers} must be >= 1")
-  todo = runners(FLAGS.configs, FLAGS.workers)
-  for run in todo.values():  # warm-up: level probes, page cache
-    run()
+def run() -> None:
+  """Time every configuration ``--repeats`` times in turn and print the medians."""
+  r = Run(*SPECS.build())
+  workers, repeats = r.sandbox.workers, r.timing.repeats
+  todo = runners(r.sandbox.configs, workers, r.sandbox.old_ref)
+  for call in todo.values():  # warm-up: level probes, page cache
+    call()
   timings = {name: [] for name in todo}
-  for _ in range(FLAGS.repeats):
-    for name, run in todo.items():
+  for _ in range(repeats):
+    for name, call in todo.items():
       load = os.getloadavg()[0]
       t0 = time.perf_counter()
-      results = run()
+      results = call()
       timings[name].append((time.perf_counter() - t0, load))
       statuses = {r.status for r in results}
       if statuses != {"pass"}:
         raise SystemExit(f"{name}: canonical solutions did not all pass: {statuses}")
   n = len(results)
-  print(f"{n} canonical HumanEval solutions, {FLAGS.workers} workers, {os.cpu_count()} CPUs")
+  print(f"{n} canonical HumanEval solutions, {workers} workers, {os.cpu_count()} CPUs")
   for name, runs in timings.items():
     wall = sorted(t for t, _ in runs)[len(runs) // 2]
     print(f"  {name:14s} {1000 * wall / n:6.1f} ms per program (median of "
@@ -119,5 +141,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  define_flags()
-  app.run(main)
+  cli.run_binary(run, define_flags=define_flags)

@@ -23,90 +23,145 @@ batch 1, greedy, the same checkpoints also run through transformers assisted
 generation (outputs must be identical) for the specjax / transformers ratio.
 
     python -m benchmarks.speculative            # defaults: batch 1,8; T 0,1; K 4
-    python -m benchmarks.speculative --target=smollm2-135m-instruct \
+    python -m benchmarks.speculative --model=smollm2-135m-instruct \
         --random_draft_layers=1 --batch_sizes=1 --temperatures=0   # tau = 1: pure loop cost
-    python -m benchmarks.speculative --target=smollm2-135m-instruct \
-        --drafters=lm_chain,eagle3_chain --batch_sizes=1,2,4,8,16   # shipped drafters, chat prompts
+    python -m benchmarks.speculative --model=smollm2-135m-instruct \
+        --loop_drafters=lm_chain,eagle3_chain --batch_sizes=1,2,4,8,16   # shipped drafters, chat prompts
+
+``--model=default`` (the preset) is the embedded target and draft (or the HF
+checkpoints ``--target_dir`` / ``--draft_dir``); a real ``--model`` brings its shipped
+draft LM and EAGLE-3 head.  ``--loop_drafters`` are this benchmark's drafter entries
+(:data:`DRAFTER_KINDS` and the trees ``eagle3_tree:N[:TOP_K]``, ``suffix_tree:N``), not
+the drafter-factory kinds of ``--drafters``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
-from absl import app, flags
+from absl import app
 import jax
 import numpy as np
 
 from benchmarks.common import call_timer, draft_timer, forward_timer, interleaved_medians
+from experiments.common import cli, knobs, specs
 
-FLAGS = flags.FLAGS
+# The chains by name; trees carry their node count (drafter_factory names, "lm_chain" = "chain").
+DRAFTER_KINDS = ("lm_chain", "eagle1_chain", "eagle3_chain", "lookup_chain")
+_TREE_SYNTAX = ("a tree is eagle3_tree:N or eagle3_tree:N:TOP_K (eagle1_tree alike) or "
+                "suffix_tree:N, with positive integers N (nodes) and TOP_K")
+
+
+@dataclasses.dataclass(frozen=True)
+class SpeculativeSpec:
+  """This benchmark's own knobs: where the default models come from, the drafter
+  entries it times, and the transformers peer."""
+  target_dir: str = knobs.knob("", "--model=default: HF checkpoint dir of the target "
+                               "('' = the embedded target)")
+  draft_dir: str = knobs.knob("", "HF checkpoint dir of the draft LM ('' = the embedded draft, "
+                              "or the one shipped for a real --model)")
+  random_draft_layers: int = knobs.knob(
+      0, "> 0: the draft LM is a random model of the target's architecture with this many "
+      "layers (tau ~ 1: times the loop itself; overrides --draft_dir)")
+  loop_drafters: tuple[str, ...] = knobs.knob(
+      ("lm_chain",), "drafter entries timed: lm_chain (independent draft LM), eagle1_chain, "
+      "eagle3_chain, eagle3_tree:N[:TOP_K] / eagle1_tree:N[:TOP_K] (EAGLE-2 dynamic tree with N "
+      "nodes, depth K, TOP_K children per expanded node, default 8); EAGLE rows need the "
+      "embedded target or a real --model (EAGLE-3 only); model-free: lookup_chain (prompt "
+      "lookup, K drafts), suffix_tree:N (SuffixDecoding-style tree, N nodes, depth K)")
+  hf_peer: bool = knobs.knob(True, "also time transformers assisted generation (batch 1, "
+                             "greedy, lm_chain, HF checkpoint dirs)")
+
+  def __post_init__(self):
+    knobs.check_int(self, "random_draft_layers", 0)
+    if not self.loop_drafters:
+      raise knobs.KnobError("loop_drafters", (), "give at least one drafter entry")
+    for name in self.loop_drafters:
+      problem = drafter_name_problem(name)
+      if problem:
+        raise knobs.KnobError("loop_drafters", self.loop_drafters, f"entry {name!r} {problem}")
+
+
+SPECS = knobs.Specs(
+    specs.ModelSpec, specs.PromptSpec, specs.ChainSpec, specs.TemperaturesSpec,
+    specs.BatchSizesSpec, specs.NewTokensSpec, specs.TimingSpec, specs.OutputSpec,
+    SpeculativeSpec,
+    presets=dict(model="default",  # the embedded target / draft (or --target_dir, --draft_dir)
+                 k=4, temperatures=(0.0, 1.0), batch_sizes=(1, 8), max_new_tokens=64,
+                 repeats=7,  # timed rounds: every timer runs once per round, round-robin
+                 output="benchmarks/results/speculative.json"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """The benchmark's specs, by name."""
+  model: specs.ModelSpec
+  prompts: specs.PromptSpec
+  chain: specs.ChainSpec
+  temperatures: specs.TemperaturesSpec
+  batch_sizes: specs.BatchSizesSpec
+  new_tokens: specs.NewTokensSpec
+  timing: specs.TimingSpec
+  output: specs.OutputSpec
+  loop: SpeculativeSpec
 
 
 def define_flags() -> None:
   """The flags of this binary, defined on its main path only (never at import:
   several binaries share one process in the tests; experiments/common/cli.py)."""
-  flags.DEFINE_string("target_dir", "", "HF checkpoint dir of the target (default: embedded "
-                      "target)")
-  flags.DEFINE_string("draft_dir", "", "HF checkpoint dir of the draft (default: embedded draft)")
-  flags.DEFINE_string("target", "", "registered model name, .gguf or HF dir for the target "
-                      "(specjax.models.registry.load_model; overrides --target_dir)")
-  flags.DEFINE_integer("random_draft_layers", 0,
-                       "> 0: the draft LM is a random model of the target's architecture with "
-                       "this many layers (tau ~ 1: times the loop itself; overrides --draft_dir)")
-  flags.DEFINE_list("batch_sizes", ["1", "8"], "batch sizes")
-  flags.DEFINE_list("temperatures", ["0", "1"], "sampling temperatures")
-  flags.DEFINE_integer("k", 4, "draft length K")
-  flags.DEFINE_integer("max_new_tokens", 64, "tokens generated per row")
-  flags.DEFINE_integer("repeats", 7, "timed rounds (median; every timer runs once per "
-                       "round, round-robin)")
-  flags.DEFINE_list("drafters", ["lm_chain"],
-                    "lm_chain (independent draft LM), eagle1_chain, eagle3_chain, "
-                    "eagle3_tree:N[:TOP_K] / eagle1_tree:N[:TOP_K] (EAGLE-2 dynamic tree with N "
-                    "nodes, depth K, TOP_K children per expanded node, default 8); EAGLE rows need "
-                    "the embedded target or a real --target; model-free: lookup_chain (prompt "
-                    "lookup, K drafts), suffix_tree:N (SuffixDecoding-style tree, N nodes, "
-                    "depth K)")
-  flags.DEFINE_boolean("hf_peer", True, "also time transformers assisted generation (batch 1, "
-                       "greedy)")
-  flags.DEFINE_integer("max_prompt_tokens", 256, "real --target: longest rendered chat prompt")
-  flags.DEFINE_string("output", "benchmarks/results/speculative.json", "JSON output")
+  SPECS.define()
 
 
-def load_models():
+def build_run() -> Run:
+  """The validated specs of the parsed flags (a bad value is ``app.UsageError``)."""
+  r = Run(*SPECS.build())
+  try:
+    knobs.check_int(r.new_tokens, "max_new_tokens", 2)  # a loop step is (time(n) - time(1))
+    eagle1 = [d for d in r.loop.loop_drafters if d.startswith("eagle1")]
+    if eagle1 and not r.model.is_default:
+      raise knobs.KnobError("loop_drafters", r.loop.loop_drafters, f"{eagle1}: a real --model "
+                            "ships only an EAGLE-3 head (use eagle3_chain or eagle3_tree:N)")
+  except knobs.KnobError as e:
+    raise app.UsageError(str(e)) from None
+  return r
+
+
+def load_models(r: Run):
   """``(t_dir, d_dir, target, tp, draft, dp, tok, model_set)``; a dir is None when
   the model has no HF checkpoint directory (then there is no transformers peer).
   ``model_set`` (:func:`experiments.common.model_sets.load_model_set`) is set for a real
-  ``--target``: its shipped draft LM and EAGLE-3 head are the drafters."""
+  ``--model``: its shipped draft LM and EAGLE-3 head are the drafters."""
   from specjax.models import defaults, hf
   from specjax.models.transformer import Model
-  ms = None
-  if FLAGS.target:
+  loop, ms = r.loop, None
+  if not r.model.is_default:
     from experiments.common.model_sets import load_model_set
-    needs_eagle = any(d.startswith("eagle") for d in FLAGS.drafters)
-    ms = load_model_set(FLAGS.target, draft="" if FLAGS.random_draft_layers > 0
-                        else (FLAGS.draft_dir or "draft"),
+    needs_eagle = any(d.startswith("eagle") for d in loop.loop_drafters)
+    ms = load_model_set(r.model.model, draft="" if loop.random_draft_layers > 0
+                        else (loop.draft_dir or "draft"),
                         eagle="eagle3" if needs_eagle else "")
     # No transformers peer here (benchmarks/assisted_vs_hf.py times it for real targets).
     t_dir, target, tp, tok = None, ms.target, ms.target_params, ms.tokenizer
   else:
-    t_dir = FLAGS.target_dir or defaults.default_model_dir("target")
+    t_dir = loop.target_dir or defaults.default_model_dir("target")
     target, tp = hf.load_pretrained(t_dir)
     tok = hf.load_tokenizer(t_dir)
-  if FLAGS.random_draft_layers > 0:
-    draft = Model(target.config.replace(num_hidden_layers=FLAGS.random_draft_layers))
+  if loop.random_draft_layers > 0:
+    draft = Model(target.config.replace(num_hidden_layers=loop.random_draft_layers))
     return t_dir, None, target, tp, draft, draft.init_params(jax.random.key(1)), tok, ms
   if ms is not None:
     return None, None, target, tp, ms.draft, ms.draft_params, tok, ms
-  d_dir = FLAGS.draft_dir or defaults.default_model_dir("draft")
+  d_dir = loop.draft_dir or defaults.default_model_dir("draft")
   draft, dp = hf.load_pretrained(d_dir)
   return t_dir, d_dir, target, tp, draft, dp, tok, ms
 
 
-def draft_label(d_dir, model_set) -> str:
+def draft_label(random_draft_layers: int, d_dir, model_set) -> str:
   """What the draft LM of the run was, for the JSON output."""
-  if FLAGS.random_draft_layers > 0:
-    return f"random {FLAGS.random_draft_layers}-layer"
+  if random_draft_layers > 0:
+    return f"random {random_draft_layers}-layer"
   if model_set is not None:
     return f"shipped for {model_set.name}" + (" (EAGLE rows: its EAGLE-3 head)"
                                               if model_set.eagle is not None else "")
@@ -159,40 +214,50 @@ def hf_assisted(t_dir, d_dir, prompts, max_new_tokens, k, repeats):
   return float(np.median(times)), outs
 
 
-def parse_tree_spec(name: str) -> tuple:
-  """``(total_tokens, top_k)`` of a ``eagleX_tree:N[:TOP_K]`` entry (TOP_K default 8)."""
-  fields = name.split(":")[1:]
+def _tree_values(name: str):
+  """``(total_tokens, top_k)`` of a ``KIND:N[:TOP_K]`` entry (TOP_K default 8), or None."""
   try:
-    values = [int(f) for f in fields]
+    values = [int(f) for f in name.split(":")[1:]]
   except ValueError:
-    values = []
+    return None
   if len(values) not in (1, 2) or min(values) < 1:
-    raise app.UsageError(f"--drafters entry {name!r}: a tree is eagle3_tree:N or "
-                         "eagle3_tree:N:TOP_K with positive integers N (nodes) and TOP_K")
+    return None
   return values[0], (values[1] if len(values) == 2 else 8)
 
 
-# The chains by name; trees carry their node count (drafter_factory names, "lm_chain" = "chain").
-DRAFTER_KINDS = ("lm_chain", "eagle1_chain", "eagle3_chain", "lookup_chain")
+def parse_tree_spec(name: str, flag: str = "loop_drafters") -> tuple:
+  """``(total_tokens, top_k)`` of a ``eagleX_tree:N[:TOP_K]`` entry (TOP_K default 8);
+  ``UsageError`` naming ``--flag`` otherwise."""
+  values = _tree_values(name)
+  if values is None:
+    raise app.UsageError(f"--{flag} entry {name!r}: {_TREE_SYNTAX}")
+  return values
 
 
-def check_drafter_names(names) -> None:
-  """Refuse an unknown --drafters entry before any model is loaded."""
+def drafter_name_problem(name: str) -> str:
+  """What is wrong with a drafter entry ('' if nothing): :data:`DRAFTER_KINDS`,
+  ``eagle1_tree:N[:TOP_K]``, ``eagle3_tree:N[:TOP_K]`` or ``suffix_tree:N``."""
+  if name in DRAFTER_KINDS:
+    return ""
+  if name.startswith(("eagle1_tree:", "eagle3_tree:")) or (
+      name.startswith("suffix_tree:") and name.count(":") == 1):  # suffix: N, the node count
+    return "" if _tree_values(name) is not None else f"is not valid: {_TREE_SYNTAX}"
+  return (f"is not one of {', '.join(DRAFTER_KINDS)}, eagle1_tree:N[:TOP_K], "
+          "eagle3_tree:N[:TOP_K], suffix_tree:N")
+
+
+def check_drafter_names(names, flag: str = "loop_drafters") -> None:
+  """Refuse an unknown drafter entry before any model is loaded (``UsageError``
+  naming ``--flag`` and the entry)."""
   for name in names:
-    if name in DRAFTER_KINDS:
-      continue
-    if name.startswith(("eagle1_tree:", "eagle3_tree:")):
-      parse_tree_spec(name)
-      continue
-    if name.startswith("suffix_tree:") and name.count(":") == 1:
-      parse_tree_spec(name)  # N, the node count
-      continue
-    raise app.UsageError(f"--drafters entry {name!r} is not one of {', '.join(DRAFTER_KINDS)}, "
-                         "eagle1_tree:N[:TOP_K], eagle3_tree:N[:TOP_K], suffix_tree:N")
+    problem = drafter_name_problem(name)
+    if problem:
+      raise app.UsageError(f"--{flag} entry {name!r} {problem}")
 
 
 def make_drafter(name, k, samp, draft, dp, target, tp, model_set=None):
-  """``(drafter, params)`` for a --drafters entry, from
+  """``(drafter, params)`` for a drafter entry (``--loop_drafters``) -- ``k`` drafts
+  per step for a chain, ``k`` levels for a tree -- from
   :func:`specjax.decoding.drafter_factory.make_drafter` (EAGLE rows: the head shipped
   for the real ``model_set``'s target, else the embedded default heads)."""
   from specjax.decoding import drafter_factory
@@ -203,35 +268,36 @@ def make_drafter(name, k, samp, draft, dp, target, tp, model_set=None):
     head = drafter_factory.eagle_head_kind(kind)
     if model_set is not None:
       if head != "eagle3":
-        raise app.UsageError(f"--drafters entry {name!r}: a real --target ships only an "
-                             "EAGLE-3 head (use eagle3_chain or eagle3_tree:N)")
+        raise app.UsageError(f"drafter {name!r}: a real --model ships only an EAGLE-3 head "
+                             "(use eagle3_chain or eagle3_tree:N)")
       eagle = model_set.eagle
     else:
       from experiments.common.model_sets import load_model_set
       eagle = load_model_set("default", draft="", eagle=head).eagle
   sources = drafter_factory.DraftSources.build(target, tp, draft, dp, eagle)
-  return drafter_factory.make_drafter(kind, samp, sources, num_draft=k, top_k=top_k,
-                                      total_tokens=n)
+  size = {"depth": k} if drafter_factory.is_tree(kind) else {"num_draft": k}
+  return drafter_factory.make_drafter(kind, samp, sources, top_k=top_k, total_tokens=n, **size)
 
 
 def _ms(sec: float) -> float:
   return round(sec * 1e3, 3)
 
 
-def _chat_or_code_prompts(ms, tok, n: int) -> list:
-  """``n`` held-out prompts: ShareGPT + HumanEval chat prompts for a real chat target,
-  else code prefixes of the stdlib corpus."""
+def _chat_or_code_prompts(ms, tok, n: int, prompts: specs.PromptSpec) -> list:
+  """``n`` held-out prompts: chat prompts of ``--prompt_sets`` (ShareGPT + HumanEval) for a
+  real chat target, else code prefixes of the stdlib corpus."""
   from experiments.common.prompts import load_chat_prompts, load_eval_prompts
   if ms is not None and ms.is_chat:
-    return [list(p.ids) for p in load_chat_prompts(ms.encode_chat, n,
-                                                   max_tokens=FLAGS.max_prompt_tokens)]
+    return [list(p.ids) for p in load_chat_prompts(ms.encode_chat, n, sets=prompts.prompt_sets,
+                                                   max_tokens=prompts.max_prompt_tokens)]
   return [list(p.ids) for p in load_eval_prompts(n, tokenizer=tok)]
 
 
-def _timing_row(b: int, temp: float, dname: str, cache_len: int, med: dict, sp, ar) -> dict:
+def _timing_row(r: Run, b: int, temp: float, dname: str, cache_len: int, med: dict, sp,
+                ar) -> dict:
   """One output row from the medians ``med`` of the timers and the two runs' results
   (module docstring: iteration = (time(n) - time(1)) / iterations, ...)."""
-  k, n_new = FLAGS.k, FLAGS.max_new_tokens
+  k, n_new = r.chain.k, r.new_tokens.max_new_tokens
   ar_sec, sp_sec, t1, verify, d_step = (med["gen"], med["spec"], med["fwd1"],
                                         med["verify"], med["draft"])
   ar_step = (ar_sec - med["gen_first"]) / (n_new - 1)
@@ -283,7 +349,8 @@ def _print_tables(rows: list) -> None:
           f"{r['generate_loop_efficiency']:.2f} |")
 
 
-def main(_):
+def run() -> None:
+  """Time every (batch, temperature, drafter) row and write ``--output``."""
   from specjax import verifiers
   from specjax.decoding.autoregressive import generate
   from specjax.decoding.prompts import prepare_prompts
@@ -293,33 +360,34 @@ def main(_):
 
   from specjax import provenance
 
-  check_drafter_names(FLAGS.drafters)
+  r = build_run()
   stamp = provenance.stamp()
-  t_dir, d_dir, target, tp, draft, dp, tok, ms = load_models()
-  k, n_new, reps = FLAGS.k, FLAGS.max_new_tokens, FLAGS.repeats
+  t_dir, d_dir, target, tp, draft, dp, tok, ms = load_models(r)
+  k, n_new, reps = r.chain.k, r.new_tokens.max_new_tokens, r.timing.repeats
+  names, temps = r.loop.loop_drafters, r.temperatures.temperatures
   rows = []
-  all_prompts = _chat_or_code_prompts(ms, tok, max(int(b) for b in FLAGS.batch_sizes))
+  all_prompts = _chat_or_code_prompts(ms, tok, max(r.batch_sizes.batch_sizes), r.prompts)
   lossless = verifiers.get("lossless")
-  for b in map(int, FLAGS.batch_sizes):
+  for b in r.batch_sizes.batch_sizes:
     prompts = all_prompts[:b]
     p_tokens, p_lengths = prepare_prompts(prompts, target.config.vocab_size)
     ctx = int(np.mean([len(p) for p in prompts])) + n_new // 2
     drafters = {}
-    for temp in map(float, FLAGS.temperatures):
+    for temp in temps:
       samp = SamplingConfig(temperature=temp)
-      for dname in FLAGS.drafters:
+      for dname in names:
         drafters[temp, dname] = make_drafter(dname, k, samp, draft, dp, target, tp, ms)
     # One cache length for every call of this batch size: attention reads all slots.
     cache_len = (max(128, max(len(p) for p in prompts)) + n_new
                  + max(d.tokens_per_step for d, _ in drafters.values()))
     fwd1 = forward_timer(target, tp, b, 1, ctx, cache_len)
-    for temp in map(float, FLAGS.temperatures):
+    for temp in temps:
       samp = SamplingConfig(temperature=temp)
       key = jax.random.key(0)
       gen = lambda m: generate(target, tp, prompts, max_new_tokens=m, sampling=samp, key=key,
                                eos_token_id=None, cache_length=cache_len)
       ar = gen(n_new)
-      for dname in FLAGS.drafters:
+      for dname in names:
         drafter, dparams = drafters[temp, dname]
         spec = lambda m: speculative_generate(
             target, tp, drafter, dparams, lossless, prompts, max_new_tokens=m, sampling=samp,
@@ -335,8 +403,8 @@ def main(_):
             verify=forward_timer(t_target, tp, b, drafter.tokens_per_step, ctx, cache_len),
             draft=draft_timer(drafter, dparams, t_target, tp, p_tokens, p_lengths, cache_len)),
             rounds=reps)
-        row = _timing_row(b, temp, dname, cache_len, med, sp, ar)
-        if temp == 0 and b == 1 and FLAGS.hf_peer and dname == "lm_chain" and t_dir and d_dir:
+        row = _timing_row(r, b, temp, dname, cache_len, med, sp, ar)
+        if temp == 0 and b == 1 and r.loop.hf_peer and dname == "lm_chain" and t_dir and d_dir:
           hf_sec, hf_out = hf_assisted(t_dir, d_dir, prompts, n_new, k, reps)
           row.update(hf_assisted_s=hf_sec, hf_identical=hf_out == sp.to_lists(),
                      specjax_over_hf_speed=hf_sec / row["speculative_s"])
@@ -344,13 +412,14 @@ def main(_):
         print(json.dumps({kk: (round(v, 4) if isinstance(v, float) else v)
                           for kk, v in row.items()}), flush=True)
   _print_tables(rows)
-  record = output_record(rows, t_dir or FLAGS.target, draft_label(d_dir, ms),
+  record = output_record(rows, t_dir or r.model.model,
+                         draft_label(r.loop.random_draft_layers, d_dir, ms),
                          model_sources(t_dir, d_dir, ms), stamp)
-  os.makedirs(os.path.dirname(FLAGS.output) or ".", exist_ok=True)
-  with open(FLAGS.output, "w") as f:
-    json.dump(record, f, indent=2)
+  if r.output.output:
+    os.makedirs(os.path.dirname(r.output.output) or ".", exist_ok=True)
+    with open(r.output.output, "w") as f:
+      json.dump(record, f, indent=2)
 
 
 if __name__ == "__main__":
-  define_flags()
-  app.run(main)
+  cli.run_binary(run, define_flags=define_flags)

@@ -26,24 +26,46 @@ to compare; the record keeps the flags it ran under.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import statistics
 import time
 
-from absl import app, flags
+from benchmarks.records import write_record
+from experiments.common import cli, knobs, specs
 
-from benchmarks.records import positive_ints, write_record
-
-FLAGS = flags.FLAGS
 FORMULATIONS = ("f32", "f32_split2", "f32_rows", "bf16", "bf16_unpadded")
 H, F, L, V, QKV = 576, 1536, 30, 49152, 960
 
 
+@dataclasses.dataclass(frozen=True)
+class VerifyMatmulSpec:
+  """Which matmul formulations are timed (module docstring)."""
+  formulations: tuple[str, ...] = knobs.knob(FORMULATIONS, f"of {', '.join(FORMULATIONS)}")
+
+  def __post_init__(self):
+    knobs.check_subset(self, "formulations", FORMULATIONS)
+
+
+SPECS = knobs.Specs(specs.TokensSpec, specs.TimingSpec, specs.OutputSpec, VerifyMatmulSpec,
+                    presets=dict(tokens=(1, 2, 3, 5, 9),  # rows per product (T)
+                                 repeats=9,  # timed rounds (median; round-robin)
+                                 output=""))
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """The benchmark's specs, by name."""
+  tokens: specs.TokensSpec
+  timing: specs.TimingSpec
+  output: specs.OutputSpec
+  matmul: VerifyMatmulSpec
+
+
 def define_flags() -> None:
-  flags.DEFINE_list("tokens", ["1", "2", "3", "5", "9"], "rows per product (T)")
-  flags.DEFINE_list("formulations", list(FORMULATIONS), f"of {FORMULATIONS}")
-  flags.DEFINE_integer("repeats", 9, "timed rounds (median; round-robin)")
-  flags.DEFINE_string("output", "", "JSON record ('' = print only)")
+  """The flags of this binary, defined on its main path only (never at import:
+  several binaries share one process in the tests; experiments/common/cli.py)."""
+  SPECS.define()
 
 
 def _weights(kind: str):
@@ -95,18 +117,17 @@ def _product(kind: str):
   return jax.jit(forward)
 
 
-def main(_):
-  tokens = positive_ints("tokens", FLAGS.tokens)
-  bad = [f for f in FLAGS.formulations if f not in FORMULATIONS]
-  if bad:
-    raise app.UsageError(f"--formulations: {bad} not in {FORMULATIONS}")
+def run() -> None:
+  """Time every (formulation, T), print the table, write ``--output``."""
+  r = Run(*SPECS.build())
+  tokens, kinds, repeats = r.tokens.tokens, r.matmul.formulations, r.timing.repeats
   import jax
   import jax.numpy as jnp
 
   from specjax import provenance
   stamp = provenance.stamp()
   calls = {}
-  for kind in FLAGS.formulations:
+  for kind in kinds:
     layers, head = _weights(kind)
     fn = _product(kind)
     for t in tokens:
@@ -114,7 +135,7 @@ def main(_):
       fn(x, layers, head).block_until_ready()
       calls[kind, t] = (fn, x, layers, head)
   times = {k: [] for k in calls}
-  for _ in range(FLAGS.repeats):
+  for _ in range(repeats):
     for k, (fn, x, layers, head) in calls.items():
       t0 = time.perf_counter()
       fn(x, layers, head).block_until_ready()
@@ -122,21 +143,20 @@ def main(_):
   med = {k: statistics.median(v) for k, v in times.items()}
   ref = med.get(("f32", 1))
   xla_flags = os.environ.get("XLA_FLAGS", "")
-  print(f"XLA_FLAGS={xla_flags!r}; jax {jax.__version__}; median of {FLAGS.repeats} rounds\n")
+  print(f"XLA_FLAGS={xla_flags!r}; jax {jax.__version__}; median of {repeats} rounds\n")
   print("| formulation | " + " | ".join(f"T={t}" for t in tokens) + " |")
   print("|---|" + "---:|" * len(tokens))
-  for kind in FLAGS.formulations:
+  for kind in kinds:
     one = med[kind, tokens[0]]
     print(f"| {kind} | " + " | ".join(
         f"{med[kind, t] * 1e3:.1f} ms ({med[kind, t] / one:.2f}x"
         + (f", {med[kind, t] / ref:.2f}x f32 T=1)" if ref else ")") for t in tokens) + " |")
-  if FLAGS.output:
+  if r.output.output:
     cells = [{"formulation": k, "tokens": t, "seconds": s} for (k, t), s in med.items()]
-    write_record(FLAGS.output, provenance.stamped(dict(
-        benchmark="verify_matmul", xla_flags=xla_flags, repeats=FLAGS.repeats, cells=cells),
+    write_record(r.output.output, provenance.stamped(dict(
+        benchmark="verify_matmul", xla_flags=xla_flags, repeats=repeats, cells=cells),
         stamp, {}))
 
 
 if __name__ == "__main__":
-  define_flags()
-  app.run(main)
+  cli.run_binary(run, define_flags=define_flags)

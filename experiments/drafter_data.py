@@ -17,13 +17,17 @@ then measured on what decoding needs:
    95% bootstrap intervals over held-out batches;
 2. tau with lossless verification for the EAGLE-3 chain (K = 4) and the dynamic
    tree, at T = 0 and T = 1, on held-out ShareGPT and HumanEval chat prompts
-   (never in either store), with paired bootstrap intervals over prompts for
+   (``--num_prompts`` per set, never in either store), with paired bootstrap intervals over prompts for
    each arm against ``sharegpt`` and the minimum detectable gain at 80% power.
 
     python -m experiments.extract_features --max_tokens=150000     # ShareGPT-text store
     python -m experiments.generate_onpolicy --max_tokens=200000    # on-policy store
-    python -m experiments.drafter_data                             # train, evaluate, record
-    python -m experiments.drafter_data --phases=tau --arms=onpolicy
+    python -m experiments.drafter_data --eagle_total_tokens=24     # train, evaluate, record
+    python -m experiments.drafter_data --phases=tau --arms=onpolicy --eagle_total_tokens=24
+
+The committed records ran the dynamic tree with 24 nodes (the default then, 16 now);
+every tau record holds the tree, so a rerun that resumes them passes
+``--eagle_total_tokens=24``.
 
 Every phase is resumable (training from its orbax checkpoints, evaluations as
 sweep records). Records in ``--output_dir`` (``training.jsonl``,
@@ -37,93 +41,116 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from absl import app, flags, logging
+from absl import app, logging
 
-FLAGS = flags.FLAGS
+from experiments.common import knobs, specs
+
 ARMS = ("sharegpt", "onpolicy", "mix")
 PHASES = ("train", "heldout", "tau")
+# load_chat_prompts' prompt length, which the committed tau records ran at (their rows
+# name --max_prompt_tokens only when it differs, so they resume)
+RECORDED_MAX_PROMPT_TOKENS = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class DrafterDataSpec:
+  """The comparison's own knobs: the feature stores, the arms and phases, what every
+  arm trains with, the held-out evaluation, and the heads measured in phase tau."""
+  sharegpt_store: str = knobs.knob("", "ShareGPT-text store (default <cache>/features/"
+                                   "<model>-<sha12>)")
+  onpolicy_store: str = knobs.knob("", "on-policy store (default <cache>/features/"
+                                   "onpolicy-<model>-<sha12>)")
+  arms: tuple[str, ...] = knobs.knob(ARMS, f"training data arms, from {ARMS}")
+  phases: tuple[str, ...] = knobs.knob(PHASES, f"what to run, from {PHASES}")
+  budget: int = knobs.knob(96_000, "target tokens each arm trains on")
+  steps: int = knobs.knob(400, "training steps per arm")
+  window: int = knobs.knob(128, "tokens per training window")
+  train_batch_size: int = knobs.knob(8, "windows per training batch")
+  ttt_steps: int = knobs.knob(3, "EAGLE-3 training-time-test steps")
+  learning_rate: float = knobs.knob(6e-4, "peak learning rate (cosine to 10%)")
+  warmup_steps: int = knobs.knob(50, "linear warmup steps")
+  eval_permille: int = knobs.knob(50, "held-out share of conversations (per mille)")
+  heldout_batches: int = knobs.knob(32, "held-out batches per store (phase heldout)")
+  runs_dir: str = knobs.knob("", "training runs (default <cache>/runs/drafter_data)")
+  reference: str = knobs.knob("eagle3", "also measure this head in phase tau ('eagle3' = the "
+                              "shipped head, a head directory, '' = none)")
+  extra_heads: tuple[str, ...] = knobs.knob((), "more heads for phase tau, as name=directory "
+                                            "(e.g. continued=<a head continued from the "
+                                            "shipped one on on-policy text>)")
+  tau_batch_size: int = knobs.knob(8, "rows per call (phase tau)")
+
+  def __post_init__(self):
+    knobs.check_subset(self, "arms", ARMS)
+    knobs.check_subset(self, "phases", PHASES)
+    for name in ("budget", "steps", "window", "train_batch_size", "ttt_steps",
+                 "heldout_batches", "tau_batch_size"):
+      knobs.check_int(self, name, 1)
+    knobs.check_int(self, "warmup_steps", 0)
+    bad = [h for h in self.extra_heads if h.count("=") != 1 or not all(h.split("="))
+           or h.split("=")[0] in ARMS + ("reference",)]
+    if bad:
+      raise knobs.KnobError("extra_heads", self.extra_heads, "give name=directory with a "
+                            f"name other than {ARMS + ('reference',)}")
+    if not 0 < self.eval_permille < 1000:
+      raise knobs.KnobError("eval_permille", self.eval_permille, "an integer in (0, 1000)")
+
+
+SPECS = knobs.Specs(
+    specs.ModelSpec, specs.ChainSpec, specs.EagleTreeSpec, specs.TemperaturesSpec,
+    specs.SeedsSpec, specs.PromptSpec, specs.NumPromptsSpec, specs.NewTokensSpec,
+    specs.OutputDirSpec, DrafterDataSpec,
+    presets=dict(model="smollm2-135m-instruct", k=4, temperatures=(0.0, 1.0), seeds=1,
+                 num_prompts=16,  # per prompt set
+                 max_new_tokens=96, output_dir="benchmarks/results/drafter_data"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """The comparison's specs, by name."""
+  model: specs.ModelSpec
+  chain: specs.ChainSpec
+  eagle_tree: specs.EagleTreeSpec
+  temperatures: specs.TemperaturesSpec
+  seeds: specs.SeedsSpec
+  prompts: specs.PromptSpec
+  num_prompts: specs.NumPromptsSpec
+  new_tokens: specs.NewTokensSpec
+  output: specs.OutputDirSpec
+  data: DrafterDataSpec
 
 
 def define_flags() -> None:
-  flags.DEFINE_string("model", "smollm2-135m-instruct", "target: registered real model name")
-  flags.DEFINE_string("sharegpt_store", "", "ShareGPT-text store (default <cache>/features/"
-                      "<model>-<sha12>)")
-  flags.DEFINE_string("onpolicy_store", "", "on-policy store (default <cache>/features/"
-                      "onpolicy-<model>-<sha12>)")
-  flags.DEFINE_list("arms", list(ARMS), f"training data arms, from {ARMS}")
-  flags.DEFINE_list("phases", list(PHASES), f"what to run, from {PHASES}")
-  flags.DEFINE_integer("budget", 96_000, "target tokens each arm trains on")
-  flags.DEFINE_integer("steps", 400, "training steps per arm")
-  flags.DEFINE_integer("window", 128, "tokens per training window")
-  flags.DEFINE_integer("batch_size", 8, "windows per training batch")
-  flags.DEFINE_integer("ttt_steps", 3, "EAGLE-3 training-time-test steps")
-  flags.DEFINE_float("learning_rate", 6e-4, "peak learning rate (cosine to 10%)")
-  flags.DEFINE_integer("warmup_steps", 50, "linear warmup steps")
-  flags.DEFINE_integer("eval_permille", 50, "held-out share of conversations (per mille)")
-  flags.DEFINE_integer("heldout_batches", 32, "held-out batches per store (phase heldout)")
-  flags.DEFINE_string("runs_dir", "", "training runs (default <cache>/runs/drafter_data)")
-  flags.DEFINE_string("reference", "eagle3", "also measure this head in phase tau "
-                      "('eagle3' = the shipped head, a head directory, '' = none)")
-  flags.DEFINE_list("extra_heads", [], "more heads for phase tau, as name=directory (e.g. "
-                    "continued=<a head continued from the shipped one on on-policy text>)")
-  flags.DEFINE_integer("k", 4, "chain draft length K")
-  flags.DEFINE_integer("eagle_depth", 5, "dynamic tree depth")
-  flags.DEFINE_integer("eagle_top_k", 8, "dynamic tree: children per expanded node")
-  flags.DEFINE_integer("eagle_total_tokens", 24, "dynamic tree: nodes verified per step")
-  flags.DEFINE_list("temperatures", ["0", "1"], "sampling temperatures")
-  flags.DEFINE_list("prompt_sets", ["sharegpt", "humaneval"], "held-out prompt sets "
-                    "(experiments.common.prompts.PROMPT_SETS)")
-  flags.DEFINE_integer("num_prompts", 16, "prompts per set")
-  flags.DEFINE_integer("max_new_tokens", 96, "tokens per prompt")
-  flags.DEFINE_integer("seeds", 1, "runs per prompt at T > 0")
-  flags.DEFINE_integer("tau_batch_size", 8, "rows per call (phase tau)")
-  flags.DEFINE_string("output_dir", "benchmarks/results/drafter_data", "records")
+  """The flags of this binary, defined on its main path only (never at import:
+  several binaries share one process in the tests; experiments/common/cli.py)."""
+  SPECS.define()
   from experiments.common import cli
   cli.define_decision_flag()
 
 
-def _check_flags() -> list:
-  from experiments.common.prompts import PROMPT_SETS
-  from specjax.checks import check_int
-  for name, allowed in (("arms", ARMS), ("phases", PHASES), ("prompt_sets", PROMPT_SETS)):
-    got = getattr(FLAGS, name)
-    if not got or any(g not in allowed for g in got):
-      raise app.UsageError(f"--{name}={got}: choose from {allowed}")
+def build_run() -> Run:
+  """The validated specs of the parsed flags (a bad value is ``app.UsageError``)."""
+  r = Run(*SPECS.build())
   try:
-    temps = [float(t) for t in FLAGS.temperatures]
-  except ValueError:
-    temps = []
-  if not temps or min(temps) < 0:
-    raise app.UsageError(f"--temperatures={FLAGS.temperatures}: numbers >= 0")
-  for name in ("budget", "steps", "window", "batch_size", "ttt_steps", "heldout_batches", "k",
-               "eagle_depth", "eagle_top_k", "eagle_total_tokens", "num_prompts",
-               "max_new_tokens", "seeds", "tau_batch_size"):
-    try:
-      check_int(f"--{name}", getattr(FLAGS, name), low=1)
-    except ValueError as e:
-      raise app.UsageError(str(e)) from None
-  bad = [h for h in FLAGS.extra_heads if h.count("=") != 1 or not all(h.split("="))
-         or h.split("=")[0] in ARMS + ("reference",)]
-  if bad:
-    raise app.UsageError(f"--extra_heads={FLAGS.extra_heads}: give name=directory with a name "
-                         f"other than {ARMS + ('reference',)}")
-  if not 0 < FLAGS.eval_permille < 1000:
-    raise app.UsageError(f"--eval_permille={FLAGS.eval_permille}: an integer in (0, 1000)")
-  return temps
+    knobs.check_int(r.num_prompts, "num_prompts", 1)
+    knobs.check_int(r.new_tokens, "max_new_tokens", 1)
+  except knobs.KnobError as e:
+    raise app.UsageError(str(e)) from None
+  return r
 
 
-def store_dirs(lm) -> dict:
-  """``{"sharegpt": dir, "onpolicy": dir}`` (flags or the default cache paths)."""
+def store_dirs(lm, d: DrafterDataSpec) -> dict:
+  """``{"sharegpt": dir, "onpolicy": dir}`` (the knobs or the default cache paths)."""
   from specjax.models import registry
   root = os.path.join(registry.cache_root(), "features")
   tag = f"{lm.name}-{lm.sha256[:12]}"
-  return {"sharegpt": FLAGS.sharegpt_store or os.path.join(root, tag),
-          "onpolicy": FLAGS.onpolicy_store or os.path.join(root, f"onpolicy-{tag}")}
+  return {"sharegpt": d.sharegpt_store or os.path.join(root, tag),
+          "onpolicy": d.onpolicy_store or os.path.join(root, f"onpolicy-{tag}")}
 
 
 @dataclasses.dataclass(frozen=True)
 class ArmSettings:
-  """What every arm shares (the flags of the same names)."""
+  """What every arm shares (the knobs of the same names; ``batch_size`` is
+  ``--train_batch_size``)."""
 
   model: str = "smollm2-135m-instruct"
   budget: int = 96_000
@@ -136,8 +163,12 @@ class ArmSettings:
   eval_permille: int = 50
 
   @classmethod
-  def from_flags(cls) -> "ArmSettings":
-    return cls(**{f.name: getattr(FLAGS, f.name) for f in dataclasses.fields(cls)})
+  def from_run(cls, r: Run) -> "ArmSettings":
+    d = r.data
+    return cls(model=r.model.model, budget=d.budget, steps=d.steps, window=d.window,
+               batch_size=d.train_batch_size, ttt_steps=d.ttt_steps,
+               learning_rate=d.learning_rate, warmup_steps=d.warmup_steps,
+               eval_permille=d.eval_permille)
 
 
 def arm_config(arm: str, stores: dict, runs_dir: str, s: ArmSettings):
@@ -164,9 +195,10 @@ def train_arm(c) -> dict:
   return {k: v for k, v in out.items() if k not in ("loss_history", "config")}
 
 
-def heldout_agreement(c, store_dir: str) -> dict:
+def heldout_agreement(c, store_dir: str, num_batches: int) -> dict:
   """Per-position top-1 agreement and CE of arm ``c``'s latest checkpoint on the
-  held-out windows of ``store_dir``, with 95% bootstrap intervals over batches."""
+  held-out windows of ``store_dir`` (``num_batches`` of them), with 95% bootstrap
+  intervals over batches."""
   import numpy as np
 
   from experiments import train_from_store
@@ -182,7 +214,7 @@ def heldout_agreement(c, store_dir: str) -> dict:
   trainer.init_or_restore()
   if trainer.resumed_from is None:
     raise FileNotFoundError(f"no checkpoint in {built.workdir}: run --phases=train first")
-  batches = held.eval_batches(FLAGS.heldout_batches)
+  batches = held.eval_batches(num_batches)
   rows = [{k: float(v) for k, v in trainer.eval_metrics(b).items()} for b in batches]
   trainer.close()
   out = {"step": int(trainer.resumed_from), "batches": len(rows),
@@ -195,84 +227,91 @@ def heldout_agreement(c, store_dir: str) -> dict:
   return out
 
 
-def _heads(runs_dir: str) -> dict:
-  heads = {arm: os.path.join(runs_dir, arm, "head") for arm in FLAGS.arms}
-  if FLAGS.reference:
-    heads["reference"] = FLAGS.reference
-  heads.update(h.split("=") for h in FLAGS.extra_heads)
+def _heads(r: Run, runs_dir: str) -> dict:
+  d = r.data
+  heads = {arm: os.path.join(runs_dir, arm, "head") for arm in d.arms}
+  if d.reference:
+    heads["reference"] = d.reference
+  heads.update(h.split("=") for h in d.extra_heads)
   return heads
 
 
-def tau_cells(temps, runs_dir: str) -> list:
+def tau_cells(r: Run, runs_dir: str) -> list:
   """One sweep row per head x drafter x prompt set x temperature."""
-  rows = []
-  for head, path in _heads(runs_dir).items():
+  e, rows = r.eagle_tree, []
+  for head, path in _heads(r, runs_dir).items():
     for kind in ("eagle_chain", "eagle_tree"):
-      for s in FLAGS.prompt_sets:
-        for t in temps:
-          rows.append({"head": head, "head_dir": path, "kind": kind, "prompt_set": s,
-                       "temperature": t, "k": FLAGS.k, "num_prompts": FLAGS.num_prompts,
-                       "tree": [FLAGS.eagle_depth, FLAGS.eagle_top_k, FLAGS.eagle_total_tokens],
-                       "max_new_tokens": FLAGS.max_new_tokens, "seeds": FLAGS.seeds,
-                       "budget": FLAGS.budget, "steps": FLAGS.steps})
+      for s in r.prompts.prompt_sets:
+        for t in r.temperatures.temperatures:
+          row = {"head": head, "head_dir": path, "kind": kind, "prompt_set": s,
+                 "temperature": t, "k": r.chain.k, "num_prompts": r.num_prompts.num_prompts,
+                 "tree": [e.eagle_depth, e.eagle_top_k, e.eagle_total_tokens],
+                 "max_new_tokens": r.new_tokens.max_new_tokens, "seeds": r.seeds.seeds,
+                 "budget": r.data.budget, "steps": r.data.steps}
+          if r.prompts.max_prompt_tokens != RECORDED_MAX_PROMPT_TOKENS:
+            row["max_prompt_tokens"] = r.prompts.max_prompt_tokens
+          rows.append(row)
   return rows
 
 
-def run_tau(temps, runs_dir: str) -> list:
+def run_tau(r: Run, runs_dir: str) -> list:
   from experiments.common import sweep
   from experiments.common.model_sets import load_model_set
   from experiments.common.prompts import load_chat_prompts
   from experiments.compare.acceptance import CellSettings, run_cell
-  settings = CellSettings(k=FLAGS.k, depth=FLAGS.eagle_depth, top_k=FLAGS.eagle_top_k,
-                          total_tokens=FLAGS.eagle_total_tokens, seeds=FLAGS.seeds,
-                          batch_size=FLAGS.tau_batch_size, max_new_tokens=FLAGS.max_new_tokens)
+  e = r.eagle_tree
+  settings = CellSettings(k=r.chain.k, depth=e.eagle_depth, top_k=e.eagle_top_k,
+                          total_tokens=e.eagle_total_tokens, seeds=r.seeds.seeds,
+                          batch_size=r.data.tau_batch_size,
+                          max_new_tokens=r.new_tokens.max_new_tokens)
   loaded: dict = {}
 
   def evaluate(row):
     if loaded.get("head") != row["head"]:
       loaded.clear()
-      ms = load_model_set(FLAGS.model, draft="", eagle=row["head_dir"])
+      ms = load_model_set(r.model.model, draft="", eagle=row["head_dir"])
       loaded.update(head=row["head"], ms=ms, sources=ms.draft_sources(), prompts={
-          s: [list(p.ids) for p in load_chat_prompts(ms.encode_chat, FLAGS.num_prompts,
-                                                      sets=(s,))]
-          for s in FLAGS.prompt_sets})
+          s: [list(p.ids) for p in load_chat_prompts(
+              ms.encode_chat, r.num_prompts.num_prompts, sets=(s,),
+              max_tokens=r.prompts.max_prompt_tokens)]
+          for s in r.prompts.prompt_sets})
     res = run_cell(loaded["ms"], loaded["sources"], row["kind"], row["temperature"],
                    loaded["prompts"][row["prompt_set"]], settings)
     logging.info("%s %s %s T=%g: tau %.3f %s", row["head"], row["kind"], row["prompt_set"],
                  row["temperature"], res["tau"], res["tau_ci"])
     return res
 
-  return sweep.run_sweep(tau_cells(temps, runs_dir), evaluate,
-                         os.path.join(FLAGS.output_dir, "acceptance.jsonl"), desc="tau")
+  return sweep.run_sweep(tau_cells(r, runs_dir), evaluate,
+                         os.path.join(r.output.output_dir, "acceptance.jsonl"), desc="tau")
 
 
 def run() -> dict:
-  from experiments.common import sweep
+  from experiments.common import cli, sweep
   from specjax.models import registry
-  temps = _check_flags()
-  from experiments.common import cli
+  r = build_run()
   cli.apply_decision_flag()
-  lm = registry.load_model(FLAGS.model)
-  stores = store_dirs(lm)
-  runs_dir = FLAGS.runs_dir or os.path.join(registry.cache_root(), "runs", "drafter_data")
-  os.makedirs(FLAGS.output_dir, exist_ok=True)
-  settings = ArmSettings.from_flags()
-  configs = {arm: arm_config(arm, stores, runs_dir, settings) for arm in FLAGS.arms}
+  d, out_dir = r.data, r.output.output_dir
+  lm = registry.load_model(r.model.model)
+  stores = store_dirs(lm, d)
+  runs_dir = d.runs_dir or os.path.join(registry.cache_root(), "runs", "drafter_data")
+  os.makedirs(out_dir, exist_ok=True)
+  settings = ArmSettings.from_run(r)
+  configs = {arm: arm_config(arm, stores, runs_dir, settings) for arm in d.arms}
   out = {}
-  if "train" in FLAGS.phases:
-    rows = [{"arm": a, "settings": configs[a].to_dict()} for a in FLAGS.arms]
-    out["train"] = sweep.run_sweep(rows, lambda r: train_arm(configs[r["arm"]]),
-                                   os.path.join(FLAGS.output_dir, "training.jsonl"),
-                                   desc="train")
-  if "heldout" in FLAGS.phases:
-    rows = [{"arm": a, "heldout": s, "store": stores[s], "steps": FLAGS.steps,
-             "budget": FLAGS.budget, "batches": FLAGS.heldout_batches}
-            for a in FLAGS.arms for s in ("sharegpt", "onpolicy")]
+  if "train" in d.phases:
+    rows = [{"arm": a, "settings": configs[a].to_dict()} for a in d.arms]
+    out["train"] = sweep.run_sweep(rows, lambda row: train_arm(configs[row["arm"]]),
+                                   os.path.join(out_dir, "training.jsonl"), desc="train")
+  if "heldout" in d.phases:
+    rows = [{"arm": a, "heldout": s, "store": stores[s], "steps": d.steps,
+             "budget": d.budget, "batches": d.heldout_batches}
+            for a in d.arms for s in ("sharegpt", "onpolicy")]
     out["heldout"] = sweep.run_sweep(
-        rows, lambda r: heldout_agreement(configs[r["arm"]], r["store"]),
-        os.path.join(FLAGS.output_dir, "heldout.jsonl"), desc="held-out")
-  if "tau" in FLAGS.phases:
-    out["tau"] = run_tau(temps, runs_dir)
+        rows, lambda row: heldout_agreement(configs[row["arm"]], row["store"],
+                                            d.heldout_batches),
+        os.path.join(out_dir, "heldout.jsonl"), desc="held-out")
+  if "tau" in d.phases:
+    out["tau"] = run_tau(r, runs_dir)
   return out
 
 

@@ -20,34 +20,55 @@ No model, no sandbox: only records.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
-from absl import app, flags
+from absl import app
 
-FLAGS = flags.FLAGS
-STYLES = ("chat", "completion")
-
-
-def define_flags():
-  flags.DEFINE_list("greedy", [], "style:dir of a target-only greedy humaneval_eval run "
-                    "(its humaneval.jsonl)")
-  flags.DEFINE_list("sampled", [], "style:dir of a humaneval_screen run (its screen.jsonl)")
-  flags.DEFINE_string("output_dir", "benchmarks/results/humaneval_pilot", "pilot.md, pilot.json")
+from experiments.common import knobs, specs
+from experiments.humaneval.specs import STYLES
 
 
-def parse_dirs(entries, flag: str) -> dict:
+def parse_dirs(entries, flag: str = "") -> dict:
   """``["label:dir", ...]`` -> ``{label: dir}`` in order; a label is a style of
   :data:`STYLES`, optionally with a tag after ``@`` (e.g. ``chat@384`` for a run with
-  another token cap); raises ValueError naming the entry."""
+  another token cap); raises ValueError naming the entry (and ``--flag`` when given)."""
   out = {}
   for e in entries:
     label, sep, path = e.partition(":")
     if not sep or label.partition("@")[0] not in STYLES or not path:
-      raise ValueError(f"--{flag} entry {e!r}: give label:dir with label a style in {STYLES} "
-                       f"(optionally style@tag)")
+      raise ValueError((f"--{flag} " if flag else "") + f"entry {e!r}: give label:dir with "
+                       f"label a style in {STYLES} (optionally style@tag)")
     out[label] = path
   return out
+
+
+@dataclasses.dataclass(frozen=True)
+class HumanEvalPilotSpec:
+  """The runs the pilot compares: one directory of records per prompt style."""
+  greedy: tuple[str, ...] = knobs.knob((), "label:dir of a target-only greedy humaneval_eval "
+                                       "run (its humaneval.jsonl); label a style, optionally "
+                                       "style@tag; at least one is needed")
+  sampled: tuple[str, ...] = knobs.knob((), "label:dir of a humaneval_screen run (its "
+                                        "screen.jsonl)")
+
+  def __post_init__(self):
+    for name in ("greedy", "sampled"):
+      try:
+        parse_dirs(getattr(self, name))
+      except ValueError as e:
+        raise knobs.KnobError(name, getattr(self, name), str(e)) from None
+
+
+SPECS = knobs.Specs(HumanEvalPilotSpec, specs.OutputDirSpec,
+                    presets=dict(output_dir="benchmarks/results/humaneval_pilot"))
+
+
+def define_flags():
+  """The flags of this binary, defined on its main path only (never at import:
+  several binaries share one process in the tests; experiments/common/cli.py)."""
+  SPECS.define()
 
 
 def style_cell(records: list[dict], temperature: float = 0.0) -> dict:
@@ -136,13 +157,18 @@ def markdown(greedy: dict, sampled: dict | None) -> str:
   return "\n".join(lines) + "\n"
 
 
-def main():
-  try:
-    gdirs, sdirs = parse_dirs(FLAGS.greedy, "greedy"), parse_dirs(FLAGS.sampled, "sampled")
-  except ValueError as e:
-    raise app.UsageError(str(e)) from None
-  if not gdirs:
+def build_run():
+  """``(pilot, output)`` specs of the parsed flags; at least one greedy run is needed
+  (a bad value is ``app.UsageError``)."""
+  pilot, out = SPECS.build()
+  if not pilot.greedy:
     raise app.UsageError("--greedy: give at least one style:dir")
+  return pilot, out
+
+
+def main():
+  pilot, out = build_run()
+  gdirs, sdirs = parse_dirs(pilot.greedy), parse_dirs(pilot.sampled)
   from specjax import provenance
   stamp = provenance.stamp()
   gcells, gcaps, sources = {}, {}, {}
@@ -154,7 +180,7 @@ def main():
   greedy = compare(gcells, gcaps)
   sampled = None
   if sdirs:
-    from experiments.humaneval_screen import records_of
+    from experiments.humaneval.screen import records_of
     scells, scaps = {}, {}
     for s, d in sdirs.items():
       recs, prov = _records(d, "screen.jsonl")
@@ -166,10 +192,10 @@ def main():
     sampled = compare(scells, scaps)
   text = ("HumanEval prompt-style pilot (target only, SmolLM2-135M-Instruct unless the "
           "records say otherwise)\n\n" + markdown(greedy, sampled))
-  os.makedirs(FLAGS.output_dir, exist_ok=True)
-  with open(os.path.join(FLAGS.output_dir, "pilot.md"), "w") as f:
+  os.makedirs(out.output_dir, exist_ok=True)
+  with open(os.path.join(out.output_dir, "pilot.md"), "w") as f:
     f.write(text)
-  with open(os.path.join(FLAGS.output_dir, "pilot.json"), "w") as f:
+  with open(os.path.join(out.output_dir, "pilot.json"), "w") as f:
     json.dump({"greedy": greedy, "sampled": sampled, "sources": sources,
                "provenance": provenance.finish(stamp)}, f, indent=1)
   print(text)

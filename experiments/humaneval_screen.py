@@ -4,11 +4,13 @@ a weak target.
 A 135M target passes few HumanEval problems, and on most problems it either never or
 always passes; those problems carry no information about a change of quality (both
 methods score 0, or both 1) but still dilute a mean over all problems. The design
-spends the samples where the answer is uncertain:
+spends the samples where the answer is uncertain (the statistics and the stages are
+:mod:`experiments.humaneval.screen`; this binary is their flags):
 
 1. **Screening** (``--stage=screen``): ``--screen_samples`` (~10) target-only samples
    per problem at temperature ``--temperature`` (1 by default). A problem is *selected*
-   when its pass count ``c`` satisfies ``0 < c < n`` (:func:`select_problems`).
+   when its pass count ``c`` satisfies ``0 < c < n``
+   (:func:`experiments.humaneval.screen.select_problems`).
 2. **Paired stage** (``--stage=paired``, after the screening): on the selected problems
    only, ``--paired_samples`` (>= 20) FRESH samples per problem for the target and for
    every ``--methods`` entry (syntax of :mod:`experiments.humaneval.methods`), sample
@@ -18,7 +20,8 @@ spends the samples where the answer is uncertain:
    difference; tests/experiments/test_humaneval_screen.py shows the bias).
 
 Keys. Sample ``s`` of problem ``i`` draws from the PRNG stream
-``row_key(fold_in(key(seed), i), s)`` (:func:`problem_key`: one ``generate()`` /
+``row_key(fold_in(key(seed), i), s)``
+(:func:`~experiments.humaneval.screen.problem_key`: one ``generate()`` /
 ``speculative_generate()`` call holds consecutive samples of ONE problem, row ``r``
 being sample ``start + r``), so the key of (problem, sample) is the same for every
 method, in both stages, whichever problems are selected and however the calls are
@@ -41,8 +44,8 @@ resample for both methods), the SD of the per-problem differences and the minimu
 detectable effect at 80% power, ``2.80 sd / sqrt(n)``; truncation rules are also
 compared with their matched baselines, and every comparison is read against the
 paper's claim (agree / differ / inconclusive). Before the paired stage runs,
-:func:`predicted_mde` gives the MDE the design will have under no effect, from the
-screening pass rates.
+:func:`~experiments.humaneval.screen.predicted_mde` gives the MDE the design will have
+under no effect, from the screening pass rates.
 
 The estimand is the effect on the selected problems (those the target solves
 sometimes but not always at this temperature), not on all 164: a problem the target
@@ -51,7 +54,8 @@ are left out, which is stated with every number.
 
     python -m experiments.humaneval_screen --stage=screen      # chat prompts (the pilot's
     python -m experiments.humaneval_screen --stage=paired \     # choice), 512 tokens
-        --methods=eagle3_chain:mars:theta=0.9,eagle3_tree:mars:theta=0.9,eagle3_tree:lossless
+        --methods=eagle3_chain:mars:theta=0.9,eagle3_tree:mars:theta=0.9,eagle3_tree:lossless \
+        --eagle_total_tokens=24     # the committed run's tree (the default is 16 since)
 
 Records go to ``--output_dir/screen.jsonl`` (one record per stage, method, problem and
 block of ``--batch_size`` samples; resumable: a rerun skips finished blocks), with
@@ -60,368 +64,109 @@ block of ``--batch_size`` samples; resumable: a rerun skips finished blocks), wi
 
 from __future__ import annotations
 
-import json
-import os
-from statistics import NormalDist
+import dataclasses
 
-import numpy as np
-from absl import app, flags
+from absl import app
 
-from experiments.humaneval import methods as humaneval_methods
-from experiments.humaneval.methods import Method
+from experiments.common import knobs, specs
+from experiments.humaneval.screen import STAGES
+from experiments.humaneval.specs import HumanEvalSpec
 
-FLAGS = flags.FLAGS
-STAGES = ("screen", "paired")
-MDE_FACTOR = NormalDist().inv_cdf(0.975) + NormalDist().inv_cdf(0.80)  # ~2.80
+
+@dataclasses.dataclass(frozen=True)
+class HumanEvalScreenSpec:
+  """The design's own knobs: which stage runs, the samples of each stage, and the
+  paired stage's decoding rounds."""
+  stage: str = knobs.knob("screen", "screen: target samples on every problem; paired: the "
+                          "screening (resumed), then target and --methods on the selected "
+                          "problems", choices=STAGES)
+  screen_samples: int = knobs.knob(10, "target samples per problem in the screening")
+  paired_samples: int = knobs.knob(20, "samples per selected problem and method")
+  paired_round_tokens: int = knobs.knob(0, "--round_tokens of the paired stage (--round_tokens "
+                                        "applies to the screening); 0 (default) keeps the "
+                                        "keys of target and method paired for every token")
+
+  def __post_init__(self):
+    knobs.check_int(self, "screen_samples", 1)
+    if self.screen_samples < 2:
+      raise knobs.KnobError("screen_samples", self.screen_samples, "must be >= 2 (a pass "
+                            "rate strictly between 0 and 1 needs two samples)")
+    knobs.check_int(self, "paired_samples", 1)
+    knobs.check_int(self, "paired_round_tokens", 0)
+
+
+SPECS = knobs.Specs(
+    specs.ModelSpec, HumanEvalSpec, specs.ChainSpec, specs.EagleTreeSpec,
+    specs.TemperatureSpec, specs.NewTokensSpec, specs.BatchSpec, specs.SeedSpec,
+    specs.OutputDirSpec, HumanEvalScreenSpec,
+    presets=dict(model="smollm2-135m-instruct", methods=(), k=5, temperature=1.0,
+                 max_new_tokens=512,
+                 batch_size=10,  # rows per call: consecutive samples of one problem
+                 output_dir="outputs/humaneval_screen"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """The design's specs, by name."""
+  model: specs.ModelSpec
+  humaneval: HumanEvalSpec
+  chain: specs.ChainSpec
+  eagle_tree: specs.EagleTreeSpec
+  temperature: specs.TemperatureSpec
+  new_tokens: specs.NewTokensSpec
+  batch: specs.BatchSpec
+  seed: specs.SeedSpec
+  output: specs.OutputDirSpec
+  screen: HumanEvalScreenSpec
 
 
 def define_flags():
-  flags.DEFINE_string("model", "smollm2-135m-instruct", "registered name, .gguf file or HF dir")
-  flags.DEFINE_enum("style", "chat", ["chat", "completion"], "prompt style "
-                    "(specjax.data.humaneval)")
-  flags.DEFINE_enum("stage", "screen", list(STAGES), "screen: target samples on every "
-                    "problem; paired: the screening (resumed), then target and --methods on "
-                    "the selected problems")
-  flags.DEFINE_list("methods", [], "paired stage: methods compared with the target "
-                    "(experiments/humaneval/methods.py syntax; the target is always run)")
-  flags.DEFINE_bool("matched_baselines", True, "add every truncation rule's matched baseline")
-  flags.DEFINE_integer("k", 5, "chain draft length K (draft_chain, eagle3_chain)")
-  flags.DEFINE_integer("eagle_depth", 5, "eagle3_tree: dynamic tree depth")
-  flags.DEFINE_integer("eagle_top_k", 8, "eagle3_tree: children per expanded node")
-  flags.DEFINE_integer("eagle_total_tokens", 24, "eagle3_tree: nodes verified per step")
-  flags.DEFINE_float("temperature", 1.0, "sampling temperature of both stages (> 0)")
-  flags.DEFINE_integer("screen_samples", 10, "target samples per problem in the screening")
-  flags.DEFINE_integer("paired_samples", 20, "samples per selected problem and method")
-  flags.DEFINE_integer("max_new_tokens", 512, "tokens per answer")
-  flags.DEFINE_integer("batch_size", 10, "rows per call: consecutive samples of one problem")
-  flags.DEFINE_integer("round_tokens", 0, "screening: decode in rounds of N tokens, dropping "
-                       "finished rows (EOS, cap, a raw completion past a stop sequence) after "
-                       "each, each round re-prefilled; 0 (default): one call "
-                       "(experiments.humaneval.methods.run_method)")
-  flags.DEFINE_integer("paired_round_tokens", 0, "the same for the paired stage; 0 (default) "
-                       "keeps the keys of target and method paired for every token")
-  flags.DEFINE_integer("limit", 164, "first N problems")
-  flags.DEFINE_integer("seed", 0, "PRNG seed")
-  flags.DEFINE_float("timeout_s", 10.0, "sandbox wall-clock limit per program")
-  flags.DEFINE_string("output_dir", "outputs/humaneval_screen", "records + summary")
-  flags.DEFINE_bool("summarize_only", False, "run nothing: summarize the finished blocks")
+  """The flags of this binary, defined on its main path only (never at import:
+  several binaries share one process in the tests; experiments/common/cli.py)."""
+  SPECS.define()
 
 
-# --------------------------------------------------------------------------- design
-
-
-def problem_key(seed: int, problem_index: int):
-  """The PRNG key of one problem; its sample ``s`` is row ``s`` of that key's
-  per-row streams (``row_offset = s`` in the decoding loops)."""
-  import jax
-  return jax.random.fold_in(jax.random.key(seed), problem_index)
-
-
-def sample_blocks(start: int, stop: int, batch_size: int) -> list[tuple[int, int]]:
-  """``[start, stop)`` cut into consecutive blocks of at most ``batch_size`` samples."""
-  if batch_size < 1 or not 0 <= start <= stop:
-    raise ValueError(f"need batch_size >= 1 and 0 <= start <= stop, got batch_size="
-                     f"{batch_size}, start={start}, stop={stop}")
-  return [(a, min(a + batch_size, stop)) for a in range(start, stop, batch_size)]
-
-
-def stage_configs(stage: str, problems: list[int], methods: list[Method], *, temperature: float,
-                  screen_samples: int, paired_samples: int, batch_size: int, settings: str,
-                  fingerprints: dict | None = None, round_tokens: int = 0) -> list[dict]:
-  """One configuration per (method, problem, block of samples) of a stage.
-
-  ``screen``: the target only, samples ``[0, screen_samples)`` of every problem in
-  ``problems`` (indices into the problem list). ``paired``: every method (the target
-  first) on ``problems`` (the selected ones), samples ``[screen_samples,
-  screen_samples + paired_samples)``: every method's block has a target block with
-  the same problem and samples, hence the same keys (:func:`problem_key`; with
-  ``round_tokens > 0`` for the first round only, see
-  :func:`experiments.humaneval.methods.run_method`). The record key holds
-  ``settings`` (model hash, style, cap, seed), the stage, the method with its
-  fingerprint, T, the rounds, the problem and the block."""
-  if stage not in STAGES:
-    raise ValueError(f"stage={stage!r}: allowed {STAGES}")
-  if temperature <= 0:
-    raise ValueError(f"temperature={temperature!r} must be > 0 (screening needs samples)")
-  if stage == "screen":
-    methods, (lo, hi) = [Method(humaneval_methods.TARGET)], (0, screen_samples)
-  else:
-    methods = [Method(humaneval_methods.TARGET)] + [m for m in methods if not m.is_target]
-    lo, hi = screen_samples, screen_samples + paired_samples
-  out = []
-  for m in methods:
-    fp = "" if m.is_target else (fingerprints or {}).get(m.spec, "")
-    for i in problems:
-      for a, b in sample_blocks(lo, hi, batch_size):
-        c = {"key": f"{settings}-{stage}-{m.spec}-{fp}-T{temperature:g}-r{round_tokens}-P{i}"
-                    f"-s{a}-{b}",
-             "stage": stage, "method": m.spec, "temperature": float(temperature),
-             "problem": int(i), "start": a, "stop": b, "sample": a,
-             "round_tokens": int(round_tokens)}
-        out.append(c)
-  return out
-
-
-def records_of(records: list[dict], stage: str) -> list[dict]:
-  return [r for r in records if r["config"].get("stage") == stage]
-
-
-def screen_counts(records: list[dict], samples: int | None = None) -> dict:
-  """``{task_id: (passes, samples)}`` over the screening records (target only);
-  with ``samples`` given, only problems whose screening is complete (exactly that many
-  distinct samples) are kept."""
-  seen: dict = {}
-  for r in records_of(records, "screen"):
-    for p in r["result"]["problems"]:
-      seen.setdefault(p["task_id"], {})[int(p["sample"])] = bool(p["passed"])
-  out = {t: (sum(s.values()), len(s)) for t, s in seen.items()}
-  if samples is not None:
-    out = {t: cn for t, cn in out.items() if cn[1] == samples}
-  return out
-
-
-def select_problems(counts: dict) -> list[str]:
-  """Task ids whose screening pass count is strictly between 0 and the sample count,
-  in task order."""
-  def index(t):
-    return int(t.rsplit("/", 1)[1]) if "/" in t else t
-  return sorted((t for t, (c, n) in counts.items() if 0 < c < n), key=index)
-
-
-def predicted_mde(counts: dict, paired_samples: int) -> dict | None:
-  """The paired stage's SD of per-problem differences and MDE at 80% power if the
-  method changed nothing, from the screening counts of the selected problems.
-
-  Each selected problem's difference of two pass fractions over ``paired_samples``
-  samples each has variance ``2 p (1 - p) / S`` when the two methods' samples are
-  independent (pairing the keys can only lower it), with ``p (1 - p)`` estimated
-  without bias by ``c (n - c) / (n (n - 1))``; the SD is the root of the mean variance
-  over the ``m`` selected problems and ``MDE = 2.80 SD / sqrt(m)``. None when nothing
-  is selected."""
-  if paired_samples < 1:
-    raise ValueError(f"paired_samples={paired_samples!r} must be >= 1")
-  sel = [counts[t] for t in select_problems(counts)]
-  if not sel:
-    return None
-  var = np.array([2.0 * c * (n - c) / (n * (n - 1)) / paired_samples for c, n in sel])
-  sd = float(np.sqrt(var.mean()))
-  return {"problems": len(sel), "paired_samples": int(paired_samples), "sd": sd,
-          "mde80": float(MDE_FACTOR * sd / np.sqrt(len(sel)))}
-
-
-def screen_report(counts: dict, paired_samples: tuple[int, ...] = (20, 40)) -> dict:
-  """The screening in numbers: problems screened, never / sometimes / always passed,
-  the target's sampled pass@1 over all screened problems (unbiased, with a bootstrap
-  interval) and over the selected ones, the selected task ids and
-  :func:`predicted_mde` for each paired sample count."""
-  from experiments.common.bootstrap import bootstrap_ci
-  if not counts:
-    raise ValueError("no complete screening record: run --stage=screen first")
-  rates = np.array([c / n for c, n in counts.values()])
-  sel = select_problems(counts)
-  lo, hi = bootstrap_ci(rates)
-  return {"screened": len(counts), "never": int(sum(c == 0 for c, _ in counts.values())),
-          "always": int(sum(c == n for c, n in counts.values())), "selected": len(sel),
-          "pass@1": float(rates.mean()), "ci95": [lo, hi],
-          "selected_pass@1": float(np.mean([counts[t][0] / counts[t][1] for t in sel]))
-          if sel else None,
-          "selected_tasks": sel,
-          "predicted": [predicted_mde(counts, s) for s in paired_samples]}
-
-
-def paired_summary(records: list[dict], selected: list[str], max_new_tokens: int | None = None
-                   ) -> tuple[list[dict], list[dict]]:
-  """``(rows, power)`` of the paired stage: :func:`experiments.humaneval.summary.summarize`
-  (pass@1, paired differences to the target and matched baselines, tau, outcomes) and
-  :func:`~experiments.humaneval.summary.power_rows` (SD, MDE, verdicts) over the paired
-  records of the ``selected`` problems only."""
-  from experiments.humaneval.summary import gap_contrasts, power_rows, summarize
-  keep = set(selected)
-  recs = []
-  for r in records_of(records, "paired"):
-    probs = [p for p in r["result"]["problems"] if p["task_id"] in keep]
-    if probs:
-      cfg = {k: v for k, v in r["config"].items() if k != "method" or v != "target"}
-      recs.append({**r, "config": cfg, "result": {**r["result"], "problems": probs}})
-  if not recs:
-    return [], []
-  rows = summarize(recs, max_new_tokens=max_new_tokens)
-  return rows, power_rows(rows, gap_contrasts(rows, recs))
-
-
-def report_markdown(title: str, screen: dict, rows: list[dict], power: list[dict]) -> str:
-  from experiments.humaneval.summary import markdown
-  lines = [title, "", "Screening (target only):", "",
-           "| screened | never passed | always passed | selected (0 < c < n) | pass@1 [95% CI] "
-           "| pass@1 on the selected |", "|---:|---:|---:|---:|:---|:---|",
-           f"| {screen['screened']} | {screen['never']} | {screen['always']} | "
-           f"{screen['selected']} | {screen['pass@1']:.3f} [{screen['ci95'][0]:.3f}, "
-           f"{screen['ci95'][1]:.3f}] | "
-           + ("-" if screen["selected_pass@1"] is None else f"{screen['selected_pass@1']:.3f}")
-           + " |", "", "Predicted power of the paired stage under no effect (independent "
-           "samples; SD of the per-problem difference, MDE = 2.80 SD / sqrt(selected)):", "",
-           "| paired samples per problem and method | selected | SD | MDE (80% power) |",
-           "|---:|---:|---:|---:|"]
-  for p in screen["predicted"]:
-    if p is not None:
-      lines.append(f"| {p['paired_samples']} | {p['problems']} | {p['sd']:.3f} | "
-                   f"{p['mde80']:.3f} |")
-  lines += ["", "Selected: " + (", ".join(screen["selected_tasks"]) or "none")]
-  if rows:
-    lines += ["", markdown(rows, "Paired stage (selected problems only; fresh samples, the "
-                                 "same keys for every method):").rstrip("\n")]
-  return "\n".join(lines) + "\n"
-
-
-# --------------------------------------------------------------------------- binary
-
-
-def check_flags() -> list[Method]:
-  """Every flag checked before any model loads; returns the paired-stage methods."""
-  for name in ("screen_samples", "paired_samples", "max_new_tokens", "batch_size", "limit"):
-    if getattr(FLAGS, name) < 1:
-      raise app.UsageError(f"--{name}={getattr(FLAGS, name)} must be >= 1")
-  for name in ("round_tokens", "paired_round_tokens"):
-    if getattr(FLAGS, name) < 0:
-      raise app.UsageError(f"--{name}={getattr(FLAGS, name)} must be >= 0 (0: one call)")
-  if FLAGS.screen_samples < 2:
-    raise app.UsageError(f"--screen_samples={FLAGS.screen_samples} must be >= 2 (a pass "
-                         "rate strictly between 0 and 1 needs two samples)")
-  if FLAGS.temperature <= 0:
-    raise app.UsageError(f"--temperature={FLAGS.temperature} must be > 0")
-  if FLAGS.timeout_s <= 0:
-    raise app.UsageError(f"--timeout_s={FLAGS.timeout_s} must be > 0")
-  if os.path.isfile(FLAGS.output_dir):
-    raise app.UsageError(f"--output_dir={FLAGS.output_dir!r} is a file")
+def build_run():
+  """``(run, paired-stage methods)`` of the parsed flags, every value and the methods
+  checked before any model loads (a bad value is ``app.UsageError``)."""
+  r = Run(*SPECS.build())
   try:
-    methods = humaneval_methods.parse_methods(
-        FLAGS.methods, [FLAGS.temperature], matched_baselines=FLAGS.matched_baselines,
-        k=FLAGS.k, eagle_depth=FLAGS.eagle_depth, eagle_top_k=FLAGS.eagle_top_k,
-        eagle_total_tokens=FLAGS.eagle_total_tokens)
-  except (ValueError, TypeError) as e:
-    raise app.UsageError(f"--methods={','.join(FLAGS.methods)}: {e}") from None
-  if FLAGS.stage == "paired" and len(methods) < 2 and not FLAGS.summarize_only:
+    knobs.check_int(r.new_tokens, "max_new_tokens", 1)
+    knobs.check_int(r.batch, "batch_size", 1)
+    if not r.temperature.temperature > 0:
+      raise knobs.KnobError("temperature", r.temperature.temperature, "must be > 0 "
+                            "(screening needs samples)")
+    methods = r.humaneval.parse_methods([r.temperature.temperature], r.chain, r.eagle_tree)
+  except knobs.KnobError as e:
+    raise app.UsageError(str(e)) from None
+  if r.screen.stage == "paired" and len(methods) < 2 and not r.humaneval.summarize_only:
     raise app.UsageError("--stage=paired needs --methods (one or more methods to compare "
                          "with the target)")
-  return methods
+  return r, methods
 
 
-def make_evaluate(target, target_params, sources, prompts, methods, *, seed: int,
-                  max_new_tokens: int, finish=None, stopped=None, eos=()):
-  """``evaluate(config) -> {"problems": [...]}``: one call of the config's method on
-  samples ``[start, stop)`` of problem ``config["problem"]`` (``prompts[problem]``
-  repeated), keyed by :func:`problem_key`; each row becomes ``{"task_id", "sample",
-  "tokens", ...}`` and ``finish(problem, rows)`` (the decoded answers and sandbox
-  verdicts; None: only the tokens are kept, ``"ids"``). ``config["round_tokens"]``,
-  ``stopped`` and ``eos`` go to :func:`experiments.humaneval.methods.run_method`."""
-  by_spec = {m.spec: m for m in methods}
-  by_spec.setdefault(humaneval_methods.TARGET, Method(humaneval_methods.TARGET))
-  built: dict = {}
-
-  def evaluate(c):
-    i, a, b = c["problem"], c["start"], c["stop"]
-    m = by_spec[c["method"]]
-    rows, stats = humaneval_methods.run_method(
-        m, target, target_params, sources, [prompts[i]] * (b - a), temperature=c["temperature"],
-        key=problem_key(seed, i), row_offset=a, max_new_tokens=max_new_tokens, built=built,
-        round_tokens=c.get("round_tokens", 0), stopped=stopped, eos=eos)
-    out = finish(i, rows) if finish is not None else [{"ids": list(map(int, r))} for r in rows]
-    for s, (o, r) in enumerate(zip(out, rows)):
-      o.update({"sample": a + s, "tokens": len(r)})
-      if stats is not None:
-        o["accepted"], o["calls"] = int(stats[0][s]), int(stats[1][s])
-    return {"problems": out}
-
-  return evaluate
-
-
-def _decoder(ms):
-  eos = humaneval_methods.eos_ids(ms.target.config.eos_token_id)
-  return lambda r: ms.tokenizer.decode([x for x in r if x not in eos], skip_special_tokens=True)
-
-
-def _sandbox_finish(ms, problems, style: str, timeout_s: float):
-  """``finish(problem, rows)``: decode, extract the program (style's rule), run it."""
-  from specjax.data import humaneval, sandbox
-  decode = _decoder(ms)
-  box = sandbox.SandboxConfig(timeout_s=timeout_s)
-  extract = humaneval.program_from_chat if style == "chat" else humaneval.program_from_completion
-
-  def finish(i, rows):
-    p = problems[i]
-    texts = [decode(r) for r in rows]
-    res = humaneval.evaluate([p], [[extract(p, t) for t in texts]], box)[0]
-    return [{"task_id": p.task_id, "answer": t, "status": x.status, "passed": x.passed}
-            for t, x in zip(texts, res)]
-
-  return finish
-
-
-def _write(records, ms_name: str, settings: str, n_problems: int) -> str:
-  from specjax import provenance
-  counts = screen_counts(records, FLAGS.screen_samples)
-  screen = screen_report(counts, tuple(sorted({20, 40, FLAGS.paired_samples})))
-  rows, power = paired_summary(records, screen["selected_tasks"], FLAGS.max_new_tokens)
-  title = (f"HumanEval screen-then-sample ({FLAGS.style} prompts, {ms_name}, T = "
-           f"{FLAGS.temperature:g}, max_new_tokens={FLAGS.max_new_tokens}, {n_problems} "
-           f"problems; screening {FLAGS.screen_samples} samples, paired "
-           f"{FLAGS.paired_samples} fresh samples per selected problem and method)")
-  text = report_markdown(title, screen, rows, power)
-  with open(os.path.join(FLAGS.output_dir, "screen.md"), "w") as f:
-    f.write(text)
-  with open(os.path.join(FLAGS.output_dir, "screen_summary.json"), "w") as f:
-    json.dump(provenance.stamped({"settings": settings, "screen": screen, "counts": counts,
-                                  "rows": rows, "power": power}, provenance.stamp()), f, indent=1)
-  return text
+def settings_of(r: Run):
+  """The run's :class:`experiments.humaneval.screen.ScreenSettings`."""
+  from experiments.humaneval.screen import ScreenSettings
+  h = r.humaneval
+  return ScreenSettings(
+      model=r.model.model, style=h.style, stage=r.screen.stage,
+      temperature=r.temperature.temperature, screen_samples=r.screen.screen_samples,
+      paired_samples=r.screen.paired_samples, max_new_tokens=r.new_tokens.max_new_tokens,
+      batch_size=r.batch.batch_size, round_tokens=h.round_tokens,
+      paired_round_tokens=r.screen.paired_round_tokens, limit=h.limit, seed=r.seed.seed,
+      timeout_s=h.timeout_s)
 
 
 def main():
-  methods = check_flags()
-  path = os.path.join(FLAGS.output_dir, "screen.jsonl")
-  from experiments.common import sweep
-  from experiments.humaneval.run import load_run
-  from specjax.data import humaneval
-
-  problems, ms, prompts, fps = load_run(methods, model=FLAGS.model, limit=FLAGS.limit,
-                                       style=FLAGS.style)
-  os.makedirs(FLAGS.output_dir, exist_ok=True)
-  settings = f"{ms.sha256[:8]}-{humaneval.PROMPT_FORMS[FLAGS.style]}-n{FLAGS.max_new_tokens}" \
-             f"-seed{FLAGS.seed}"
-  common = dict(temperature=FLAGS.temperature, screen_samples=FLAGS.screen_samples,
-                paired_samples=FLAGS.paired_samples, batch_size=FLAGS.batch_size,
-                settings=settings, fingerprints=fps)
-  decode = _decoder(ms)
-  evaluate = make_evaluate(
-      ms.target, ms.target_params, ms.draft_sources(), prompts, methods, seed=FLAGS.seed,
-      max_new_tokens=FLAGS.max_new_tokens,
-      finish=_sandbox_finish(ms, problems, FLAGS.style, FLAGS.timeout_s),
-      stopped=((lambda r: humaneval.completion_stopped(decode(r)))
-               if FLAGS.style == "completion" else None),
-      eos=humaneval_methods.eos_ids(ms.target.config.eos_token_id))
-  screen_cfgs = stage_configs("screen", list(range(len(problems))), methods, **common,
-                              round_tokens=FLAGS.round_tokens)
-  wanted = {c["key"] for c in screen_cfgs}
-  if FLAGS.summarize_only:
-    records = sweep.load_records(path)
-  else:
-    records = sweep.run_sweep(screen_cfgs, evaluate, path, desc="screen")
-  if FLAGS.stage == "paired" and not FLAGS.summarize_only:
-    counts = screen_counts([r for r in records if r["key"] in wanted], FLAGS.screen_samples)
-    index = {p.task_id: i for i, p in enumerate(problems)}
-    chosen = [index[t] for t in select_problems(counts)]
-    print(f"paired stage: {len(chosen)} selected problems x {len(methods)} methods x "
-          f"{FLAGS.paired_samples} samples")
-    paired_cfgs = stage_configs("paired", chosen, methods, **common,
-                                round_tokens=FLAGS.paired_round_tokens)
-    wanted |= {c["key"] for c in paired_cfgs}
-    records = records + sweep.run_sweep(paired_cfgs, evaluate, path, desc="paired")
-  elif FLAGS.stage == "paired":
-    wanted |= {r["key"] for r in records_of(records, "paired")
-               if r["key"].startswith(settings)}
-  records = [r for r in records if r["key"] in wanted]
-  if not records_of(records, "screen"):
-    raise app.UsageError(f"no screening record of these settings in {path}")
-  print(_write(records, ms.name, settings, len(problems)))
+  from experiments.humaneval import screen
+  r, methods = build_run()
+  try:
+    text = screen.run_screen(settings_of(r), methods, r.output.output_dir,
+                             summarize_only=r.humaneval.summarize_only)
+  except screen.NoScreeningRecords as e:
+    raise app.UsageError(str(e)) from None
+  print(text)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@ r"""Re-draw the committed figures from their committed records: ``docs/figures``
 the main job's / speed records' ``benchmark.png`` beside their records.
 
     python -m experiments.render_figures              # every figure of FIGURES
-    python -m experiments.render_figures --only=sweep_k_smollm2 --out=/tmp/figs
+    python -m experiments.render_figures --only=sweep_k_smollm2 --output_dir=/tmp/figs
 
 Each figure is drawn by the same code its run calls (the run writes the figure
 itself; this re-draws it from the record without re-measuring anything), so a
@@ -12,12 +12,12 @@ is not here: it is drawn from the raw logits during its run, which no record kee
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
-import sys
 from typing import Callable
+
+from experiments.common import knobs, specs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = "benchmarks/results"
@@ -94,23 +94,44 @@ FIGURES = {f.name: f for f in (
 )}
 
 
-def main(argv=None) -> int:
-  """The command line: draw ``--only`` (default: all of :data:`FIGURES`) into ``--out``."""
-  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  ap.add_argument("--only", default="", help="comma-separated names of FIGURES (default: all)")
-  ap.add_argument("--out", default=os.path.join(ROOT, "docs", "figures"))
-  args = ap.parse_args(argv)
-  names = [n.strip() for n in args.only.split(",") if n.strip()] or list(FIGURES)
-  unknown = [n for n in names if n not in FIGURES]
-  if unknown:
-    ap.error(f"--only={args.only!r}: unknown {unknown}; allowed: {', '.join(FIGURES)}")
-  os.makedirs(args.out, exist_ok=True)
-  for n in names:
+@dataclasses.dataclass(frozen=True)
+class RenderFiguresSpec:
+  """Which figures are drawn."""
+  only: tuple[str, ...] = knobs.knob((), "comma-separated names of FIGURES (default: all)")
+
+  def __post_init__(self):
+    knobs.check_subset(self, "only", list(FIGURES), nonempty=False)
+
+
+SPECS = knobs.Specs(RenderFiguresSpec, specs.OutputDirSpec,
+                    presets=dict(output_dir=os.path.join(ROOT, "docs", "figures")))
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """This binary's specs, by name."""
+  figures: RenderFiguresSpec
+  output: specs.OutputDirSpec
+
+
+def define_flags() -> None:
+  """The flags of this binary, defined on its main path only (never at import:
+  several binaries share one process in the tests; experiments/common/cli.py)."""
+  SPECS.define()
+
+
+def main() -> None:
+  """The command line: draw ``--only`` (default: all of :data:`FIGURES`) into
+  ``--output_dir``."""
+  r = Run(*SPECS.build())
+  out = r.output.output_dir
+  os.makedirs(out, exist_ok=True)
+  for n in r.figures.only or list(FIGURES):
     spec = FIGURES[n]
-    for path in spec.draw(os.path.join(ROOT, spec.record), args.out):
+    for path in spec.draw(os.path.join(ROOT, spec.record), out):
       print(f"{n}: {os.path.relpath(path, ROOT)} <- {spec.record}")
-  return 0
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  from experiments.common import cli
+  cli.run_binary(main, define_flags=define_flags)

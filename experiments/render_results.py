@@ -17,12 +17,14 @@ writes it; the functions, and the records each one reads, are in the topic modul
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import re
 import sys
 
+from experiments.common import knobs
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = ("docs/results.md", "docs/speed.md", "benchmarks/RESULTS.md")
 MARKER = re.compile(r"^(<!-- table:([\w.-]+) -->\n)(.*?)^(<!-- /table -->)$", re.S | re.M)
 OPENING = re.compile(r"^<!-- table:[\w.-]+ -->$", re.M)
@@ -72,24 +74,51 @@ def render_doc(root: str, rel: str, tables: dict | None = None) -> Rendered:
   return Rendered(rel, text, render_text(text, tables), tuple(table_names(text)))
 
 
-def main(argv=None, tables: dict | None = None) -> int:
-  """The command line; ``tables`` (name -> function returning the table's markdown)
-  defaults to :data:`experiments.results.tables.TABLES`."""
-  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  ap.add_argument("--check", action="store_true", help="write nothing; exit 1 if a table differs")
-  ap.add_argument("--root", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  args = ap.parse_args(argv)
+@dataclasses.dataclass(frozen=True)
+class RenderResultsSpec:
+  """Whether the docs are rewritten or only checked, and where they are."""
+  check: bool = knobs.knob(False, "write nothing; exit 1 if a table differs")
+  root: str = knobs.knob(ROOT, "the directory the docs are read from and written to (the "
+                         "tables read their records from this checkout)")
+
+  def __post_init__(self):
+    if not os.path.isdir(self.root):
+      raise knobs.KnobError("root", self.root, "is not a directory")
+
+
+SPECS = knobs.Specs(RenderResultsSpec)
+
+
+def define_flags() -> None:
+  """The flags of this binary, defined on its main path only (never at import:
+  several binaries share one process in the tests; experiments/common/cli.py)."""
+  SPECS.define()
+
+
+def render(spec: RenderResultsSpec, tables: dict | None = None) -> int:
+  """Render (or with ``spec.check``, only compare) every doc; the exit status: 1 when
+  checking and a table differs. ``tables`` (name -> function returning the table's
+  markdown) defaults to :data:`experiments.results.tables.TABLES`."""
   stale = []
   for rel in DOCS:
-    doc = render_doc(args.root, rel, tables)
-    if doc.stale and not args.check:
-      with open(os.path.join(args.root, rel), "w") as f:
+    doc = render_doc(spec.root, rel, tables)
+    if doc.stale and not spec.check:
+      with open(os.path.join(spec.root, rel), "w") as f:
         f.write(doc.rendered)
     stale += [rel] if doc.stale else []
     print(f"{rel}: {len(doc.tables)} tables, {'stale' if doc.stale else 'up to date'}"
-          f"{' (rewritten)' if doc.stale and not args.check else ''}")
-  return 1 if stale and args.check else 0
+          f"{' (rewritten)' if doc.stale and not spec.check else ''}")
+  return 1 if stale and spec.check else 0
+
+
+def main() -> None:
+  """The command line: :func:`render` of the parsed flags, its status the exit status."""
+  (spec,) = SPECS.build()
+  status = render(spec)
+  if status:
+    sys.exit(status)
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  from experiments.common import cli
+  cli.run_binary(main, define_flags=define_flags)

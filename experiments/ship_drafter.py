@@ -19,20 +19,51 @@ through.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
 
-from absl import app, flags
+from absl import app
 
-FLAGS = flags.FLAGS
+from experiments.common import knobs, specs
+
+
+@dataclasses.dataclass(frozen=True)
+class ShipDrafterSpec:
+  """The size budget of the shipped drafters."""
+  budget_mb: float = knobs.knob(60.0, "size cap of specjax/models/assets in MB (1e6 bytes)")
+
+  def __post_init__(self):
+    knobs.check_float(self, "budget_mb", 0.0)
+
+
+# --workdir: the train_from_store run to ship (holds training.json); required (build_run).
+SPECS = knobs.Specs(specs.WorkdirSpec, ShipDrafterSpec, presets=dict(workdir=""))
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """This binary's specs, by name."""
+  workdir: specs.WorkdirSpec
+  ship: ShipDrafterSpec
 
 
 def define_flags() -> None:
   """The flags of this binary, defined on its main path only (never at import:
   several binaries share one process in the tests; experiments/common/cli.py)."""
-  flags.DEFINE_string("workdir", None, "train_from_store workdir (holds training.json)")
-  flags.DEFINE_float("budget_mb", 60.0, "size cap of specjax/models/assets in MB (1e6 bytes)")
+  SPECS.define()
+
+
+def build_run() -> Run:
+  """The validated specs of the parsed flags; ``--workdir`` must be given (a bad or
+  missing value is ``app.UsageError``)."""
+  r = Run(*SPECS.build())
+  if not r.workdir.workdir:
+    raise app.UsageError(str(knobs.KnobError("workdir", r.workdir.workdir, "required: give "
+                                             "the train_from_store workdir (it holds "
+                                             "training.json)")))
+  return r
 
 
 def _dir_bytes(path: str, skip: str = "") -> int:
@@ -104,9 +135,8 @@ def ship(workdir: str, budget_mb: float = 60.0) -> str:
 
 
 def main():
-  if not FLAGS.workdir:
-    raise app.UsageError("--workdir is required")
-  ship(os.path.expanduser(FLAGS.workdir), FLAGS.budget_mb)
+  r = build_run()
+  ship(os.path.expanduser(r.workdir.workdir), r.ship.budget_mb)
 
 
 if __name__ == "__main__":

@@ -28,15 +28,16 @@ def rows(c) -> list[dict]:
     out.append(rows_lib.make_row(c, kind="target", drafter="-", temperature=t, num_draft=0,
                            extra={"series": "target"}))
     for d in c.drafters:
-      k = rows_lib.drafter_depth(c, d)
+      size = rows_lib.drafter_size(c, d)  # {"num_draft": K} or a tree's {"depth": D}
+      own = rows_lib.drafter_extra(c, d) or {}  # the suffix tree's node count
       for name, hp in rules:
         for pol, php in policies:
           if unsupported(pol, d):
             continue
           label = rows_lib.method_label(name, hp, policy=pol, policy_hparams=php)
-          out.append(rows_lib.make_row(c, kind="spec", drafter=d, temperature=t, num_draft=k,
-                                       rule=name, hparams=hp, policy=pol, policy_hparams=php,
-                                       extra={"series": f"{label} [{d}]"}))
+          out.append(rows_lib.make_row(c, kind="spec", drafter=d, temperature=t, rule=name,
+                                       hparams=hp, policy=pol, policy_hparams=php,
+                                       extra={**own, "series": f"{label} [{d}]"}, **size))
   return out
 
 

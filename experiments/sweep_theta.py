@@ -32,20 +32,22 @@ def rows(c) -> list[dict]:
     out.append(rows_lib.make_row(c, kind="target", drafter="-", temperature=t, num_draft=0,
                            extra={"series": f"target T={t:g}"}))
     for d in c.drafters:
-      k = rows_lib.drafter_depth(c, d)
+      size = rows_lib.drafter_size(c, d)  # {"num_draft": K} or a tree's {"depth": D}
+      own = rows_lib.drafter_extra(c, d) or {}  # the suffix tree's node count
       for pol, php in rows_lib.policies_of(c):
         if unsupported(pol, d):
           continue
         tag = rows_lib.method_label("", {}, policy=pol, policy_hparams=php)  # "" or "+adaedl"
-        spec = dict(kind="spec", drafter=d, temperature=t, num_draft=k, policy=pol,
-                    policy_hparams=php)
+        spec = dict(kind="spec", drafter=d, temperature=t, policy=pol, policy_hparams=php,
+                    **size)
         out.append(rows_lib.make_row(c, rule="lossless",
-                                     extra={"series": f"lossless{tag} [{d}] T={t:g}"}, **spec))
+                                     extra={**own, "series": f"lossless{tag} [{d}] T={t:g}"},
+                                     **spec))
         for th in c.thetas:
           hp = dict(theta=float(th))
           hp.update(dict(c.mars_hparams))
           out.append(rows_lib.make_row(c, rule="mars", hparams=hp, **spec,
-                                       extra={"series": f"mars{tag} [{d}] T={t:g}",
+                                       extra={**own, "series": f"mars{tag} [{d}] T={t:g}",
                                               "x": float(th)}))
   return out
 

@@ -8,6 +8,16 @@ selects the full settings; by default the small CI settings run (each notebook
 in about three minutes on a 2-core CPU, compilation included). ``--execute
 --full`` runs the full settings and writes the executed notebooks (outputs and
 figures) in place; building without ``--execute`` writes them without outputs.
+
+Notebooks 02 and 03 end with a cell that gathers the values section 0 of
+``docs/results.md`` reads into one record; at the full settings, run from a
+checkout, it writes it with the run's provenance (:mod:`specjax.provenance`:
+command, commit, clean-tree flag, machine load, the model files' sha256) to
+``benchmarks/results/notebooks/02_mars_margins.json`` /
+``03_lossy_verification.json`` (the tables read these records,
+``experiments/results/notebook_tables.py``); at the CI settings it prints the
+record and writes nothing. Regenerate both with
+``python notebooks/build.py 02 03 --execute --full``.
 """
 
 import sys
@@ -63,6 +73,7 @@ LOAD_SMOLLM2 = '''
 from experiments.common.model_sets import load_model_set
 from experiments.common.prompts import load_chat_prompts
 from specjax.decoding.eagle_drafter import EagleDrafter
+from specjax.decoding.eagle_trees import EagleTreeDrafter
 t0 = time.time()
 ms = load_model_set("smollm2-135m-instruct", draft="draft", eagle="eagle3")
 head, head_params, d2t = ms.eagle
@@ -72,6 +83,37 @@ print(f"SmolLM2-135M-Instruct: {c.num_hidden_layers} layers, hidden {c.hidden_si
       f"{c.vocab_size}; draft LM {ms.draft.config.num_hidden_layers} layer(s); EAGLE-3 head over "
       f"layers {head.config.target_layers}, draft vocab {head.config.draft_vocab_size} "
       f"({time.time() - t0:.1f} s)")
+'''
+
+# The run's provenance, taken in the settings cell (02 and 03): the record the last cell writes
+# names the command, the commit and whether the tree was clean, and the machine load at the start.
+STAMP_RUN = '''
+from specjax import provenance
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(specjax.__file__)))  # specjax's checkout
+STAMP = {**provenance.stamp(cwd=ROOT),   # notebooks/build.py --execute names its command line
+         "command": os.environ.get("SPECJAX_NOTEBOOK_COMMAND", "notebooks/%s.ipynb, run by hand")}
+'''
+
+# The last cell of 02 and 03: their record (the values docs/results.md section 0 reads).
+SAVE_RECORD = '''
+import json
+
+def save_record(name, values):
+    """values with the run's provenance (STAMP, finished now) and the sha256 of the model
+    files it loaded. Full settings, in a checkout: written to
+    benchmarks/results/notebooks/<name>.json, which experiments/results/notebook_tables.py
+    reads; CI settings (or no checkout): printed only, nothing written."""
+    record = provenance.stamped({"notebook": f"notebooks/{name}.ipynb", **values}, STAMP,
+                                ms.sources)
+    out = os.path.join(ROOT, "benchmarks", "results", "notebooks", name + ".json")
+    if FULL and os.path.isdir(os.path.join(ROOT, "benchmarks", "results")):
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        with open(out, "w") as f:
+            json.dump(record, f, indent=1)
+        print("wrote", os.path.relpath(out, ROOT))
+    else:
+        print("not written (CI settings, or not a checkout); the record:")
+    print(json.dumps(record, indent=1))
 '''
 
 # Teacher-forced contexts on held-out ShareGPT chat text (02 and 03): the public model API only.
@@ -210,7 +252,7 @@ def nb01():
       greedy = SamplingConfig(temperature=0.0)
       drafters = {
           f"EAGLE-3 chain K={K}": EagleDrafter(K, greedy, head=head),
-          f"EAGLE-3 tree {TREE['total_tokens']} nodes": EagleDrafter(head=head, tree_kind="dynamic", **TREE),
+          f"EAGLE-3 tree {TREE['total_tokens']} nodes": EagleTreeDrafter(head=head, **TREE),
       }
 
       def spec(drafter, theta):
@@ -337,7 +379,7 @@ def nb02():
       THETA = 0.9                         # MARS default
       print(f"FULL={FULL}: {N_CONVERSATIONS} conversations x {SEQ_LEN} tokens -> <= {N_POSITIONS} "
             f"contexts; tau sweep {THETAS_TAU} on {TAU_PROMPTS} prompts x {TAU_NEW} tokens, K={K}")
-      '''),
+      ''', STAMP_RUN % "02_mars_margins"),
       code(LOAD_SMOLLM2),
       code(CONTEXTS, '''
       t0 = time.time()
@@ -449,6 +491,34 @@ def nb02():
       32 tokens) tau moves by a few hundredths and is noisy. The exact, sampling-free view of
       the trade-off (KL of MARS's induced distribution to the target over a theta grid) is
       `python -m experiments.lossy_propositions`; its numbers are in `benchmarks/RESULTS.md`."""),
+      md("""
+      ## The record behind `docs/results.md`
+
+      Section 0 of `docs/results.md` reads this notebook's numbers from a record, not from the
+      printed outputs above: the cell below gathers them (the settings, the margin statistics,
+      Fig. 1d's counts, tau per theta) with the run's provenance (command, commit, whether the
+      tree was clean, machine load, the model files' sha256). At the full settings it writes
+      `benchmarks/results/notebooks/02_mars_margins.json` (regenerate with
+      `python notebooks/build.py 02 03 --execute --full`, from the repository root); at the CI
+      settings it only prints the record."""),
+      code(SAVE_RECORD, '''
+      save_record("02_mars_margins", {
+          "settings": {"full": FULL, "n_conversations": N_CONVERSATIONS, "seq_len": SEQ_LEN,
+                       "n_positions": N_POSITIONS, "theta": THETA, "tau_prompts": TAU_PROMPTS,
+                       "tau_new_tokens": TAU_NEW, "k": K},
+          "margins": {
+              "n": int(summary["n"]),
+              "frac_negative_top1": float(summary["frac_negative_top1"]),
+              "z1_median": float(summary["z1"]["q50"]),
+              "frac_relaxed": float(summary["frac_relaxed"]),          # r > theta (guard on)
+              "greedy_reject_rate": float(summary["greedy_reject_rate"]),  # all positions
+              "greedy_num_relaxed": int(summary["greedy_num_relaxed"]),
+              "greedy_rejected_relaxed": int(round(summary["greedy_reject_rate_relaxed"]
+                                                   * summary["greedy_num_relaxed"])),
+          },
+          "tau_sweep": [{"theta": float(th_), "tau": float(tau_)} for th_, tau_, *_ in sweep],
+      })
+      '''),
   ]
   return finish(new_notebook(cells=cells, metadata=_meta()))
 
@@ -486,7 +556,7 @@ def nb03():
       TEMPERATURE = 0.7               # the paper's T
       print(f"FULL={FULL}: <= {N_POSITIONS} contexts; SD curve on {N_SD} contexts x {SUB_VOCAB} "
             f"tokens; generation {GEN_PROMPTS} prompts x {GEN_NEW} tokens, K={K}, T={TEMPERATURE}")
-      '''),
+      ''', STAMP_RUN % "03_lossy_verification"),
       code('''
       from specjax import verifiers
       from specjax.analysis import divergences as dv
@@ -593,14 +663,16 @@ def nb03():
                           "lossless": verifiers.get("lossless")})
       print(f"{'rule':26s} {'KL(p_A||p)':>10s} {'EAGLE-3 KL(P||p_A)':>18s} {'accept':>7s} "
             f"{'SD KL(P||p_A)':>13s} {'accept':>7s}")
+      matched = {}   # rule -> (KL(p_A||p), EAGLE-3 KL(P||p_A), accept, SD KL(P||p_A), accept)
       for name, rule in table_rules.items():
           base = dv.matched_baseline_probs(rule, pr)
           eg = induced_parts(rule, zr, pr, q_eagle, draft="topk", top_k=1)
           base_sub = dv.matched_baseline_probs(rule, p_sub)
           sd = induced_parts(rule, z_sub, p_sub, q_sub, chunk_size=SUB_VOCAB // 2, context_batch=16)
-          print(f"{name:26s} {float(dv.kl(base, pr).mean()):10.4f} "
-                f"{float(dv.kl(eg.dist, base).mean()):18.4f} {float(eg.accept_rate.mean()):7.3f} "
-                f"{float(dv.kl(sd.dist, base_sub).mean()):13.4f} {float(sd.accept_rate.mean()):7.3f}")
+          matched[name] = (float(dv.kl(base, pr).mean()), float(dv.kl(eg.dist, base).mean()),
+                           float(eg.accept_rate.mean()), float(dv.kl(sd.dist, base_sub).mean()),
+                           float(sd.accept_rate.mean()))
+          print("{:26s} {:10.4f} {:18.4f} {:7.3f} {:13.4f} {:7.3f}".format(name, *matched[name]))
       '''),
       md("""
       *Table — compare with the paper's pattern:* against its matched truncation baseline,
@@ -616,9 +688,11 @@ def nb03():
       (p_A, q), both truncated (p_A, q_A) and the hard gate `q(A)`; block efficiency at gamma = 5
       with q = the draft LM. The sign of the change is the paper's Delta BE. O(V) per context."""),
       code('''
+      sweeps = {}
       for kind, values in (("min_p", [0.1, 0.3, 0.5, 0.7, 0.9]),
                            ("eta", [0.05, 0.1, 0.15, 0.2, 0.25])):
           sw = props.truncation_sweep(pr, q_lm, kind, values, gamma=5)
+          sweeps[kind] = (values, sw)
           print(f"{kind}: BE(p, q) = {float(sw.be_pq):.3f}")
           for v, a, b, g in zip(values, sw.delta_be_paq, sw.delta_be_paqa, sw.be_gate):
               print(f"   {v:5.2f}  dBE(p_A,q) {float(a):+.3f}  dBE(p_A,q_A) {float(b):+.3f}  "
@@ -663,6 +737,41 @@ def nb03():
       128 tokens with K = 7. The complete runs (more contexts,
       more rules, MARS, figures) are `python -m experiments.lossy_propositions`; see
       `benchmarks/RESULTS.md`, section *Lossy-verification propositions*."""),
+      md("""
+      ## The record behind `docs/results.md`
+
+      Section 0 of `docs/results.md` reads this notebook's numbers from a record, not from the
+      printed outputs above: the cell below gathers them (the settings, the SmolLM2 KL curves
+      of Proposition 1, the soft-gate row of the matched-baseline table, the Lemma 1 sweeps)
+      with the run's provenance (command, commit, whether the tree was clean, machine load, the
+      model files' sha256). At the full settings it writes
+      `benchmarks/results/notebooks/03_lossy_verification.json` (regenerate with
+      `python notebooks/build.py 02 03 --execute --full`, from the repository root); at the CI
+      settings it only prints the record."""),
+      code(SAVE_RECORD, '''
+      soft = matched["typical eps=0.09 (soft)"]
+      save_record("03_lossy_verification", {
+          "settings": {"full": FULL, "n_conversations": N_CONVERSATIONS, "seq_len": SEQ_LEN,
+                       "n_positions": N_POSITIONS, "sub_vocab": SUB_VOCAB, "n_sd": N_SD,
+                       "temperature": TEMPERATURE},
+          "contexts": int(zr.shape[0]),                       # full-vocabulary contexts
+          "sd_contexts": int(z_sub.shape[0]), "sd_tokens": int(z_sub.shape[1]),  # the SD curve's
+          # Proposition 1 on SmolLM2 contexts: mean KL(P || p_A) over t (q_t = (1 - t) p + t q_ref;
+          # t = 1 the real drafter, t = 0 a perfect one), SD: draft LM on the restricted vocabulary,
+          # EAGLE: the EAGLE-3 head's top-1 draft on all tokens; eagle_limit E[log Z_A / p(argmax)]
+          "t": [float(t) for t in TS],
+          "kl_curves": {name: {"sd": [float(x) for x in sd], "eagle": [float(x) for x in eg],
+                               "eagle_limit": float(lim)} for name, (sd, eg, lim) in real.items()},
+          # the soft gate's excess KL(P || p_A) over its matched baseline (inf: it accepts
+          # tokens outside A)
+          "soft_gate": {"rule": "typical eps=0.09 (soft)", "eagle_kl": soft[1], "sd_kl": soft[3]},
+          # Lemma 1: block efficiency at gamma = 5 with the draft LM, BE(p, q) and the change
+          # dBE(p_A, q_A) with both truncated, per truncation value
+          "truncation_sweeps": {kind: {"be_pq": float(sw.be_pq), "values": list(values),
+                                       "delta_be_paqa": [float(b) for b in sw.delta_be_paqa]}
+                                for kind, (values, sw) in sweeps.items()},
+      })
+      '''),
   ]
   return finish(new_notebook(cells=cells, metadata=_meta()))
 
@@ -688,15 +797,20 @@ def execute(paths, full: bool = False):
   (``--full`` on the command line): SPECJAX_NOTEBOOK_FULL=1 (the kernel inherits the
   environment) and the executed notebook, outputs and figures included, is
   written back in place -- the committed notebooks carry the full-settings
-  outputs, so a reader sees the figures without running anything.
+  outputs, so a reader sees the figures without running anything. Notebooks 02
+  and 03 also write their records at the full settings (module docstring), naming
+  this process's command line (``SPECJAX_NOTEBOOK_COMMAND``) as theirs.
   """
   import os
   import time
   from nbclient import NotebookClient
+  import shlex
   if full:
     os.environ["SPECJAX_NOTEBOOK_FULL"] = "1"
   else:
     os.environ.pop("SPECJAX_NOTEBOOK_FULL", None)
+  # the command the records of 02 and 03 name (the kernel's own argv is ipykernel's)
+  os.environ["SPECJAX_NOTEBOOK_COMMAND"] = shlex.join(["python", *sys.argv])
   for path in paths:
     nb = nbformat.read(path, as_version=4)
     t0 = time.time()

@@ -13,6 +13,7 @@ import math
 import os
 
 from experiments.common.figures import plot_lines, plot_quality_vs_speed  # noqa: F401
+from experiments.common.rows import draft_depth
 
 
 def _fmt(x, spec=".3f"):
@@ -21,8 +22,12 @@ def _fmt(x, spec=".3f"):
   return format(x, spec)
 
 
+# A column's field is a result key, a config key, or one of DERIVED (computed from the
+# config): "draft_depth" is a chain row's K or a tree row's depth (old records too).
+DERIVED = {"draft_depth": draft_depth}
+
 COLUMNS = [("method", "method", None), ("drafter", "drafter", None), ("T", "temperature", "g"),
-           ("K", "num_draft", "d"), ("tau", "tau", ".2f"), ("speedup", "speedup", ".2f"),
+           ("K", "draft_depth", "d"), ("tau", "tau", ".2f"), ("speedup", "speedup", ".2f"),
            ("decode speedup", "speedup_decode", ".2f"),
            ("relaxed", "relaxed_rate", ".3f"), ("loglik/tok", "loglik", ".3f"),
            ("parse", "parse_frac", ".2f"), ("agree (T=0)", "agree_exact", ".2f"),
@@ -31,9 +36,10 @@ COLUMNS = [("method", "method", None), ("drafter", "drafter", None), ("T", "temp
 
 
 def _cell(res: dict, cfg: dict, field: str, spec) -> str:
-  """One cell: the value (config or result), its ``<field>_ci`` interval appended as
+  """One cell: the value (result, config or :data:`DERIVED` from the config), its ``<field>_ci`` interval appended as
   ``[low, high]`` when the result has one; "" for a missing note."""
-  v = res[field] if field in res else cfg.get(field)
+  v = (res[field] if field in res else DERIVED[field](cfg) if field in DERIVED
+       else cfg.get(field))
   if spec is None:
     return "" if v is None else str(v)
   out = _fmt(v, spec)

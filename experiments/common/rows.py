@@ -1,12 +1,20 @@
 """The rows of a verifier comparison or sweep: one dict per (method, drafter,
-temperature, K), keyed so that a changed setting never reuses a stale result.
+temperature, draft size), keyed so that a changed setting never reuses a stale result.
+
+A row says what its draft size is: a chain row holds ``num_draft`` (K, drafts per
+step), a tree row ``depth`` (the tree's depth; no ``num_draft``), a target-only row
+``num_draft = 0``.  Records written before this split hold a tree's depth in
+``num_draft``; :func:`draft_depth` reads either.
 
 * :func:`parse_rules` -- ``"lossless, mars:theta=0.9"`` -> ``[(rule, hparams)]``;
 * :func:`parse_policies` -- ``"none, adaedl:lam=0.6"`` -> ``[(policy, hparams)]``
   (verify-length policies, :mod:`specjax.policies.factory`; chain drafters only);
 * :func:`validate_config` -- every setting a run reads, checked before any model loads;
 * :func:`make_row` / :func:`default_rows` -- one row / the comparison's rows;
-* :func:`tree_paths`, :func:`drafter_depth` -- the static tree and draft depth of a drafter.
+* :func:`tree_paths`, :func:`drafter_depth`, :func:`drafter_size` -- the static tree,
+  draft depth and row size field of a drafter;
+* :func:`draft_depth` -- a row's (or record config's) draft depth D: a chain's K or a
+  tree's depth, old records included.
 
 Rows are evaluated by :mod:`experiments.compare.evaluation` and reported by
 :mod:`experiments.common.reports`.
@@ -200,14 +208,18 @@ def settings_hash(c) -> str:
   return hashlib.sha256(sweep.canonical_json(keep).encode()).hexdigest()[:10]
 
 
-def make_row(c, *, kind: str, drafter: str, temperature: float, num_draft: int,
-             rule: str = "lossless", hparams: dict | None = None, baseline: bool = False,
-             extra: dict | None = None, policy: str = "none",
+def make_row(c, *, kind: str, drafter: str, temperature: float, num_draft: int | None = None,
+             depth: int | None = None, rule: str = "lossless", hparams: dict | None = None,
+             baseline: bool = False, extra: dict | None = None, policy: str = "none",
              policy_hparams: dict | None = None, adapt: dict | None = None) -> dict:
-  """One sweep configuration (a table row).  A verify-length ``policy`` other than
-  ``"none"`` adds ``policy`` / ``policy_hparams`` and ``+policy(...)`` to the method;
-  ``adapt`` (an EAGLE row adapting online: its ``OnlineAdaptation`` hyperparameters)
-  adds ``adapt`` and ``+online(...)`` (rows without either keep their keys)."""
+  """One sweep configuration (a table row).  A chain drafter's row takes ``num_draft``
+  (K), a tree drafter's ``depth`` (:func:`drafter_size` gives the one a drafter
+  takes); a target row neither (it holds ``num_draft = 0``).  A verify-length
+  ``policy`` other than ``"none"`` adds ``policy`` / ``policy_hparams`` and
+  ``+policy(...)`` to the method; ``adapt`` (an EAGLE row adapting online: its
+  ``OnlineAdaptation`` hyperparameters) adds ``adapt`` and ``+online(...)`` (rows
+  without either keep their keys).  The key holds ``K=<num_draft>`` (chain and
+  target rows) or ``D=<depth>`` (tree rows)."""
   hparams = dict(hparams or {})
   label = ("target" if kind == "target"
            else method_label(rule, hparams, baseline, policy, policy_hparams))
@@ -215,16 +227,43 @@ def make_row(c, *, kind: str, drafter: str, temperature: float, num_draft: int,
     label += "+" + method_label("online", dict(adapt))
   row = {"kind": kind, "method": label, "rule": rule, "hparams": hparams,
          "baseline": bool(baseline), "drafter": drafter if kind != "target" else "-",
-         "temperature": float(temperature), "num_draft": int(num_draft) if kind != "target" else 0}
+         "temperature": float(temperature)}
+  row.update(_size_field(kind, drafter, num_draft, depth))
   if kind != "target" and policy != "none":
     row.update(policy=policy, policy_hparams=dict(policy_hparams or {}))
   if kind != "target" and adapt is not None:
     row.update(adapt=dict(adapt))
   row.update(extra or {})
   axes = sweep.canonical_json({k: row[k] for k in sorted(row)})
-  row["key"] = f"{label}|{row['drafter']}|T={row['temperature']:g}|K={row['num_draft']}|" \
+  size = f"D={row['depth']}" if "depth" in row else f"K={row['num_draft']}"
+  row["key"] = f"{label}|{row['drafter']}|T={row['temperature']:g}|{size}|" \
                f"{hashlib.sha256(axes.encode()).hexdigest()[:8]}|{settings_hash(c)}"
   return row
+
+
+def _size_field(kind: str, drafter: str, num_draft, depth) -> dict:
+  """``{"num_draft": K}`` (chain), ``{"depth": D}`` (tree) or ``{"num_draft": 0}``
+  (target); ``ValueError`` when a row is given the other drafter shape's size."""
+  if kind == "target":
+    return {"num_draft": 0}
+  from specjax.decoding.drafter_factory import is_tree
+  if is_tree(drafter):
+    if depth is None or num_draft is not None:
+      raise ValueError(f"drafter={drafter!r} drafts trees: its row takes depth= (the tree's "
+                       f"depth), not num_draft= (a chain's K); got num_draft={num_draft!r}, "
+                       f"depth={depth!r}")
+    return {"depth": int(depth)}
+  if num_draft is None or depth is not None:
+    raise ValueError(f"drafter={drafter!r} drafts chains: its row takes num_draft= (K), "
+                     f"not depth= (a tree's); got num_draft={num_draft!r}, depth={depth!r}")
+  return {"num_draft": int(num_draft)}
+
+
+def draft_depth(config: dict) -> int:
+  """A row's (record config's) draft depth D: a tree row's ``depth``, else its
+  ``num_draft`` -- a chain's K, 0 for a target row, and a tree's depth in records
+  written before tree rows held ``depth``."""
+  return int(config["depth"] if "depth" in config else config["num_draft"])
 
 
 def default_rows(c) -> list[dict]:
@@ -246,7 +285,7 @@ def default_rows(c) -> list[dict]:
   for t in c.temperatures:
     rows.append(make_row(c, kind="target", drafter="-", temperature=t, num_draft=0))
     for d in drafters:
-      k = drafter_depth(c, d)
+      size = drafter_size(c, d)
       extra = drafter_extra(c, d)
       for name, hp in rules:
         if is_tree(d) and name in path_rules:
@@ -257,14 +296,14 @@ def default_rows(c) -> list[dict]:
           for ad, ahp in adapts:
             if ad != "none" and needs(d) != "eagle":
               continue  # only a head adapts
-            rows.append(make_row(c, kind="spec", drafter=d, temperature=t, num_draft=k,
-                                 rule=name, hparams=hp, extra=extra, policy=pol,
-                                 policy_hparams=php, adapt=None if ad == "none" else ahp))
+            rows.append(make_row(c, kind="spec", drafter=d, temperature=t, rule=name,
+                                 hparams=hp, extra=extra, policy=pol, policy_hparams=php,
+                                 adapt=None if ad == "none" else ahp, **size))
       if t > 0 and c.matched_baselines:
         for name, hp in rules:
           if name in ("spec_cascade", "typical"):
-            rows.append(make_row(c, kind="spec", drafter=d, temperature=t, num_draft=k,
-                                 rule=name, hparams=hp, baseline=True))
+            rows.append(make_row(c, kind="spec", drafter=d, temperature=t, rule=name,
+                                 hparams=hp, baseline=True, **size))
   return rows
 
 
@@ -274,14 +313,24 @@ def tree_paths(c) -> tuple:
 
 
 def drafter_depth(c, drafter: str) -> int:
-  """The draft depth K of ``drafter``: the tree's depth, ``eagle_depth`` or ``num_draft``."""
-  if drafter == "tree":
+  """The draft depth D of ``drafter`` under config ``c``: a tree's depth (the static
+  tree's, ``eagle_depth``, ``suffix_depth``), a chain's K (``num_draft``)."""
+  from specjax.decoding.drafter_factory import STATIC_TREE_KINDS, drafter_kind
+  kind = drafter_kind(drafter)
+  if kind in STATIC_TREE_KINDS:  # tree, rsd_tree, eagle_rsd_tree: built from tree_paths
     return max(len(p) for p in tree_paths(c))
-  if drafter == "eagle_tree":
+  if kind == "eagle_tree":
     return int(c.eagle_depth)
-  if drafter == "suffix_tree":
+  if kind == "suffix_tree":
     return int(c.get("suffix_depth", 4))
   return int(c.num_draft)
+
+
+def drafter_size(c, drafter: str) -> dict:
+  """The size keyword :func:`make_row` takes for ``drafter``: ``{"depth": D}`` for a
+  tree drafter, ``{"num_draft": K}`` for a chain (:func:`drafter_depth`)."""
+  from specjax.decoding.drafter_factory import is_tree
+  return {"depth" if is_tree(drafter) else "num_draft": drafter_depth(c, drafter)}
 
 
 def drafter_extra(c, drafter: str) -> dict | None:

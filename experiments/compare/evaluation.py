@@ -26,7 +26,7 @@ from absl import logging
 
 from experiments.compare import quality
 from experiments.common import reports, row_stats, sweep
-from experiments.common.rows import tree_paths, validate_config
+from experiments.common.rows import draft_depth, tree_paths, validate_config
 from experiments.common.run_context import Context, load_context  # noqa: F401  (public here too)
 
 
@@ -39,8 +39,8 @@ def build(ctx: Context, row: dict):
   """``(drafter, draft_params, verifier, target_sampling)`` of a spec row (the drafter
   from :func:`specjax.decoding.drafter_factory.make_drafter`)."""
   from specjax import verifiers
-  from specjax.decoding.drafter_factory import (STATIC_TREE_KINDS, drafter_kind, make_drafter,
-                                                needs)
+  from specjax.decoding.drafter_factory import (STATIC_TREE_KINDS, drafter_kind, is_tree,
+                                                make_drafter, needs)
   from specjax.verifiers.baselines import matched_baseline
   samp = _sampling(row["temperature"])
   rule = verifiers.get(row["rule"], **row["hparams"])
@@ -58,8 +58,10 @@ def build(ctx: Context, row: dict):
   if row.get("adapt") is not None:
     from specjax.decoding.adaptation import OnlineAdaptation
     adapt = OnlineAdaptation(**row["adapt"])
+  size = ({"depth": draft_depth(row)} if is_tree(d)  # old tree records: num_draft
+          else {"num_draft": int(row["num_draft"])})
   drafter, params = make_drafter(
-      d, samp, ctx.sources, num_draft=row["num_draft"], top_k=int(ctx.c.eagle_top_k),
+      d, samp, ctx.sources, **size, top_k=int(ctx.c.eagle_top_k),
       total_tokens=int(row.get("total_tokens", 16)) if suffix else int(ctx.c.eagle_total_tokens),
       paths=tree_paths(ctx.c) if static else None, adapt=adapt)
   return drafter, params, verifier, target_samp
@@ -67,10 +69,16 @@ def build(ctx: Context, row: dict):
 
 def build_policy(row: dict) -> tuple:
   """``(policy, policy_params)`` of a spec row (``(None, None)`` without one), from
-  :func:`specjax.policies.factory.make_policy` for the row's K."""
-  from specjax.policies.factory import make_policy
-  return make_policy(row.get("policy", "none"), int(row["num_draft"]),
-                     **row.get("policy_hparams", {}))
+  :func:`specjax.policies.factory.make_policy` for the row's K.  A policy serves
+  chains only: a tree row (no K) has none, and ``ValueError`` says why when one asks
+  for one (:func:`specjax.policies.factory.unsupported`)."""
+  from specjax.policies.factory import make_policy, unsupported
+  name, hparams = row.get("policy", "none"), row.get("policy_hparams", {})
+  why = unsupported(name, row["drafter"])  # "" for "none"
+  if why:
+    raise ValueError(f"row {row.get('key', row['method'])!r}: {why}")
+  # "none" ignores K: (None, None) for a tree row, which has no num_draft
+  return make_policy(name, int(row.get("num_draft", 0)), **hparams)
 
 
 def _timed(fn):

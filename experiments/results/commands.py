@@ -6,8 +6,9 @@ no longer reproduces the record. :func:`benchmark_rerun` reads what the record
 itself shows (the token cap its longest answers reached) and pins it, so the
 command printed under a table reruns the record today; the recorded command is
 printed beside it, unedited. :func:`moved_output_rerun` does the same for a record
-whose rows were moved to another directory after the run. The record file is never
-changed.
+whose rows were moved to another directory after the run, and
+:func:`acceptance_tree_rerun` for an acceptance record whose EAGLE-2 tree size was the
+default of its day. The record file is never changed.
 """
 
 from __future__ import annotations
@@ -79,13 +80,42 @@ def moved_output_rerun(command: str, rel: str) -> RerunCommand:
                       f"its rows were written to `{old}` and moved into `{here}`")
 
 
+def acceptance_tree_rerun(command: str, records: list[dict]) -> RerunCommand:
+  """The rerun command of ``experiments/acceptance.py`` records (``records``: those the
+  command wrote): ``--eagle_total_tokens`` pinned when the command lacks it and the
+  EAGLE-2 tree its cells ran differs from today's default
+  (:class:`experiments.common.specs.EagleTreeSpec`; 24 before the run specs, 16 since).
+  Every cell's key but the suffix tree's holds ``tree=depth,top_k,total_tokens``."""
+  import dataclasses as dc
+
+  from experiments.common.specs import EagleTreeSpec
+  args = shlex.split(command)
+  if "experiments.acceptance" not in args or any(
+      a.split("=")[0] == "--eagle_total_tokens" for a in args):
+    return RerunCommand(command, command)
+  trees = {part for r in records if r["config"].get("kind") != "suffix_tree"
+           for part in r["key"].split("|") if part.startswith("tree=")}
+  default = {f.name: f.default for f in dc.fields(EagleTreeSpec)}["eagle_total_tokens"]
+  totals = {t.split(",")[-1] for t in trees}
+  if len(totals) != 1 or int(next(iter(totals))) == default:
+    return RerunCommand(command, command)
+  flag = f"--eagle_total_tokens={next(iter(totals))}"
+  why = (f"`{flag}` pinned from the record: its cells' keys show "
+         f"{', '.join(f'`{t}`' for t in sorted(trees))}, and the flag's default is {default} "
+         "today")
+  return RerunCommand(command, f"{command} {flag}", (flag,), why)
+
+
 def rerun_lines(records: list[dict], rel: str) -> str:
   """``Commands: `...`; `...`.`` -- every distinct recorded command of ``records`` in
-  order, each as it reruns (:func:`moved_output_rerun`), with what was changed."""
+  order, each as it reruns (:func:`moved_output_rerun`, then
+  :func:`acceptance_tree_rerun`), with what was changed."""
   seen = dict.fromkeys(r["provenance"]["command"] for r in records if r.get("provenance"))
   parts = []
   for cmd in seen:
-    rc = moved_output_rerun(cmd, rel)
-    parts.append(f"`{rc.rerun}`" + (f" (recorded as `{rc.recorded}`: {rc.why})" if rc.pinned
-                                    else ""))
+    moved = moved_output_rerun(cmd, rel)
+    tree = acceptance_tree_rerun(moved.rerun, [
+        r for r in records if r.get("provenance", {}).get("command") == cmd])
+    why = "; ".join(w for w in (moved.why, tree.why) if w)
+    parts.append(f"`{tree.rerun}`" + (f" (recorded as `{cmd}`: {why})" if why else ""))
   return "Commands: " + "; ".join(parts) + "." if parts else ""

@@ -141,6 +141,8 @@ _TRAVERSAL = f"{RESULTS}/traversal_vs_token_smollm2/compare_verifiers_smollm2.js
 RECORDS_OF: dict[str, Callable[[], tuple]] = {
     **{f"humaneval_{t}": (lambda rel=rel: (rel,)) for t, rel in _HUMANEVAL.items()},
     "claims_humaneval": lambda: tuple(_HUMANEVAL.values()),
+    "claims_notebooks": lambda: (f"{RESULTS}/notebooks/02_mars_margins.json",
+                                 f"{RESULTS}/notebooks/03_lossy_verification.json"),
     **{name: (lambda: (_SV,)) for name in ("sv_smollm2", "sv_run_smollm2",
                                             "sv_information_bias", "claims_sv")},
     "batch_sweep_smollm2": lambda: (f"{RESULTS}/batch_sweep_smollm2.json",),

@@ -1,8 +1,9 @@
 """Loading the committed records the results tables read (no model, no JAX): JSON
-records (:func:`load_json`) and JSON-lines records (:func:`jsonl`), a committed
-HumanEval grid with its summary (:data:`HUMANEVAL_DIRS`, :func:`humaneval_run`), the
-stream outputs of a committed notebook (:func:`notebook_text`, searched with
-:func:`find`), and the markdown table lines of a raw text output
+records (:func:`load_json`; one value of one, named by its keys: :func:`field`) and
+JSON-lines records (:func:`jsonl`), a committed HumanEval grid with its summary
+(:data:`HUMANEVAL_DIRS`, :func:`humaneval_run`), the stream outputs of a committed
+notebook (:func:`notebook_text`, searched with :func:`find`; notebook 04 only: 02 and 03
+write JSON records), and the markdown table lines of a raw text output
 (:func:`md_table_lines`, :func:`text_table`). Paths are relative to the repository
 root."""
 
@@ -25,6 +26,26 @@ HUMANEVAL_DIRS = {"t0": f"{RESULTS}/humaneval_t0", "t07": f"{RESULTS}/humaneval_
 def load_json(rel: str) -> dict:
   with open(_path(rel)) as f:
     return json.load(f)
+
+
+def field(rel: str, *keys, hint: str | None = None):
+  """The value at ``keys`` (dict keys, or list indices) in the JSON record ``rel``.
+
+  Raises ``FileNotFoundError`` when there is no such record and ``ValueError`` when
+  it lacks a key, each naming the file and the dotted path; ``hint`` (the command
+  that regenerates the record) is added to the message."""
+  tail = f"; regenerate it with `{hint}`" if hint else ""
+  try:
+    value = load_json(rel)
+  except FileNotFoundError:
+    raise FileNotFoundError(f"{rel}: no such record{tail}") from None
+  for i, key in enumerate(keys):
+    try:
+      value = value[key]
+    except (KeyError, IndexError, TypeError):
+      path = ".".join(str(k) for k in keys[:i + 1])
+      raise ValueError(f"{rel}: the record has no field {path!r}{tail}") from None
+  return value
 
 
 @dataclasses.dataclass(frozen=True)

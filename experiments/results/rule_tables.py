@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 
+from experiments.common.rows import draft_depth
 from experiments.humaneval import summary as hs
 from experiments.results import paper_claims as pc
 from experiments.results.markdown import RESULTS, ci, path, table, width_mde80
@@ -38,7 +39,8 @@ TREES = {
 
 
 def spec_rows(rel: str) -> dict:
-  """``{(rule, drafter, K, T): result}`` of a sweep record's speculative rows.
+  """``{(rule, drafter, D, T): result}`` of a sweep record's speculative rows (D: a
+  chain's K or a tree's depth, :func:`experiments.common.rows.draft_depth`).
 
   Runs of the same row with other settings (``--config.seed``: other keys, the same
   prompts) are pooled: per-prompt accepted tokens and target calls are summed over
@@ -51,7 +53,7 @@ def spec_rows(rel: str) -> dict:
     c, res = r["config"], r["result"]
     if c["kind"] != "spec":
       continue
-    name = (c["rule"], c["drafter"], c["num_draft"], c["temperature"])
+    name = (c["rule"], c["drafter"], draft_depth(c), c["temperature"])
     acc, calls = res["accepted_per_prompt"], res["target_calls_per_prompt"]
     if name in pooled:
       p = pooled[name]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 
 from experiments.common.row_stats import paired_speedup_gain
+from experiments.common.rows import draft_depth
 from experiments.results.families import Family, Test, family_note
 from experiments.results.markdown import RESULTS, ci, gain_cell, path, speedup_cell, table
 from experiments.results.rule_tables import paired_tau_gain
@@ -52,8 +53,10 @@ def _quality(res: dict, t: float) -> str:
 
 
 def _key(r: dict) -> tuple:
+  """A row's test name: drafter, T, method and draft depth D (a chain's K, a tree's
+  depth: :func:`experiments.common.rows.draft_depth`)."""
   c = r["config"]
-  return (c["drafter"], c["temperature"], c["method"], c["num_draft"])
+  return (c["drafter"], c["temperature"], c["method"], draft_depth(c))
 
 
 def _target_tps(res: dict) -> str:

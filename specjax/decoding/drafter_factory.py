@@ -131,8 +131,9 @@ def _check_sources(name: str, kind: str, sources: DraftSources) -> None:
 
 
 def make_drafter(name: str, sampling: SamplingConfig, sources: DraftSources, *,
-                 num_draft: Optional[int] = None, depth: Optional[int] = None, top_k: int = 8,
-                 total_tokens: int = 24, paths: Optional[tuple] = None,
+                 num_draft: Optional[int] = None, depth: Optional[int] = None,
+                 top_k: Optional[int] = None, total_tokens: Optional[int] = None,
+                 paths: Optional[tuple] = None,
                  branching: Optional[tuple] = None, children: str = "sampled",
                  adapt=None) -> tuple:
   """``(drafter, draft_params)`` of a drafter name (module docstring).
@@ -145,7 +146,8 @@ def make_drafter(name: str, sampling: SamplingConfig, sources: DraftSources, *,
     num_draft: K, a chain's drafts per step (required for chains).
     depth: a dynamic or suffix tree's depth (default ``num_draft``).
     top_k, total_tokens: a dynamic tree's children per expanded node and nodes kept;
-      ``total_tokens`` is also the suffix tree's node count N.
+      ``total_tokens`` is also the suffix tree's node count N (None: the drafter's
+      own default, ``EagleTreeDrafter`` / ``SuffixTreeDrafter``).
     paths: the static tree's rank paths (``tree``, ``rsd_tree``, ``eagle_rsd_tree``;
       required for ``tree``).
     branching: the RSD kinds without ``paths``: RSD-C's children per node at each
@@ -188,13 +190,16 @@ def make_drafter(name: str, sampling: SamplingConfig, sources: DraftSources, *,
     return PromptLookupDrafter(num_draft, vocab=sources.vocab_size), None
   if kind == "suffix_tree":
     from specjax.decoding.suffix_drafter import SuffixTreeDrafter
-    return SuffixTreeDrafter(sources.vocab_size, depth=depth, total_tokens=total_tokens), None
+    sizes = {} if total_tokens is None else {"total_tokens": total_tokens}
+    return SuffixTreeDrafter(sources.vocab_size, depth=depth, **sizes), None
   from specjax.decoding.eagle_drafter import EagleDrafter
+  from specjax.decoding.eagle_trees import EagleStaticTreeDrafter, EagleTreeDrafter
   head, params = sources.eagle
   if kind == "eagle_chain":
     return EagleDrafter(num_draft, sampling, head=head, adapt=adapt), params
   if kind == "eagle_rsd_tree":
-    return (EagleDrafter(sampling=sampling, head=head, tree_kind="static", tree_paths=paths,
-                         children=children, adapt=adapt), params)
-  return (EagleDrafter(depth=depth, sampling=sampling, head=head, tree_kind="dynamic",
-                       top_k=top_k, total_tokens=total_tokens, adapt=adapt), params)
+    return (EagleStaticTreeDrafter(sampling=sampling, head=head, tree_paths=paths,
+                                   children=children, adapt=adapt), params)
+  sizes = {k: v for k, v in (("top_k", top_k), ("total_tokens", total_tokens)) if v is not None}
+  return (EagleTreeDrafter(depth=depth, sampling=sampling, head=head, adapt=adapt, **sizes),
+          params)

@@ -56,7 +56,8 @@ import numpy as np
 
 from specjax.checks import ArgumentTypeError, check_int
 from specjax.decoding.proposal import Proposal
-from specjax.decoding.sampled_tree import check_children, sample_level
+from specjax.decoding.sampled_tree import check_children
+from specjax.decoding.static_tree_drafting import draft_static_tree
 from specjax.decoding.strategies import CHAIN, TREE
 from specjax.decoding.tree import TreeDraft, static_ancestor_mask, static_tree
 from specjax.distributions import SamplingConfig, probs_from_logits, sample_logits
@@ -419,7 +420,6 @@ class LMTreeDrafter(Drafter):
     parents, depths, ranks = static_tree(self.paths)
     n = len(parents)
     b, w = state.pending.shape
-    v = self.vocab_size
     # Read the pending tokens and the root: [pending[:np], last, pad...].
     i = jnp.arange(w + 1)[None, :]
     npend = state.num_pending[:, None]
@@ -430,32 +430,21 @@ class LMTreeDrafter(Drafter):
                          logits_index=state.num_pending[:, None])
     cache = kvc.commit(o.cache, state.num_pending + 1)  # ... through the root
     root_pos = cache.lengths - 1
-    node_logits = jnp.zeros((b, n + 1, v), jnp.float32).at[:, 0].set(o.logits[:, 0])
-    tokens = jnp.zeros((b, n), jnp.int32)
     anc = static_ancestor_mask(parents)  # [N+1, N+1]
-    top = int(ranks.max()) + 1
-    sampled = self.children == "sampled"
-    q = jnp.zeros((b, n, v), jnp.float32) if sampled else None
-    for d in range(1, int(depths.max()) + 1):
-      level = np.nonzero(depths == d)[0]  # node indices (0-based) at depth d
-      if sampled:  # draws without replacement from the parents' node distributions
-        uniq = np.unique(parents[level])
-        q_par = node_distribution(node_logits[:, uniq], self.sampling)
-        node_tok, node_q = sample_level(keys, q_par, uniq, parents[level], ranks[level])
-        tokens = tokens.at[:, level].set(node_tok)
-        q = q.at[:, level].set(node_q)
-      else:
-        parent_logits = node_logits[:, parents[level]]  # [B, n_d, V]
-        cand = jax.lax.top_k(parent_logits, top)[1]  # [B, n_d, top]
-        tokens = tokens.at[:, level].set(cand[:, np.arange(len(level)), ranks[level]])
-      m = int(np.sum(depths <= d))  # nodes 1..m drafted so far (sorted by depth)
+
+    def expand(cache, d, level, tokens):
+      """Re-run every node drafted so far (sorted by depth: nodes 1..m); tree nodes
+      never enter the cache."""
+      del level
+      m = int(np.sum(depths <= d))
       mask = jnp.broadcast_to(jnp.asarray(anc[1:m + 1, 1:m + 1]), (b, m, m))
       pos = root_pos[:, None] + jnp.asarray(depths[:m])[None, :]
       out = self.model.apply(params, tokens[:, :m], pos, cache, attn_mask=mask)
-      node_logits = node_logits.at[:, 1:m + 1].set(out.logits)
-    if not sampled:
-      q = jax.nn.one_hot(tokens, v, dtype=jnp.float32)
-    q_node = node_distribution(node_logits, self.sampling)  # [B, N+1, V]
+      return np.arange(1, m + 1), out.logits, cache
+
+    filled = draft_static_tree(self.paths, o.logits[:, 0], self.sampling, self.children, keys,
+                               expand, cache, expand_leaves=True)
+    tokens, q, q_node = filled.tokens, filled.q, filled.q_node
     tree = TreeDraft(tokens, jnp.broadcast_to(jnp.asarray(parents), (b, n)),
                      jnp.broadcast_to(jnp.asarray(depths), (b, n)))
     return (Proposal.from_tree(tree, q, q_node),

@@ -21,6 +21,14 @@ from specjax.decoding.tree import TreeDraft
 class Proposal:
   """One step's drafts for every row (N = K for a chain, the node count for a tree).
 
+  Two indexings, one rule: per-draft arrays (``tokens``, ``q``, ``parents``,
+  ``depths``, ``confidence``) are indexed by the draft, j = 0..N-1; ``q_node`` is
+  indexed by the *position a distribution is read at*: row 0 the root (the last
+  committed token), row j + 1 after draft j. Draft j was drawn from its parent's
+  row, ``q_node[parents[j]]`` (a chain's parent of draft j is position j, so there
+  ``q_node[j]`` sits beside ``q[j]``); a chain drops the row after its last draft,
+  which nothing reads, hence [B, K, V] against a tree's [B, N+1, V].
+
   Attributes:
     tokens: [B, N] int32 draft tokens (tree: node j has tree index j + 1).
     q: [B, N, V] distribution each draft was drawn from (one-hot for greedy /

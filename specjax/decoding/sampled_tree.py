@@ -1,7 +1,7 @@
 """Sampled draft trees: children drawn WITHOUT replacement from the drafter's q.
 
 docs/spec.md §4 ("Sampled trees").  A static tree drafter (``LMTreeDrafter``,
-``EagleDrafter(tree_kind="static")``) fills its nodes in one of two ways,
+``EagleStaticTreeDrafter``) fills its nodes in one of two ways,
 its ``children`` option (:data:`CHILDREN`):
 
 * ``"topk"`` (the default, EAGLE / SpecInfer): node ``[r_1..r_d]`` is the

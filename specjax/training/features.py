@@ -172,7 +172,7 @@ def extend_store(out_dir: str, header: dict, items: Iterable, compute_shard: Cal
     for key, want in header.items():
       if manifest.get(key) != want:
         raise ValueError(f"feature store {out_dir} was built with {key}={manifest.get(key)!r}, "
-                         f"this run has {key}={want!r}; use another --out_dir or delete it")
+                         f"this run has {key}={want!r}; use another --output_dir or delete it")
   for leftover in os.listdir(out_dir):  # half-written shards of a killed run
     if leftover.startswith(".tmp-shard"):
       shutil.rmtree(os.path.join(out_dir, leftover), ignore_errors=True)

@@ -4,6 +4,7 @@ under adaptation (chain and EAGLE-2 tree), the lossless law at T = 1 with adapta
 (slow step), sessions carried across calls, and bad input."""
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +16,7 @@ from specjax.decoding import adaptation
 from specjax.decoding.adaptation import OnlineAdaptation
 from specjax.decoding.autoregressive import generate
 from specjax.decoding.eagle_drafter import EagleDrafter
+from specjax.decoding.eagle_trees import EagleTreeDrafter
 from specjax.decoding.speculative import speculative_generate
 from specjax.distributions import SamplingConfig
 from tests.helpers import eagle_head, eagle_target
@@ -98,12 +100,12 @@ def test_greedy_output_is_the_targets_under_adaptation(shape):
   """T = 0: adaptation changes the drafts (the adapters learn: nonzero after the run, and
   the number of target calls differs from the frozen head's), never the output."""
   target, tp, head, params = _setup()
-  kw = (dict(depth=3, tree_kind="dynamic", top_k=3, total_tokens=8) if shape == "dynamic"
-        else dict(num_draft=3))
+  make = (functools.partial(EagleTreeDrafter, depth=3, top_k=3, total_tokens=8)
+          if shape == "dynamic" else functools.partial(EagleDrafter, 3))
   ref = generate(target, tp, PROMPTS, max_new_tokens=20, eos_token_id=None).to_lists()
   runs = {}
   for adapt in (None, FAST):
-    drafter = EagleDrafter(sampling=GREEDY, head=head, adapt=adapt, **kw)
+    drafter = make(sampling=GREEDY, head=head, adapt=adapt)
     runs[adapt] = speculative_generate(target, tp, drafter, params, verifiers.get("lossless"),
                                        PROMPTS, max_new_tokens=20, eos_token_id=None)
     assert runs[adapt].to_lists() == ref
@@ -198,9 +200,9 @@ def test_sampled_lossless_under_adaptation_reproduces_the_target(shape):
   from tests.helpers import martingale_z, teacher_forced_probs
   target, tp, head, params = _setup()
   samp = SamplingConfig(temperature=1.0)
-  kw = (dict(depth=3, tree_kind="dynamic", top_k=3, total_tokens=8) if shape == "dynamic"
-        else dict(num_draft=3))
-  drafter = EagleDrafter(sampling=samp, head=head, adapt=FAST, **kw)
+  drafter = (EagleTreeDrafter(depth=3, top_k=3, total_tokens=8, sampling=samp, head=head,
+                              adapt=FAST)
+             if shape == "dynamic" else EagleDrafter(3, samp, head=head, adapt=FAST))
   prompt = [1, 2, 3, 4, 5]
   res = speculative_generate(target, tp, drafter, params, verifiers.get("lossless"),
                              [prompt] * 1500, max_new_tokens=8, sampling=samp,

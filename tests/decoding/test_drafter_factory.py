@@ -56,7 +56,7 @@ def test_every_kind_builds_its_drafter(sources):
   with pytest.raises(ValueError, match="exactly one of paths= .* or branching="):
     df.make_drafter("rsd_tree", SAMP, src)
   built = {type(df.make_drafter(k, SAMP, src, num_draft=2, paths=((0,),))[0]) for k in df.KINDS}
-  assert len(built) == 5  # eagle_chain and eagle_tree are both EagleDrafters
+  assert len(built) == 7  # one class per kind, but tree and rsd_tree are LMTreeDrafters
 
 
 def test_aliases_are_the_documented_names(sources):
@@ -109,8 +109,8 @@ def test_bad_names_and_missing_models_fail_early(sources):
   assert d.num_draft == 3
 
 
-DRAFTER_CLASSES = {"LMDrafter", "LMTreeDrafter", "EagleDrafter", "PromptLookupDrafter",
-                   "SuffixTreeDrafter"}
+DRAFTER_CLASSES = {"LMDrafter", "LMTreeDrafter", "EagleDrafter", "EagleTreeDrafter",
+                   "EagleStaticTreeDrafter", "PromptLookupDrafter", "SuffixTreeDrafter"}
 
 
 def _direct_constructions(source: str) -> list:

@@ -14,6 +14,7 @@ from specjax import verifiers
 from specjax.data.batching import Batcher
 from specjax.decoding.autoregressive import generate
 from specjax.decoding.eagle_drafter import EagleDrafter
+from specjax.decoding.eagle_trees import EagleStaticTreeDrafter, EagleTreeDrafter
 from specjax.distributions import SamplingConfig
 from specjax.decoding.speculative import speculative_generate
 from specjax.models import eagle, eagle_io
@@ -97,8 +98,10 @@ def make_reference(head, target, k):
   return ref
 
 
-@pytest.mark.parametrize("kind,reduced", [pytest.param("eagle1", False, marks=pytest.mark.slow),
-                                           ("eagle3", True)])
+# CI's slow step (the default suite keeps an EAGLE chain in the loop through
+# tests/decoding/test_adaptation.py's greedy identity, frozen and adapting).
+@pytest.mark.slow
+@pytest.mark.parametrize("kind,reduced", [("eagle1", False), ("eagle3", True)])
 def test_drafter_cache_bookkeeping_matches_recompute(kind, reduced):
   """prefill -> (draft, commit n+1 tokens) steps with per-row counts reproduce the
   drafts of a head recomputed from scratch on each row's committed context."""
@@ -165,8 +168,7 @@ def test_tree_drafts_are_valid_and_static_tree_matches_chain():
   hid = _features(target, tp, head.config.target_layers, seqs)
   prev, last = seqs[jnp.arange(2), lengths - 1], seqs[jnp.arange(2), lengths]
   keys = jax.random.split(jax.random.key(0), 2)
-  dyn = EagleDrafter(depth=3, sampling=GREEDY, head=head, tree_kind="dynamic", top_k=3,
-                     total_tokens=10)
+  dyn = EagleTreeDrafter(depth=3, sampling=GREEDY, head=head, top_k=3, total_tokens=10)
   assert dyn.tree and dyn.tokens_per_step == 11
   run = lambda d: jax.jit(lambda *a: d.propose(
       params, d.prefill(params, seqs, lengths, 24, hid), *a))(prev, last, keys)
@@ -185,8 +187,7 @@ def test_tree_drafts_are_valid_and_static_tree_matches_chain():
       assert row[toks[b, j]] >= np.sort(row)[-3] - 1e-6  # a top-3 (top_k) token of its parent
   # A static tree's greedy spine equals the greedy chain (same masks and positions).
   paths = ((0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0))
-  st = EagleDrafter(sampling=GREEDY, head=head, tree_kind="static",
-                    tree_paths=paths)
+  st = EagleStaticTreeDrafter(sampling=GREEDY, head=head, tree_paths=paths)
   chain = EagleDrafter(num_draft=3, sampling=GREEDY, head=head)
   proposal_s, _ = run(st)
   tree_s, qn_s = proposal_s.tree, proposal_s.q_node
@@ -200,19 +201,16 @@ def test_tree_drafts_are_valid_and_static_tree_matches_chain():
   spine = np.asarray(tree_s.tokens)[:, [0, 2, 5]]  # nodes (0,), (0,0), (0,0,0)
   assert np.array_equal(spine, np.asarray(x))
   with pytest.raises(ValueError, match="total_tokens"):
-    EagleDrafter(depth=2, sampling=GREEDY, head=head, tree_kind="dynamic", top_k=2,
-                 total_tokens=7)
-  # One name per size: K is a chain's num_draft, a tree's longest path its depth.
+    EagleTreeDrafter(depth=2, sampling=GREEDY, head=head, top_k=2, total_tokens=7)
+  # One name per size: K is a chain's num_draft, a tree's longest path its depth (one
+  # class per shape: a chain has no depth, a tree no num_draft).
   assert (chain.max_accepted, dyn.max_accepted, st.max_accepted, st.depth) == (3, 3, 3, 3)
-  with pytest.raises(ValueError, match="num_draft=3 is a chain's K; a dynamic tree takes depth"):
-    EagleDrafter(3, GREEDY, head=head, tree_kind="dynamic", top_k=3, total_tokens=10)
-  with pytest.raises(ValueError, match="depth=3 is for trees"):
+  with pytest.raises(TypeError, match="depth"):
     EagleDrafter(3, GREEDY, head=head, depth=3)
   with pytest.raises(ValueError, match="depth=2 must equal the static tree depth 3"):
-    EagleDrafter(head=head, tree_kind="static", tree_paths=paths, depth=2)
+    EagleStaticTreeDrafter(head=head, tree_paths=paths, depth=2)
   # Trees draft top-k deterministically: sampling is optional (it only shapes q_node).
-  assert EagleDrafter(depth=3, head=head, tree_kind="dynamic", top_k=3,
-                      total_tokens=10).sampling == GREEDY
+  assert EagleTreeDrafter(depth=3, head=head, top_k=3, total_tokens=10).sampling == GREEDY
 
 
 # The EAGLE-1 chain runs in CI's slow step: chains keep their default-suite lossless
@@ -225,9 +223,8 @@ def test_tree_drafts_are_valid_and_static_tree_matches_chain():
 def test_greedy_speculative_equals_target(kind, reduced, tree_kind):
   target, tp = eagle_target()
   head, p, d2t = eagle_head(kind, reduced)
-  kw = (dict(depth=3, tree_kind="dynamic", top_k=3, total_tokens=8) if tree_kind == "dynamic"
-        else dict(num_draft=3))
-  drafter = EagleDrafter(sampling=GREEDY, head=head, **kw)
+  drafter = (EagleTreeDrafter(depth=3, top_k=3, total_tokens=8, sampling=GREEDY, head=head)
+             if tree_kind == "dynamic" else EagleDrafter(3, GREEDY, head=head))
   params = EagleDrafter.make_params(p, target, tp, d2t)
   prompts = [[1, 2, 3, 4, 5], [7, 8], [3, 3, 3, 9, 10, 11, 12]]
   ref = generate(target, tp, prompts, max_new_tokens=16, eos_token_id=None).to_lists()
@@ -419,9 +416,8 @@ def test_sampled_lossless_eagle_reproduces_target_distribution(kind, reduced, tr
   target, tp = eagle_target()
   head, p, d2t = eagle_head(kind, reduced)
   samp = SamplingConfig(temperature=1.0)
-  kw = (dict(depth=3, tree_kind="dynamic", top_k=3, total_tokens=8) if tree_kind == "dynamic"
-        else dict(num_draft=3))
-  drafter = EagleDrafter(sampling=samp, head=head, **kw)
+  drafter = (EagleTreeDrafter(depth=3, top_k=3, total_tokens=8, sampling=samp, head=head)
+             if tree_kind == "dynamic" else EagleDrafter(3, samp, head=head))
   params = EagleDrafter.make_params(p, target, tp, d2t)
   prompt = [1, 2, 3, 4, 5]
   res = speculative_generate(target, tp, drafter, params, verifiers.get("lossless"),

@@ -200,15 +200,21 @@ def test_constant_branching_and_drafter_arguments(pair):
   _, _, draft, _ = pair
   with pytest.raises(ValueError, match="children='iid'"):
     LMTreeDrafter(draft, paths=((0,),), children="iid")
+  # Sampled children exist only for static trees (a chain samples its drafts under
+  # ``sampling``; the dynamic tree keeps the most likely candidates, which would no longer
+  # follow q): the chain and dynamic-tree drafters have no ``children`` to set.
   from specjax.decoding.eagle_drafter import EagleDrafter
+  from specjax.decoding.eagle_trees import EagleStaticTreeDrafter, EagleTreeDrafter
   from specjax.models import eagle
   from tests.helpers import TC
   head = eagle.EagleHead(eagle.EagleConfig.for_target(TC, "eagle3"))
-  with pytest.raises(ValueError, match="needs tree_kind='static'.*dynamic"):
-    EagleDrafter(depth=2, head=head, tree_kind="dynamic", top_k=2, total_tokens=4,
-                 children="sampled")
-  with pytest.raises(ValueError, match="needs tree_kind='static'.*chain"):
-    EagleDrafter(2, T1, head=head, children="sampled")
+  for make in (lambda: EagleTreeDrafter(depth=2, head=head, top_k=2, total_tokens=4,
+                                        children="sampled"),
+               lambda: EagleDrafter(2, T1, head=head, children="sampled")):
+    with pytest.raises(TypeError, match="children"):
+      make()
+  with pytest.raises(ValueError, match="children='iid'"):
+    EagleStaticTreeDrafter(head=head, tree_paths=((0,),), children="iid")
 
 
 def test_sampled_proposal_carries_each_siblings_law(pair):
@@ -250,14 +256,15 @@ def test_sampled_trees_keep_greedy_identity_in_the_loop(pair):
 @pytest.mark.slow  # ~20 s: one EAGLE loop compile
 def test_sampled_eagle_static_tree_keeps_greedy_identity():
   from specjax.decoding.eagle_drafter import EagleDrafter
+  from specjax.decoding.eagle_trees import EagleStaticTreeDrafter
   from tests.helpers import eagle_head, eagle_target
   target, tp = eagle_target()
   head, hp, d2t = eagle_head("eagle3", reduced=True)
   params = EagleDrafter.make_params(hp, target, tp, d2t)
   prompts = ragged_prompts(4, 32, seed=2)
   ref = generate(target, tp, prompts, max_new_tokens=12, eos_token_id=None).to_lists()
-  d = EagleDrafter(sampling=T1, head=head, tree_kind="static",
-                   tree_paths=constant_branching((3, 2)), children="sampled")
+  d = EagleStaticTreeDrafter(sampling=T1, head=head, tree_paths=constant_branching((3, 2)),
+                             children="sampled")
   out = speculative_generate(target, tp, d, params, LOSSLESS, prompts, max_new_tokens=12,
                              eos_token_id=None, key=jax.random.key(2))
   assert out.to_lists() == ref

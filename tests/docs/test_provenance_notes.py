@@ -3,7 +3,8 @@
 Broken variants caught: a note that calls a dirty-tree or unstamped record
 "committed tree" (it would let it decide); a table that loses its note; a rerun
 command that keeps ``speed_smollm2``'s recorded command, which today runs 96 tokens
-instead of the record's 128; the main job's 4-prompt table printing verdicts.
+instead of the record's 128; an acceptance command that today runs a 16-node tree
+instead of the record's 24; the main job's 4-prompt table printing verdicts.
 """
 
 import json
@@ -95,3 +96,20 @@ def test_a_moved_record_reruns_into_its_own_directory():
   assert same.pinned == () and commands.moved_output_rerun("python -m x", rel).pinned == ()
   text = tables.TABLES["acceptance_smollm2"]()
   assert "recorded as `python -m experiments.acceptance --drafters=lookup_chain," in text
+
+
+def test_an_acceptance_record_reruns_with_its_tree():
+  """The broken variant: an acceptance command that left --eagle_total_tokens at the
+  default of its day (24), which today (16) would rerun every cell under new keys."""
+  cmd = "python -m experiments.acceptance --drafters=eagle_tree"
+  cell = lambda kind, tree: {"config": {"kind": kind},
+                             "key": f"x|sharegpt|T=0|m|d|e|K=5|tree={tree}|n=16"}
+  recs = [cell("eagle_tree", "5,8,24"), cell("suffix_tree", "4,8,16")]
+  got = commands.acceptance_tree_rerun(cmd, recs)
+  assert got.rerun == cmd + " --eagle_total_tokens=24" and "`tree=5,8,24`" in got.why
+  assert commands.acceptance_tree_rerun(cmd + " --eagle_total_tokens=24", recs).pinned == ()
+  assert commands.acceptance_tree_rerun(cmd, [cell("eagle_tree", "5,8,16")]).pinned == ()
+  assert commands.acceptance_tree_rerun("python -m x", recs).pinned == ()
+  text = tables.TABLES["acceptance_smollm2"]()
+  assert ("`python -m experiments.acceptance --output_dir=benchmarks/results/acceptance_smollm2"
+          " --eagle_total_tokens=24`") in text

@@ -7,6 +7,7 @@ import functools
 import os
 
 import pytest
+from absl import flags
 
 from experiments import render_results as rr
 from experiments.results.tables import TABLES
@@ -84,5 +85,15 @@ def test_check_exits_nonzero_on_a_stale_doc(tmp_path):
     (tmp_path / rel).write_text(text)
   # the tables read their records from the repository, the docs from tmp_path
   check, write = ["--check", f"--root={tmp_path}"], [f"--root={tmp_path}"]
-  assert rr.main(check, RENDERED_ONCE) == 1
-  assert rr.main(write, RENDERED_ONCE) == 0 and rr.main(check, RENDERED_ONCE) == 0
+  assert _render(check) == 1
+  assert _render(write) == 0 and _render(check) == 0
+
+
+def _render(argv: list) -> int:
+  """``experiments.render_results`` on the command line ``argv`` (its flags parsed on a
+  fresh FlagValues), the tables rendered once per process."""
+  fv = flags.FlagValues()
+  rr.SPECS.define(fv)
+  fv(["render_results", *argv])
+  (spec,) = rr.SPECS.build(fv)
+  return rr.render(spec, RENDERED_ONCE)

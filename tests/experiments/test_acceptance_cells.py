@@ -8,6 +8,7 @@ from experiments.common.bootstrap import paired_ratio_gain, pooled_paired_ratio_
 from experiments.compare import acceptance
 
 
+@pytest.mark.slow  # 7 s of loop compilation: CI's slow step
 def test_cell_on_a_tiny_target_counts_every_target_call():
   from experiments.common.model_sets import TinySpec, load_model_set
   ms = load_model_set("tiny", eagle="", tiny=TinySpec(vocab_size=64))

@@ -61,7 +61,7 @@ def test_main_job_on_default_models(tmp_path):
 
 BAD_FLAGS = [  # (command line, what the error must say)
     ("--drafters=chain,medusa", "--drafters="),
-    ("--temperatures=0,hot", "--temperatures: 'hot'"),
+    ("--temperatures=0,hot", "--temperatures=0,hot: 'hot' is not a float"),
     ("--k=0", "--k"),
     ("--model=/nowhere/model.gguf", "--model='/nowhere/model.gguf'"),
     ("--eagle=eagle9", "--eagle='eagle9'"),
@@ -71,7 +71,7 @@ BAD_FLAGS = [  # (command line, what the error must say)
     ("--policies=adaedl:lam=1.5", "lam=1.5 is outside the allowed range"),
     ("--policies=adaedl:gamma=0.2", "['gamma'] unknown; allowed: entropy_factor"),
     ("--k=2 --policies=adaedl:min_draft=3", "min_draft=3 must be in [0, K=2]"),
-    ("--mesh_model=2", "--mesh_model=2 needs a mesh"),
+    ("--mesh_model=2", "--mesh_model=2: needs a mesh"),
     ("--num_processes=2", "--coordinator_address=None must be 'host:port'"),
     ("--num_processes=2 --coordinator_address=localhost:1 --process_id=5",
      "--process_id=5 must be an integer in [0, 2)"),

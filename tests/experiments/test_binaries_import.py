@@ -62,7 +62,7 @@ def test_every_binary_imports_together_without_defining_flags(tmp_path):
 
   modules = _modules("experiments", "benchmarks")
   for binary in ("experiments.benchmark", "experiments.acceptance", "benchmarks.speculative",
-                 "benchmarks.sv_batch_sweep", "benchmarks.loop_ab", "experiments.configs.compare"):
+                 "benchmarks.sv_batch_sweep", "benchmarks.round_cost", "experiments.configs.compare"):
     assert binary in modules
   got = _import_all(modules)
   assert got == {"defined": {}, "failed": {}}

@@ -203,6 +203,66 @@ def test_default_rows_and_sweep_rows(tmp_path):
   assert cv.parse_rules("all, mars:theta=0.8:guard=false") == expect
 
 
+
+def test_rows_say_whether_they_hold_k_or_a_depth(monkeypatch):
+  """A chain row holds num_draft (K, key ``K=``), a tree row depth (key ``D=``, no
+  num_draft), a target row num_draft 0; the wrong size is refused; draft_depth,
+  the table's K column and evaluation.build read new rows and old tree records
+  (depth in num_draft) alike."""
+  from experiments.common import reports, rows
+  from experiments.compare import evaluation
+  from experiments.configs import compare
+  c = compare.get_config()
+  c.drafters = ("chain", "tree", "eagle_chain", "eagle_tree", "suffix_tree", "rsd_tree")
+  c.num_draft, c.tree_paths, c.eagle_depth = 3, "[[0], [1], [0, 0]]", 5
+  c.eagle_dir = "eagle3"
+  all_rows = rows.default_rows(c)
+  depth = {"chain": 3, "tree": 2, "rsd_tree": 2, "eagle_tree": 5, "eagle_chain": 3,
+           "suffix_tree": int(c.suffix_depth)}
+  assert {r["drafter"] for r in all_rows} == set(depth) | {"-"}
+  for r in all_rows:
+    d = r["drafter"]
+    if d == "-":
+      assert r["num_draft"] == 0 and "depth" not in r and "|K=0|" in r["key"]
+    elif d in ("chain", "eagle_chain"):
+      assert r["num_draft"] == depth[d] and "depth" not in r, r
+      assert f"|K={depth[d]}|" in r["key"]
+    else:
+      assert r["depth"] == depth[d] and "num_draft" not in r, r
+      assert f"|D={depth[d]}|" in r["key"] and "|K=" not in r["key"]
+    assert rows.draft_depth(r) == (depth[d] if d != "-" else 0)
+  assert rows.drafter_size(c, "eagle_tree") == {"depth": 5}
+  assert rows.drafter_size(c, "chain") == {"num_draft": 3}
+  with pytest.raises(ValueError, match="drafts trees: its row takes depth="):
+    rows.make_row(c, kind="spec", drafter="tree", temperature=0.0, num_draft=2)
+  with pytest.raises(ValueError, match="drafts chains: its row takes num_draft="):
+    rows.make_row(c, kind="spec", drafter="chain", temperature=0.0, depth=2)
+  # An old tree record: the depth in num_draft.
+  old = {"kind": "spec", "method": "lossless", "rule": "lossless", "hparams": {},
+         "baseline": False, "drafter": "eagle_tree", "temperature": 0.0, "num_draft": 5}
+  new = {k: v for k, v in old.items() if k != "num_draft"} | {"depth": 5}
+  assert rows.draft_depth(old) == rows.draft_depth(new) == 5
+  table = reports.markdown_table([{"config": x, "result": {"tau": 2.0}} for x in (old, new)])
+  assert table.count("| lossless | eagle_tree | 0 | 5 | 2.00 |") == 2
+  # evaluation.build: num_draft= for a chain, depth= for a tree (old records too).
+  seen = []
+
+  def fake_make_drafter(name, samp, sources, **kw):
+    seen.append((name, {k: kw.get(k) for k in ("num_draft", "depth")}))
+    return None, None
+
+  monkeypatch.setattr("specjax.decoding.drafter_factory.make_drafter", fake_make_drafter)
+
+  class Ctx:
+    sources, eagle = None, object()
+  Ctx.c = c
+  chain = next(r for r in all_rows if r["drafter"] == "chain")
+  for row in (chain, new, old):
+    evaluation.build(Ctx, row)
+  assert seen == [("chain", {"num_draft": 3, "depth": None}),
+                  ("eagle_tree", {"num_draft": None, "depth": 5}),
+                  ("eagle_tree", {"num_draft": None, "depth": 5})]
+
 def test_plots_from_records(tmp_path):
   from experiments.common import reports as cv
   recs = []

@@ -21,6 +21,7 @@ from experiments.propositions.first_step_law import first_step_laws, first_token
 from specjax import verifiers
 from specjax.decoding.drafters import LMDrafter, LMTreeDrafter
 from specjax.decoding.eagle_drafter import EagleDrafter
+from specjax.decoding.eagle_trees import EagleTreeDrafter
 from specjax.decoding.speculative import speculative_generate
 from specjax.distributions import SamplingConfig
 from tests.helpers import tiny_pair
@@ -43,7 +44,7 @@ def _eagle_case():
   head, hp, d2t = eagle_head("eagle3", reduced=True)
   # top_k 3 and 4 nodes: the dynamic tree keeps 2 of the 3 root children here (a deeper
   # node outscores the third), so the law reads 2 candidates and skips 2 slots (-1)
-  drafter = EagleDrafter(depth=3, sampling=T1, head=head, tree_kind="dynamic", top_k=3,
+  drafter = EagleTreeDrafter(depth=3, sampling=T1, head=head, top_k=3,
                          total_tokens=4)
   return target, tp, drafter, EagleDrafter.make_params(hp, target, tp, d2t)
 
@@ -100,11 +101,11 @@ def test_laws_match_the_loop(lm_models, case):
 TYPICAL_EPS = {"sampled_chain": 0.2, "greedy_chain": 0.2, "static_tree": 0.2, "eagle_tree": 0.01}
 
 
-# The static tree runs in CI's slow step (tests/verifiers/test_tree.py enumerates static trees'
+# The trees run in CI's slow step (tests/verifiers/test_tree.py enumerates static trees'
 # laws in the default suite).
 @pytest.mark.parametrize("case", ["sampled_chain", "greedy_chain",
                                   pytest.param("static_tree", marks=pytest.mark.slow),
-                                  "eagle_tree"])
+                                  pytest.param("eagle_tree", marks=pytest.mark.slow)])
 def test_lossless_law_is_the_target_and_truncation_keeps_its_baseline_support(lm_models, case):
   """Lossless: law == p (its baseline) at every context, for every drafter kind; the
   hard-gate truncation rules put no mass outside A, so their KL to p_A is finite."""

@@ -1,6 +1,7 @@
-"""Screen-then-sample HumanEval (experiments/humaneval_screen.py): the stages'
-configurations and keys, the screening selection, the paired statistic and its
-predicted power -- offline (tiny random models, synthetic records; no sandbox)."""
+"""Screen-then-sample HumanEval (experiments/humaneval/screen.py, the design of
+experiments/humaneval_screen.py): the stages' configurations and keys, the screening
+selection, the paired statistic and its predicted power -- offline (tiny random models,
+synthetic records; no sandbox)."""
 
 import os
 import subprocess
@@ -9,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from experiments import humaneval_screen as hs
+from experiments.humaneval import screen as hs
 from experiments.humaneval.methods import parse_methods
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

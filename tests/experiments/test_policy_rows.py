@@ -61,6 +61,10 @@ def test_policy_rows_for_chain_drafters_only_and_stable_keys():
   policy, params = build_policy(pol[0])
   assert policy.num_draft == c.num_draft and float(params.lam) == 0.6
   assert build_policy(base[1]) == (None, None)
+  tree = next(r for r in base if r["drafter"] == "tree")  # a depth, no K
+  assert "num_draft" not in tree and build_policy(tree) == (None, None)
+  with pytest.raises(ValueError, match="chooses verify lengths of chains"):
+    build_policy(dict(tree, policy="adaedl", policy_hparams={"lam": 0.6}))
 
 
 def test_sweeps_take_policies():

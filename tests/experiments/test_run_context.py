@@ -103,7 +103,7 @@ def test_real_model_context(ctx):
   text = ctx.tokenizer.decode(list(ctx.prompts[0].ids), skip_special_tokens=False)
   assert text.startswith("<|im_start|>user\n" + MESSAGES[0]) and text.endswith("assistant\n")
   c = ctx.c
-  row = rows.make_row(c, kind="spec", drafter="eagle_tree", temperature=0.0, num_draft=2,
+  row = rows.make_row(c, kind="spec", drafter="eagle_tree", temperature=0.0, depth=2,
                       rule="lossless")
   res = evaluation.evaluate_row(ctx, row)
   assert "parse_frac" not in res and res["agree_exact"] == 1.0  # greedy lossless == target
@@ -142,7 +142,7 @@ def test_undefined_pair_is_a_row_with_a_reason(ctx, monkeypatch):
   monkeypatch.setattr(evaluation, "build", build)
   c = ctx.c
   c.drafters = ("tree",)
-  row = rows.make_row(c, kind="spec", drafter="tree", temperature=0.0, num_draft=2,
+  row = rows.make_row(c, kind="spec", drafter="tree", temperature=0.0, depth=2,
                       rule="cos", hparams={"lam": 0.4})
   res = evaluation.evaluate_row(ctx, row)
   assert set(res) == {"skipped"} and "needs the drafter's full distribution" in res["skipped"]

@@ -90,6 +90,7 @@ def _eagle_outputs() -> dict:
 
   from specjax import verifiers
   from specjax.decoding.eagle_drafter import EagleDrafter
+  from specjax.decoding.eagle_trees import EagleTreeDrafter
   from specjax.distributions import SamplingConfig
   from specjax.decoding.speculative import speculative_generate
   from specjax.models import eagle
@@ -116,7 +117,7 @@ def _eagle_outputs() -> dict:
       rule, key = verifiers.get("lossless"), None
     else:  # sampled EAGLE-2 dynamic tree, CoS (needs the node distribution)
       s = SamplingConfig(temperature=1.0)
-      drafter = EagleDrafter(depth=3, sampling=s, head=head, tree_kind="dynamic", top_k=3,
+      drafter = EagleTreeDrafter(depth=3, sampling=s, head=head, top_k=3,
                              total_tokens=8)
       rule, key = verifiers.get("cos", lam=0.5), jax.random.key(7)
     res = speculative_generate(target, tp, drafter, params, rule, prompts, max_new_tokens=12,

@@ -39,6 +39,7 @@ from specjax import verifiers
 from specjax.decoding.autoregressive import generate
 from specjax.decoding.drafters import LMDrafter
 from specjax.decoding.eagle_drafter import EagleDrafter
+from specjax.decoding.eagle_trees import EagleTreeDrafter
 from specjax.decoding.speculative import speculative_generate
 from specjax.distributions import SamplingConfig
 from specjax.models import drafter_assets
@@ -69,7 +70,7 @@ def _drafters(ms, sampling):
     head, hp, d2t = ms.eagle
     params = EagleDrafter.make_params(hp, ms.target, ms.target_params, d2t)
     out["eagle3_chain"] = (EagleDrafter(4, sampling, head=head), params)
-    out["eagle3_tree"] = (EagleDrafter(depth=5, sampling=sampling, head=head, tree_kind="dynamic", top_k=6,
+    out["eagle3_tree"] = (EagleTreeDrafter(depth=5, sampling=sampling, head=head, top_k=6,
                                        total_tokens=16), params)
   return out
 

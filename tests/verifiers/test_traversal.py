@@ -443,6 +443,7 @@ def pair():
   return tiny_pair(vocab=32)
 
 
+@pytest.mark.slow  # the default suite checks traversal's law by enumeration; CI's slow step
 def test_traversal_greedy_equals_target_greedy_static_tree(pair):
   """speculative_generate with verifiers.get('traversal') on a static top-k tree at
   T = 0, a batch of 5 ragged prompts: the output is the target's greedy output and some
@@ -462,10 +463,11 @@ def test_traversal_greedy_equals_target_greedy_eagle_dynamic_tree():
   """The same on an EAGLE-2 dynamic tree (top_k 3, depth 3, 8 nodes), batch of 3, and
   traversal on a chain drafter (where it is block verification)."""
   from specjax.decoding.eagle_drafter import EagleDrafter
+  from specjax.decoding.eagle_trees import EagleTreeDrafter
   from tests.helpers import eagle_head, eagle_target
   target, tp = eagle_target()
   head, p, d2t = eagle_head("eagle3", True)
-  drafter = EagleDrafter(sampling=GREEDY, head=head, depth=3, tree_kind="dynamic", top_k=3,
+  drafter = EagleTreeDrafter(sampling=GREEDY, head=head, depth=3, top_k=3,
                          total_tokens=8)
   params = EagleDrafter.make_params(p, target, tp, d2t)
   prompts = [[1, 2, 3, 4, 5], [7, 8], [3, 3, 3, 9, 10, 11, 12]]
