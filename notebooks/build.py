@@ -789,17 +789,18 @@ def _meta():
           "colab": {"provenance": []}}
 
 
-def execute(paths, full: bool = False):
-  """Execute notebooks, printing each one's wall time.
+def execute(notebooks: dict, full: bool = False):
+  """Execute notebooks (``{path: built notebook}``), printing each one's wall time.
 
   Default: the small CI settings, each executed copy written to
   /tmp/executed_NAME (the committed notebook is left as built). With ``full``
   (``--full`` on the command line): SPECJAX_NOTEBOOK_FULL=1 (the kernel inherits the
-  environment) and the executed notebook, outputs and figures included, is
-  written back in place -- the committed notebooks carry the full-settings
-  outputs, so a reader sees the figures without running anything. Notebooks 02
-  and 03 also write their records at the full settings (module docstring), naming
-  this process's command line (``SPECJAX_NOTEBOOK_COMMAND``) as theirs.
+  environment) and the executed notebooks, outputs and figures included, are
+  written back in place once every one has run -- the committed notebooks carry
+  the full-settings outputs, so a reader sees the figures without running
+  anything, and no notebook file changes while another one runs, so the records
+  notebooks 02 and 03 write (module docstring) see the committed tree as it is.
+  They name this process's command line (``SPECJAX_NOTEBOOK_COMMAND``) as theirs.
   """
   import os
   import time
@@ -811,13 +812,16 @@ def execute(paths, full: bool = False):
     os.environ.pop("SPECJAX_NOTEBOOK_FULL", None)
   # the command the records of 02 and 03 name (the kernel's own argv is ipykernel's)
   os.environ["SPECJAX_NOTEBOOK_COMMAND"] = shlex.join(["python", *sys.argv])
-  for path in paths:
-    nb = nbformat.read(path, as_version=4)
+  for path, nb in notebooks.items():
     t0 = time.time()
     NotebookClient(nb, timeout=3600 if full else 900, kernel_name="python3",
                    resources={"metadata": {"path": "."}}).execute()
     print(f"executed {path} ({'full' if full else 'CI'} settings) in {time.time() - t0:.1f}s")
-    nbformat.write(nb, path if full else "/tmp/executed_" + os.path.basename(path))
+    if not full:
+      nbformat.write(nb, "/tmp/executed_" + os.path.basename(path))
+  if full:
+    for path, nb in notebooks.items():
+      nbformat.write(nb, path)
 
 
 def main():
@@ -827,15 +831,15 @@ def main():
            "notebooks/02_mars_margins.ipynb": nb02(),
            "notebooks/03_lossy_verification.ipynb": nb03()}
   only = [a for a in sys.argv[1:] if not a.startswith("--")]
-  for path, nb in paths.items():
-    if only and not any(o in path for o in only):
-      continue
+  chosen = {p: nb for p, nb in paths.items() if not only or any(o in p for o in only)}
+  full = "--execute" in sys.argv and "--full" in sys.argv
+  for path, nb in chosen.items():
     nbformat.validate(nb)
-    nbformat.write(nb, path)
-    print("wrote", path)
+    if not full:  # a full run writes its executed notebooks at the end
+      nbformat.write(nb, path)
+      print("wrote", path)
   if "--execute" in sys.argv:
-    execute([p for p in paths if not only or any(o in p for o in only)],
-            full="--full" in sys.argv)
+    execute(chosen, full=full)
 
 
 if __name__ == "__main__":

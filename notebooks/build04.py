@@ -257,7 +257,9 @@ def nb04():
 if __name__ == "__main__":
   nb = nb04()
   nbformat.validate(nb)
-  nbformat.write(nb, PATH)
-  print("wrote", PATH)
+  full = "--execute" in sys.argv and "--full" in sys.argv
+  if not full:  # a full run writes its executed notebook at the end
+    nbformat.write(nb, PATH)
+    print("wrote", PATH)
   if "--execute" in sys.argv:
-    execute([PATH], full="--full" in sys.argv)
+    execute({PATH: nb}, full=full)
