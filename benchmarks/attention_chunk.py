@@ -73,11 +73,15 @@ class Run:
 def define_flags():
   """The flags of this binary, defined on its main path only."""
   SPECS.define()
+  from experiments.common import cli
+  cli.define_decision_flag()
 
 
 def main(argv):
   del argv
   r = Run(*SPECS.build())
+  from experiments.common import cli
+  cli.apply_decision_flag()  # --decision: refuse a dirty tree, before anything is measured
   short, long, repeats = r.bench.short, r.bench.long, r.timing.repeats
   import jax
   import numpy as np

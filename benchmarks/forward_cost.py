@@ -73,6 +73,8 @@ class Run:
 def define_flags():
   """The flags of this binary, defined on its main path only."""
   SPECS.define()
+  from experiments.common import cli
+  cli.define_decision_flag()
 
 
 def _load(r: Run):
@@ -90,6 +92,8 @@ def _load(r: Run):
 def main(argv):
   del argv
   r = Run(*SPECS.build())
+  from experiments.common import cli
+  cli.apply_decision_flag()  # --decision: refuse a dirty tree, before anything is measured
   tokens, batches = list(r.tokens.tokens), list(r.batch_sizes.batch_sizes)
   contexts, dtype, repeats = list(r.bench.contexts), r.dtype.dtype, r.timing.repeats
   weights = list(r.bench.param_dtypes) or [dtype]

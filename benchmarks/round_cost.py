@@ -102,6 +102,8 @@ def define_flags() -> None:
   """The flags of this binary, defined on its main path only (never at import:
   several binaries share one process in the tests; experiments/common/cli.py)."""
   SPECS.define()
+  from experiments.common import cli
+  cli.define_decision_flag()
 
 
 def check_run(r) -> None:
@@ -121,6 +123,8 @@ def build_run() -> Run:
   """The validated specs of the parsed flags (a bad value is ``app.UsageError``)."""
   r = Run(*SPECS.build())
   check_run(r)
+  from experiments.common import cli
+  cli.apply_decision_flag()  # --decision: refuse a dirty tree, before anything is measured
   return r
 
 

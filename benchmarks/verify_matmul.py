@@ -66,6 +66,8 @@ def define_flags() -> None:
   """The flags of this binary, defined on its main path only (never at import:
   several binaries share one process in the tests; experiments/common/cli.py)."""
   SPECS.define()
+  from experiments.common import cli
+  cli.define_decision_flag()
 
 
 def _weights(kind: str):
@@ -120,6 +122,8 @@ def _product(kind: str):
 def run() -> None:
   """Time every (formulation, T), print the table, write ``--output``."""
   r = Run(*SPECS.build())
+  from experiments.common import cli
+  cli.apply_decision_flag()  # --decision: refuse a dirty tree, before anything is measured
   tokens, kinds, repeats = r.tokens.tokens, r.matmul.formulations, r.timing.repeats
   import jax
   import jax.numpy as jnp

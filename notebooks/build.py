@@ -102,10 +102,13 @@ def save_record(name, values):
     """values with the run's provenance (STAMP, finished now) and the sha256 of the model
     files it loaded. Full settings, in a checkout: written to
     benchmarks/results/notebooks/<name>.json, which experiments/results/notebook_tables.py
-    reads; CI settings (or no checkout): printed only, nothing written."""
+    reads (a full build run first collects them in SPECJAX_NOTEBOOK_RECORD_DIR and moves
+    them there once every notebook has run, so no record file changes while a later
+    notebook stamps its tree); CI settings (or no checkout): printed only."""
     record = provenance.stamped({"notebook": f"notebooks/{name}.ipynb", **values}, STAMP,
                                 ms.sources)
-    out = os.path.join(ROOT, "benchmarks", "results", "notebooks", name + ".json")
+    out = os.path.join(os.environ.get("SPECJAX_NOTEBOOK_RECORD_DIR")
+                       or os.path.join(ROOT, "benchmarks", "results", "notebooks"), name + ".json")
     if FULL and os.path.isdir(os.path.join(ROOT, "benchmarks", "results")):
         os.makedirs(os.path.dirname(out), exist_ok=True)
         with open(out, "w") as f:
@@ -812,6 +815,10 @@ def execute(notebooks: dict, full: bool = False):
     os.environ.pop("SPECJAX_NOTEBOOK_FULL", None)
   # the command the records of 02 and 03 name (the kernel's own argv is ipykernel's)
   os.environ["SPECJAX_NOTEBOOK_COMMAND"] = shlex.join(["python", *sys.argv])
+  import shutil
+  import tempfile
+  staged = tempfile.mkdtemp(prefix="specjax_notebook_records_")
+  os.environ["SPECJAX_NOTEBOOK_RECORD_DIR"] = staged
   for path, nb in notebooks.items():
     t0 = time.time()
     NotebookClient(nb, timeout=3600 if full else 900, kernel_name="python3",
@@ -822,6 +829,9 @@ def execute(notebooks: dict, full: bool = False):
   if full:
     for path, nb in notebooks.items():
       nbformat.write(nb, path)
+    for name in sorted(os.listdir(staged)):  # the records, once every notebook has run
+      shutil.move(os.path.join(staged, name),
+                  os.path.join("benchmarks", "results", "notebooks", name))
 
 
 def main():

@@ -5,7 +5,9 @@ head's tau against the frozen one's (paired over sessions, corrected over the
 column), and the decode-phase speedups of both over target-only decoding timed beside
 them.
 
-Record: ``benchmarks/results/online_adaptation/smollm2.json``.
+Records: ``benchmarks/results/online_adaptation/smollm2.json`` (short sessions) and
+``smollm2_long.json`` (sessions of eight user turns: the learning curve, with rows
+pooling the turns that start after 1,000 and 2,000 served tokens).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from experiments.results.families import VerdictColumn, family_note
 from experiments.results.markdown import RESULTS, ci, path, table
 
 ONLINE_ADAPTATION = f"{RESULTS}/online_adaptation/smollm2.json"
+ONLINE_ADAPTATION_LONG = f"{RESULTS}/online_adaptation/smollm2_long.json"
 
 
 def _tau_pairs(turns: list, head: str) -> np.ndarray:
@@ -43,21 +46,34 @@ def _time_pairs(turns: list, who: str) -> np.ndarray:
 
 
 def _speedup(turns: list, who: str) -> str:
-  g = paired_ratio_gain(_time_pairs(turns, who), _time_pairs(turns, "target"))
+  pairs = _time_pairs(turns, who), _time_pairs(turns, "target")
+  g = paired_ratio_gain(*pairs)
+  if len(pairs[0]) < MIN_SESSIONS:
+    return f"{g['diff'] + 1:.2f}"
   return f"{g['diff'] + 1:.2f} {ci([v + 1 for v in g['ci95']], '.2f')}"
+
+
+# A percentile bootstrap over n sessions has C(2n - 1, n) distinct resamples: 10 for
+# three sessions, 35 for four. Below four the interval is not worth a verdict.
+MIN_SESSIONS = 4
 
 
 def _row(label: str, turns: list, column: VerdictColumn) -> list:
   frozen, adapted = _tau_pairs(turns, "frozen"), _tau_pairs(turns, "adapted")
   tau = lambda x: x[:, 0].sum() / x[:, 1].sum()
   gain = paired_ratio_gain(adapted, frozen)
+  verdict = (column.cell(label, gain) if len(frozen) >= MIN_SESSIONS else
+             f"{gain['diff']:+.3f}: no interval or verdict ({len(frozen)} session(s); a "
+             f"bootstrap needs >= {MIN_SESSIONS})")
   return [label, f"{len(frozen)}", f"{sum(r['tokens'] for r in turns)}",
-          f"{tau(frozen):.2f}", f"{tau(adapted):.2f}", column.cell(label, gain),
+          f"{tau(frozen):.2f}", f"{tau(adapted):.2f}", verdict,
           _speedup(turns, "frozen"), _speedup(turns, "adapted")]
 
 
-def online_adaptation_table(rel: str = ONLINE_ADAPTATION) -> str:
-  """One row per turn index of the sessions, then all turns pooled (module docstring)."""
+def online_adaptation_table(rel: str = ONLINE_ADAPTATION, served_from: tuple = ()) -> str:
+  """One row per turn index of the sessions, then, for each ``served_from`` threshold,
+  the turns that start after at least that many tokens served in their session, then
+  all turns pooled (module docstring)."""
   with open(path(rel)) as f:
     rec = json.load(f)
   turns = rec["turns"]
@@ -65,6 +81,10 @@ def online_adaptation_table(rel: str = ONLINE_ADAPTATION) -> str:
                          "adapting head's tau against the frozen head's on the same sessions")
   rows = [_row(f"turn {t + 1}", [r for r in turns if r["turn"] == t], column)
           for t in sorted({r["turn"] for r in turns})]
+  for least in served_from:
+    later = [r for r in turns if r["served_before"] >= least]
+    if later:
+      rows.append(_row(f"turns after >= {least:,} served tokens", later, column))
   rows.append(_row("all turns", turns, column))
   head = ["turns", "sessions", "tokens", "tau, frozen", "tau, adapting",
           "adapting / frozen tau - 1 [95% CI, paired over sessions], MDE (80% power): verdict",
@@ -80,4 +100,6 @@ def online_adaptation_table(rel: str = ONLINE_ADAPTATION) -> str:
   return table(head, column.fill(rows)) + note + "\n\n" + family_note(column.family())
 
 
-TABLES = {"online_adaptation_smollm2": online_adaptation_table}
+TABLES = {"online_adaptation_smollm2": online_adaptation_table,
+          "online_adaptation_long_smollm2":
+              lambda: online_adaptation_table(ONLINE_ADAPTATION_LONG, served_from=(1000, 2000))}
