@@ -125,7 +125,8 @@ def _convert(spec_cls, f, raw: Any) -> Any:
   return tuple(out)
 
 
-# name -> spec class that owns it, per FlagValues: a knob name belongs to one spec.
+# id(FlagValues) -> (that FlagValues, {name: the spec class that owns it}): a knob name
+# belongs to one spec. The FlagValues is held so that its id is never reused by another.
 _OWNERS: dict = {}
 
 
@@ -151,12 +152,9 @@ class Specs:
       raise ValueError(f"presets={sorted(self.presets)} must give exactly the preset knobs "
                        f"{sorted(wanted)}")
 
-  def knob_names(self) -> list:
-    return [f.name for cls in self.spec_classes for f in fields(cls)]
-
   def define(self, fv: flags.FlagValues = flags.FLAGS) -> None:
     """Define every knob's flag on ``fv`` (once; the owner check spans binaries)."""
-    owners = _OWNERS.setdefault(id(fv), {})
+    owners = _OWNERS.setdefault(id(fv), (fv, {}))[1]
     for cls in self.spec_classes:
       for f in fields(cls):
         owner = owners.get(f.name)
@@ -181,10 +179,6 @@ class Specs:
       except KnobError as e:
         raise app.UsageError(str(e)) from None
     return tuple(out)
-
-  def build_one(self, cls, fv: flags.FlagValues = flags.FLAGS):
-    """The instance of one of this binary's spec classes."""
-    return self.build(fv)[self.spec_classes.index(cls)]
 
 
 # ---- checks a spec's __post_init__ uses ---------------------------------------------------
