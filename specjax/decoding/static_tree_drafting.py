@@ -90,7 +90,10 @@ def draft_static_tree(paths: tuple, root_logits: jax.Array, sampling: SamplingCo
     expanded[rows] = True
   if not sampled:
     q = jax.nn.one_hot(tokens, v, dtype=jnp.float32)
-  q_node = node_distribution(node_logits, sampling)  # [B, N+1, V]
-  if not expanded.all():
-    q_node = jnp.where(jnp.asarray(expanded)[None, :, None], q_node, 0.0)
+  if expanded.all():
+    q_node = node_distribution(node_logits, sampling)  # [B, N+1, V]
+  else:  # only the expanded rows (the leaves' logits were never computed)
+    rows = np.nonzero(expanded)[0]
+    q_node = jnp.zeros_like(node_logits).at[:, rows].set(
+        node_distribution(node_logits[:, rows], sampling))
   return StaticTreeDraft(tokens, q, q_node, carry)
