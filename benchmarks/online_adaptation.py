@@ -207,6 +207,55 @@ def summarize(turns: list) -> dict:
   return out
 
 
+def settings(r: Run, cfg) -> dict:
+  """What a record's sessions depend on: a resumed record must match them all."""
+  return dict(target=r.model.model, k=r.chain.k,
+              adapt={f: getattr(cfg, f) for f in ("every", "steps", "window", "rank",
+                                                   "learning_rate", "label_top_k")},
+              max_new_tokens=r.new_tokens.max_new_tokens, max_context=r.context.max_context,
+              seed=r.seed.seed, turns=r.bench.turns, min_turns=r.bench.min_turns)
+
+
+def _flag(command: str, name: str):
+  """The value of ``--name=...`` in a stored command line, else None."""
+  for part in command.split():
+    if part.startswith(f"--{name}="):
+      return part.split("=", 1)[1]
+  return None
+
+
+def record_settings(rec: dict) -> dict:
+  """:func:`settings` of a stored record (older records name seed / turns /
+  min_turns only in their command line; absent flags take their defaults)."""
+  if "settings" in rec:
+    return rec["settings"]
+  cmd = rec["provenance"]["command"]
+  get = lambda name, default: int(_flag(cmd, name) or default)
+  return dict(target=rec["target"], k=rec["k"], adapt=rec["adapt"],
+              max_new_tokens=rec["max_new_tokens"], max_context=rec["max_context"],
+              seed=get("seed", 0), turns=get("turns", OnlineAdaptationSpec.turns),
+              min_turns=get("min_turns", OnlineAdaptationSpec.min_turns))
+
+
+def resume_from(path: str, want: dict) -> tuple[list, list]:
+  """``(turns, parts)`` already in the record at ``path`` (empty when there is none);
+  UsageError when its settings differ from this run's (naming each)."""
+  if not path or not os.path.exists(path):
+    return [], []
+  import json
+  with open(path) as f:
+    rec = json.load(f)
+  have = record_settings(rec)
+  diff = [f"{k}: record {have.get(k)!r}, this run {v!r}" for k, v in want.items()
+          if have.get(k) != v]
+  if diff:
+    raise app.UsageError(f"--output={path} holds sessions taken with other settings ("
+                         + "; ".join(diff) + "); name a new --output to start afresh")
+  parts = rec.get("parts") or [dict(rec["provenance"],
+                                    sessions=sorted({t["session"] for t in rec["turns"]}))]
+  return rec["turns"], parts
+
+
 def main(_):
   from experiments.common import cli
   from specjax import provenance
@@ -214,25 +263,37 @@ def main(_):
   cli.apply_decision_flag()
   stamp = provenance.stamp()
   setup = load_setup(r)
-  turns = []
+  want = settings(r, setup["cfg"])
+  turns, parts = resume_from(r.output.output, want)
+  done = {t["session"] for t in turns}
+  ran = []
   for s, users in enumerate(sessions(r, setup["ms"].encode_chat)):
+    if s in done:
+      continue
     rows = run_session(r, setup, users, 0)
     turns += [{"session": s, **row} for row in rows]
+    ran.append(s)
     print(f"session {s}: " + ", ".join(
         f"turn {row['turn']} tau {row['frozen']['tau']:.2f} -> {row['adapted']['tau']:.2f}"
         for row in rows), flush=True)
-  summary = summarize(turns)
-  print(summary)
-  if r.output.output:
-    from benchmarks.records import write_record
-    record = provenance.stamped(
-        dict(benchmark="online_adaptation", target=r.model.model, k=r.chain.k,
-             adapt={f: getattr(setup["cfg"], f) for f in ("every", "steps", "window", "rank",
-                                                          "learning_rate", "label_top_k")},
-             max_new_tokens=r.new_tokens.max_new_tokens, max_context=r.context.max_context,
-             turns=turns, summary=summary, load_end=os.getloadavg()[0]),
-        stamp, dict(setup["ms"].sources))
-    write_record(r.output.output, record)
+    if r.output.output:  # after every session: a killed run resumes from here
+      _write(r, setup, want, turns, parts, stamp, ran)
+  print(summarize(turns))
+
+
+def _write(r: Run, setup: dict, want: dict, turns: list, parts: list, stamp: dict,
+           ran: list) -> None:
+  """The record with every session so far; ``parts`` holds each run's provenance and
+  the sessions it added (the top-level ``provenance`` is this run's)."""
+  from benchmarks.records import write_record
+  from specjax import provenance
+  turns = sorted(turns, key=lambda t: (t["session"], t["turn"]))
+  record = provenance.stamped(
+      dict(benchmark="online_adaptation", **want, settings=want, turns=turns,
+           summary=summarize(turns), load_end=os.getloadavg()[0]),
+      stamp, dict(setup["ms"].sources))
+  record["parts"] = parts + [dict(record["provenance"], sessions=list(ran))]
+  write_record(r.output.output, record)
 
 
 if __name__ == "__main__":

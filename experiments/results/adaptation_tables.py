@@ -70,6 +70,14 @@ def _row(label: str, turns: list, column: VerdictColumn) -> list:
           _speedup(turns, "frozen"), _speedup(turns, "adapted")]
 
 
+def _span(sessions: list) -> str:
+  """``0-2`` for consecutive session indices, else ``0, 2, 5``."""
+  s = sorted(sessions)
+  if s and s == list(range(s[0], s[-1] + 1)) and len(s) > 1:
+    return f"{s[0]}-{s[-1]}"
+  return ", ".join(map(str, s))
+
+
 def online_adaptation_table(rel: str = ONLINE_ADAPTATION, served_from: tuple = ()) -> str:
   """One row per turn index of the sessions, then, for each ``served_from`` threshold,
   the turns that start after at least that many tokens served in their session, then
@@ -90,8 +98,10 @@ def online_adaptation_table(rel: str = ONLINE_ADAPTATION, served_from: tuple = (
           "adapting / frozen tau - 1 [95% CI, paired over sessions], MDE (80% power): verdict",
           "decode-phase speedup, frozen [95% CI]", "decode-phase speedup, adapting [95% CI]"]
   a = rec["adapt"]
-  prov = rec["provenance"]
-  note = (f"\n\nRecord `{rel}`: `{prov['command']}` at commit `{prov['git_commit'][:10]}`; "
+  runs = "; ".join(f"sessions {_span(p['sessions'])}: `{p['command']}` at commit "
+                   f"`{p['git_commit'][:10]}`" for p in rec["parts"]) if rec.get("parts") else (
+      f"`{rec['provenance']['command']}` at commit `{rec['provenance']['git_commit'][:10]}`")
+  note = (f"\n\nRecord `{rel}`: {runs}; "
           f"adaptation every {a['every']} rounds, {a['steps']} Adam step(s) at learning rate "
           f"{a['learning_rate']:g}, window {a['window']}, rank {a['rank']}, "
           f"{a['label_top_k']} label token(s); EAGLE-3 chain K = {rec['k']}, T = 0, "

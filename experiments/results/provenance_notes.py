@@ -72,10 +72,13 @@ class RecordProvenance:
 
 
 def _stamps(data) -> list:
-  """The stamp of a one-record JSON file: its ``provenance``, else the bare
+  """The stamps of a one-record JSON file: each run's in ``parts`` when it was resumed
+  over several runs, else its ``provenance``, else the bare
   ``command`` / ``commit`` some older writers put at the top (clean state unknown)."""
   if not isinstance(data, dict):
     return [None]
+  if data.get("parts"):  # a record resumed over several runs: each run's stamp
+    return list(data["parts"])
   if data.get("provenance"):
     return [data["provenance"]]
   if data.get("commit"):

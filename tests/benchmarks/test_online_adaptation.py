@@ -1,0 +1,58 @@
+"""benchmarks/online_adaptation.py's bookkeeping: a record written session by session
+resumes only under the settings it was taken with (no model is loaded)."""
+
+import json
+
+from absl import app
+import pytest
+
+from benchmarks import online_adaptation as oa
+from experiments.results import provenance_notes
+
+SETTINGS = dict(target="smollm2-135m-instruct", k=4,
+                adapt=dict(every=4, steps=1, window=32, rank=8, learning_rate=0.03,
+                           label_top_k=1),
+                max_new_tokens=256, max_context=4096, seed=1, turns=8, min_turns=8)
+
+
+def _old_record(tmp_path):
+  """A record as written before resumption existed: settings only in its command."""
+  cmd = ("python -m benchmarks.online_adaptation --sessions=3 --turns=8 --min_turns=8 "
+         "--max_new_tokens=256 --max_context=4096 --seed=1 --output=x.json")
+  rec = dict(benchmark="online_adaptation", target=SETTINGS["target"], k=4,
+             adapt=SETTINGS["adapt"], max_new_tokens=256, max_context=4096,
+             turns=[{"session": s, "turn": 0} for s in range(3)],
+             provenance=dict(command=cmd, git_commit="a" * 40, git_dirty=False))
+  path = tmp_path / "old.json"
+  path.write_text(json.dumps(rec))
+  return str(path)
+
+
+def test_an_old_record_resumes_with_its_sessions_as_one_part(tmp_path):
+  turns, parts = oa.resume_from(_old_record(tmp_path), SETTINGS)
+  assert sorted(t["session"] for t in turns) == [0, 1, 2]
+  assert len(parts) == 1 and parts[0]["sessions"] == [0, 1, 2]
+  assert parts[0]["git_commit"] == "a" * 40
+
+
+@pytest.mark.parametrize("field,value", [("seed", 2), ("turns", 3), ("max_new_tokens", 128),
+                                         ("adapt", dict(SETTINGS["adapt"], every=8))])
+def test_a_record_taken_otherwise_is_refused_naming_the_difference(tmp_path, field, value):
+  with pytest.raises(app.UsageError, match=f"{field}: record"):
+    oa.resume_from(_old_record(tmp_path), dict(SETTINGS, **{field: value}))
+
+
+def test_no_record_starts_afresh(tmp_path):
+  assert oa.resume_from(str(tmp_path / "none.json"), SETTINGS) == ([], [])
+  assert oa.resume_from("", SETTINGS) == ([], [])
+
+
+def test_a_resumed_record_is_dirty_when_any_of_its_runs_was(tmp_path, monkeypatch):
+  rec = dict(provenance=dict(git_commit="b" * 40, git_dirty=False),
+             parts=[dict(git_commit="a" * 40, git_dirty=True, sessions=[0]),
+                    dict(git_commit="b" * 40, git_dirty=False, sessions=[1])])
+  (tmp_path / "r.json").write_text(json.dumps(rec))
+  monkeypatch.setattr(provenance_notes, "ROOT", str(tmp_path))
+  prov = provenance_notes.record_provenance.__wrapped__("r.json")
+  assert prov.records == 2 and prov.dirty == 1 and prov.exploratory
+  assert prov.commits == ("a" * 10, "b" * 10)
