@@ -287,13 +287,18 @@ def _write(r: Run, setup: dict, want: dict, turns: list, parts: list, stamp: dic
   the sessions it added (the top-level ``provenance`` is this run's)."""
   from benchmarks.records import write_record
   from specjax import provenance
-  turns = sorted(turns, key=lambda t: (t["session"], t["turn"]))
-  record = provenance.stamped(
-      dict(benchmark="online_adaptation", **want, settings=want, turns=turns,
-           summary=summarize(turns), load_end=os.getloadavg()[0]),
-      stamp, dict(setup["ms"].sources))
+  record = provenance.stamped(record_body(want, turns), stamp, dict(setup["ms"].sources))
   record["parts"] = parts + [dict(record["provenance"], sessions=list(ran))]
   write_record(r.output.output, record)
+
+
+def record_body(want: dict, turns: list) -> dict:
+  """The record's content before its stamp: the settings (also at the top level under
+  the keys older records used), every turn in session order, the summary."""
+  turns = sorted(turns, key=lambda t: (t["session"], t["turn"]))
+  top = {k: want[k] for k in ("target", "k", "adapt", "max_new_tokens", "max_context")}
+  return dict(benchmark="online_adaptation", **top, settings=want, turns=turns,
+              summary=summarize(turns), load_end=os.getloadavg()[0])
 
 
 if __name__ == "__main__":

@@ -56,3 +56,16 @@ def test_a_resumed_record_is_dirty_when_any_of_its_runs_was(tmp_path, monkeypatc
   prov = provenance_notes.record_provenance.__wrapped__("r.json")
   assert prov.records == 2 and prov.dirty == 1 and prov.exploratory
   assert prov.commits == ("a" * 10, "b" * 10)
+
+
+def test_a_record_body_keeps_settings_and_turns_apart():
+  """The settings hold a ``turns`` count and the record a ``turns`` list: both survive,
+  and the body resumes under the settings it names."""
+  row = dict(tokens=5, frozen=dict(accepted=2, target_calls=3),
+             adapted=dict(accepted=3, target_calls=2), target_decode_s=1.0,
+             frozen_decode_s=0.9, adapted_decode_s=0.8)
+  turns = [dict(row, session=1, turn=0), dict(row, session=0, turn=0)]
+  body = oa.record_body(SETTINGS, turns)
+  assert body["settings"] == SETTINGS and body["settings"]["turns"] == 8
+  assert [t["session"] for t in body["turns"]] == [0, 1]
+  assert oa.record_settings(body) == SETTINGS
