@@ -2,6 +2,12 @@ r"""Cost-aware draft length against fixed K, side by side, on this machine.
 
 For each (temperature, drafter, rule) of ``--rows``, batch 1, SmolLM2:
 
+``lookup_eagle_chain`` rows (``specjax.decoding.source_choice``) choose, per round
+and row, between prompt lookup and the EAGLE chain: "fixed" is the choice without a
+policy (lookup wherever it matched, K drafts), "cost-aware" the policy with one table
+and cost curve per source (:func:`calibrate_sources`); the record holds each source's
+share of the rounds.
+
 1. **Profile** (this machine, the prompts' mean context + n / 2): the target
    forward over 1..K+1 tokens and the drafter's K-draft chain, timed
    round-robin (``benchmarks.common``), give the round cost in target decode
@@ -44,21 +50,11 @@ from benchmarks import round_cost
 from experiments.common import cli, knobs, specs
 
 
-@dataclasses.dataclass(frozen=True)
-class AdaptiveLengthSpec:
-  """The held-out prompts the acceptance table is fitted on."""
-  calibration_prompts: int = knobs.knob(8, "held-out prompts the acceptance table is fitted "
-                                        "on (disjoint from the evaluation prompts)")
-
-  def __post_init__(self):
-    knobs.check_int(self, "calibration_prompts", 2)
-
-
 SPECS = knobs.Specs(
     specs.ModelSpec, specs.ParamDtypeSpec, round_cost.RoundCostSpec, specs.TemperaturesSpec,
     specs.ChainSpec, specs.PromptSpec, specs.NumPromptsSpec, specs.NewTokensSpec,
-    specs.TimingSpec, specs.ProfileSpec, specs.OutputSpec, AdaptiveLengthSpec,
-    presets=dict(model="smollm2-135m-instruct",
+    specs.TimingSpec, specs.ProfileSpec, specs.OutputSpec, specs.CalibrationPromptsSpec,
+    presets=dict(model="smollm2-135m-instruct", calibration_prompts=8,
                  rows=("lookup_chain:lossless", "eagle3_chain:lossless", "eagle3_chain:mars"),
                  temperatures=(0.0, 1.0), k=4, num_prompts=4, max_new_tokens=64, repeats=3,
                  output=""))
@@ -79,7 +75,7 @@ class Run:
   timing: specs.TimingSpec
   profile: specs.ProfileSpec
   output: specs.OutputSpec
-  bench: AdaptiveLengthSpec
+  calibration: specs.CalibrationPromptsSpec
 
 
 def define_flags() -> None:
@@ -102,7 +98,7 @@ def calibration_prompts(r: Run, st) -> list:
   ms, p = st.model_set, r.prompts
   evals = load_chat_prompts(ms.encode_chat, r.num_prompts.num_prompts, sets=p.prompt_sets,
                             max_tokens=p.max_prompt_tokens)
-  cal = load_chat_prompts(ms.encode_chat, r.bench.calibration_prompts, sets=p.prompt_sets,
+  cal = load_chat_prompts(ms.encode_chat, r.calibration.calibration_prompts, sets=p.prompt_sets,
                           max_tokens=p.max_prompt_tokens, exclude={q.source for q in evals})
   return [list(q.ids) for q in cal]
 
@@ -152,7 +148,8 @@ def calibrate(r: Run, st, drafter, dparams, verifier, samp, prompts) -> tuple:
 
 
 def calibrate_row(r: Run, st, dname: str, rule: str, samp, cal_prompts, forward) -> dict:
-  """The row's drafter, rule, cost curve and fitted acceptance table (steps 1-2)."""
+  """The row's drafter, rule, cost curve and fitted acceptance table (steps 1-2); a
+  drafter choosing between sources gets them per source (:func:`calibrate_sources`)."""
   from benchmarks.speculative import make_drafter
   from specjax import verifiers
   n, ms, target, tp = r.new_tokens.max_new_tokens, st.model_set, st.target, st.target_params
@@ -160,10 +157,54 @@ def calibrate_row(r: Run, st, dname: str, rule: str, samp, cal_prompts, forward)
                                   ms)
   verifier = verifiers.get(rule, **round_cost.RULES[rule])
   cache_len = st.bucket + n + drafter.tokens_per_step
+  if drafter.num_sources > 1:
+    return calibrate_sources(r, st, drafter, dparams, verifier, samp, cal_prompts, forward,
+                             cache_len)
   costs = round_costs(r, st, drafter, dparams, forward, cache_len)
   fitted, rel = calibrate(r, st, drafter, dparams, verifier, samp, cal_prompts)
   return dict(drafter=drafter, dparams=dparams, verifier=verifier, cache_len=cache_len,
               costs=costs, fitted=fitted, reliability=rel)
+
+
+def calibrate_sources(r: Run, st, drafter, dparams, verifier, samp, cal_prompts, forward,
+                      cache_len: int) -> dict:
+  """Per source of a ``SourceChoiceDrafter`` (prompt lookup, the EAGLE chain): a table
+  fitted on each source drafting alone, and the cost curves of the choosing drafter,
+  which runs lookup and the chain's first step every round -- ``c_0(n) = forward(n+1) +
+  lookup + chain / K`` for a lookup round, ``c_1(n) = forward(n+1) + lookup + chain
+  max(n, 1) / K`` for a chain round (``lookup``, ``chain``: each source's drafting
+  step alone, timed against the one-token forward round-robin)."""
+  from benchmarks.common import draft_timer, forward_timer, interleaved_medians
+  from specjax.decoding.prompts import prepare_prompts
+  from specjax.decoding.speculative import loop_target
+  k = drafter.num_draft
+  p_tok, p_len = prepare_prompts(st.prompts[:1], st.target.config.vocab_size)
+  params = {"first": None, "second": dparams["second"]}
+  sources = (drafter.first, drafter.second)
+  med = interleaved_medians({
+      "step": forward_timer(st.target, st.decoded, 1, 1, st.ctx, cache_len, inner=4),
+      **{i: draft_timer(d, params[name], loop_target(st.target, d), st.target_params,
+                        p_tok, p_len, cache_len)
+         for i, (name, d) in enumerate(zip(("first", "second"), sources))}},
+      r.profile.profile_repeats)
+  lookup, chain = med[0] / med["step"], med[1] / med["step"]
+  steps = np.maximum(np.arange(k + 1), 1) / k
+  costs = (forward + lookup + chain / k, forward + lookup + chain * steps)
+  fits = [calibrate(r, st, d, params[name], verifier, samp, cal_prompts)
+          for name, d in zip(("first", "second"), sources)]
+  return dict(drafter=drafter, dparams=dparams, verifier=verifier, cache_len=cache_len,
+              costs=costs, fitted=tuple(f for f, _ in fits),
+              reliability=tuple(rel for _, rel in fits))
+
+
+def policy_params(row: dict):
+  """The cost-aware policy's params of a calibrated row (one table and curve per source
+  for a drafter choosing between sources)."""
+  from specjax.policies import cost_aware
+  if isinstance(row["fitted"], tuple):
+    return cost_aware.make_source_params(*[cost_aware.make_params(f.table(), c)
+                                           for f, c in zip(row["fitted"], row["costs"])])
+  return cost_aware.make_params(row["fitted"].table(), row["costs"])
 
 
 def build_row(r: Run, st, row: dict, samp) -> dict:
@@ -174,7 +215,7 @@ def build_row(r: Run, st, row: dict, samp) -> dict:
   n, target, tp = r.new_tokens.max_new_tokens, st.target, st.target_params
   drafter, dparams, verifier = row["drafter"], row["dparams"], row["verifier"]
   policy = cost_aware.CostAwareLength(drafter.num_draft)
-  params = cost_aware.make_params(row["fitted"].table(), row["costs"])
+  params = policy_params(row)
   common = dict(sampling=samp, key=st.key, eos_token_id=None, cache_length=row["cache_len"],
                 prompt_bucket=st.bucket)
   fixed = lambda p, m: speculative_generate(target, tp, drafter, dparams, verifier, [p],
@@ -193,22 +234,29 @@ def build_row(r: Run, st, row: dict, samp) -> dict:
 def row_result(r: Run, temp, dname, rule, med, row, gen_n, gen_1) -> dict:
   """Speedups of fixed K and cost-aware over target-only, and the lengths used."""
   n, p = r.new_tokens.max_new_tokens, range(len(row["runs"]["fixed"]))
+  several = isinstance(row["fitted"], tuple)
+  fits = row["fitted"] if several else (row["fitted"],)
+  costs = row["costs"] if several else (row["costs"],)
+  rels = row["reliability"] if several else (row["reliability"],)
+  per = lambda values: values if several else values[0]  # one value per source, or one
   out = dict(temperature=temp, drafter=dname, rule=rule, k=r.chain.k, prompts=len(p),
-             max_new_tokens=n, round_cost=[float(c) for c in row["costs"]],
-             table_prior=[float(a) for a in row["fitted"].prior],
-             calibration_records=int(row["fitted"].counts.sum()),
-             calibration_ece=row["reliability"]["ece"],
-             calibration_heldout_records=row["reliability"]["records"])
+             max_new_tokens=n, round_cost=per([[float(x) for x in c] for c in costs]),
+             table_prior=per([[float(a) for a in f.prior] for f in fits]),
+             calibration_records=per([int(f.counts.sum()) for f in fits]),
+             calibration_ece=per([rel["ece"] for rel in rels]),
+             calibration_heldout_records=per([rel["records"] for rel in rels]))
   for name in ("fixed", "adaptive"):
     spec_n = sum(med[dname, rule, name, i, n] for i in p)
     spec_1 = sum(med[dname, rule, name, i, 1] for i in p)
     runs = row["runs"][name]
     rounds = int(sum(np.sum(res.stats.target_calls) for res in runs))
     gammas = np.sum([np.asarray(res.stats.gamma_counts).sum(0) for res in runs], axis=0)
+    by_source = np.sum([np.asarray(res.stats.source_rounds).sum(0) for res in runs], axis=0)
     out[name] = dict(speedup_decode=(gen_n - gen_1) / (spec_n - spec_1),
                      speedup_end_to_end=gen_n / spec_n, rounds=rounds,
                      tau=(sum(int(np.sum(res.stats.accepted)) for res in runs) + rounds) / rounds,
-                     gamma_share=[float(g) / max(rounds, 1) for g in gammas])
+                     gamma_share=[float(g) / max(rounds, 1) for g in gammas],
+                     source_share=[float(g) / max(rounds, 1) for g in by_source])
   return out
 
 
@@ -221,8 +269,11 @@ def print_table(r: Run, rows: list) -> None:
   print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---|")
   for row in rows:
     f, a = row["fixed"], row["adaptive"]
+    several = isinstance(row["calibration_ece"], list)
+    cost = row["round_cost"][-1] if several else row["round_cost"]  # the model source's
+    ece = max(row["calibration_ece"]) if several else row["calibration_ece"]
     print(f"| {row['temperature']:g} | {row['drafter']} | {row['rule']} | "
-          f"{' '.join(f'{c:.2f}' for c in row['round_cost'])} | {row['calibration_ece']:.3f} | "
+          f"{' '.join(f'{c:.2f}' for c in cost)} | {ece:.3f} | "
           f"{f['tau']:.2f} | {f['speedup_decode']:.2f}x | {a['tau']:.2f} | "
           f"{a['speedup_decode']:.2f}x | {a['speedup_end_to_end']:.2f}x | "
           f"{' '.join(f'{s:.2f}' for s in a['gamma_share'])} |")
@@ -276,7 +327,7 @@ def main(_):
     from benchmarks.records import write_record
     record = provenance.stamped(dict(benchmark="adaptive_length", target=r.model.model,
                                      param_dtype=r.param_dtype.param_dtype,
-                                     calibration_prompts=r.bench.calibration_prompts,
+                                     calibration_prompts=r.calibration.calibration_prompts,
                                      rows=out_rows), stamp, dict(st.model_set.sources))
     write_record(r.output.output, record)
 

@@ -180,7 +180,8 @@ def load_setup(r) -> Setup:
   from experiments.common.model_sets import load_model_set
   from experiments.common.prompts import load_chat_prompts
   from specjax.models.transformer import cast_weights
-  needs_eagle = any(d.startswith("eagle") for d, _ in parse_rows(r.rows.rows))
+  from specjax.decoding.drafter_factory import needs
+  needs_eagle = any(needs(d.partition(":")[0]) == "eagle" for d, _ in parse_rows(r.rows.rows))
   ms = load_model_set(r.model.model, eagle="eagle3" if needs_eagle else "")
   target, tp = ms.target, ms.target_params
   param_dtype = r.param_dtype.param_dtype

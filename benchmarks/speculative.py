@@ -49,7 +49,8 @@ from benchmarks.common import call_timer, draft_timer, forward_timer, interleave
 from experiments.common import cli, knobs, specs
 
 # The chains by name; trees carry their node count (drafter_factory names, "lm_chain" = "chain").
-DRAFTER_KINDS = ("lm_chain", "eagle1_chain", "eagle3_chain", "lookup_chain")
+DRAFTER_KINDS = ("lm_chain", "eagle1_chain", "eagle3_chain", "lookup_chain",
+                 "lookup_eagle_chain")
 _TREE_SYNTAX = ("a tree is eagle3_tree:N or eagle3_tree:N:TOP_K (eagle1_tree alike) or "
                 "suffix_tree:N, with positive integers N (nodes) and TOP_K")
 
@@ -265,7 +266,8 @@ def make_drafter(name, k, samp, draft, dp, target, tp, model_set=None):
   n, top_k = parse_tree_spec(name) if ":" in name else (24, 8)  # trees only
   eagle = None
   if drafter_factory.needs(kind) == "eagle":
-    head = drafter_factory.eagle_head_kind(kind)
+    # lookup_eagle_chain names no head: it takes the EAGLE-3 head as eagle3_chain does
+    head = drafter_factory.eagle_head_kind(kind) or "eagle3"
     if model_set is not None:
       if head != "eagle3":
         raise app.UsageError(f"drafter {name!r}: a real --model ships only an EAGLE-3 head "

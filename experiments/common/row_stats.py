@@ -49,6 +49,7 @@ class SpecSums:
   Attributes:
     accepted, calls, relaxed, verified: [n] per prompt.
     accept_pos, offered_pos: [D] per draft position, summed over prompts.
+    gamma, source_rounds: rounds per verify length 0..G and per drafting source.
   """
 
   def __init__(self, num_prompts: int):
@@ -56,6 +57,7 @@ class SpecSums:
     self.accepted, self.calls = np.zeros(n), np.zeros(n)
     self.relaxed, self.verified = np.zeros(n), np.zeros(n)
     self.accept_pos = self.offered_pos = None
+    self.gamma = self.source_rounds = None
 
   def add(self, stats, first: int, rows: int) -> None:
     """Add one call's ``SpecStats`` (fields ``[B]`` / ``[B, D]``) of prompts
@@ -69,6 +71,10 @@ class SpecSums:
     o = np.asarray(stats.offered_counts)[:rows].sum(0)
     self.accept_pos = a if self.accept_pos is None else self.accept_pos + a
     self.offered_pos = o if self.offered_pos is None else self.offered_pos + o
+    g = np.asarray(stats.gamma_counts)[:rows].sum(0)
+    r = np.asarray(stats.source_rounds)[:rows].sum(0)
+    self.gamma = g if self.gamma is None else self.gamma + g
+    self.source_rounds = r if self.source_rounds is None else self.source_rounds + r
 
   def result(self) -> dict:
     acc, calls = self.accepted.sum(), self.calls.sum()
@@ -79,6 +85,9 @@ class SpecSums:
         "relaxed_rate": float(self.relaxed.sum() / max(acc, 1)),
         "verified_per_call": float(self.verified.sum() / max(calls, 1)),
         "accept_rate_per_position": (self.accept_pos / np.maximum(self.offered_pos, 1)).tolist(),
+        # rounds per verify length (0 = a plain step) and per drafting source
+        "gamma_share": (self.gamma / max(self.gamma.sum(), 1)).tolist(),
+        "source_share": (self.source_rounds / max(self.source_rounds.sum(), 1)).tolist(),
         # per prompt (summed over repeats), for paired comparisons between rows that
         # ran the same prompts and keys
         "accepted_per_prompt": self.accepted.astype(int).tolist(),

@@ -143,9 +143,9 @@ def validate_config(c) -> None:
   from specjax.checks import check_int, check_range, coerce_number
   from specjax.decoding.drafter_factory import KINDS
   drafters = [c.drafters] if isinstance(c.drafters, str) else list(c.drafters)
-  bad = [d for d in drafters if d not in KINDS]
+  bad = [d for d in drafters if d not in KINDS + (ADAPTIVE,)]
   if bad:
-    raise ValueError(f"drafters={bad} unknown; choose from {KINDS} "
+    raise ValueError(f"drafters={bad} unknown; choose from {KINDS + (ADAPTIVE,)} "
                      f"(specjax.decoding.drafter_factory)")
   temps = [c.temperatures] if isinstance(c.temperatures, (str, int, float)) else c.temperatures
   if not len(temps):
@@ -266,10 +266,16 @@ def draft_depth(config: dict) -> int:
   return int(config["depth"] if "depth" in config else config["num_draft"])
 
 
+# The main job's adaptive row: prompt lookup or the EAGLE chain per round and row
+# (lookup_eagle_chain) under the cost-aware policy, whatever ``c.policies`` says.
+ADAPTIVE = "adaptive"
+
+
 def default_rows(c) -> list[dict]:
   """The comparison's rows: target, every rule x drafter x T x policy (``c.policies``;
   a policy only on the drafters it serves, :func:`specjax.policies.factory.unsupported`),
-  matched baselines (no policy)."""
+  matched baselines (no policy); drafter :data:`ADAPTIVE` gets the cost-aware policy
+  only."""
   validate_config(c)
   from specjax.decoding.drafter_factory import is_tree, needs
   from specjax.policies.factory import unsupported
@@ -279,7 +285,7 @@ def default_rows(c) -> list[dict]:
   adapts = parse_adapt(c.get("adapt", "none"))
   path_rules = path_rule_names(rules)
   drafters = list(c.drafters)
-  eagle = ("eagle_chain", "eagle_tree")
+  eagle = ("eagle_chain", "eagle_tree", "lookup_eagle_chain", ADAPTIVE)
   if c.eagle_dir not in ("", "none") and not any(d in eagle for d in drafters):
     drafters += eagle  # a head without EAGLE drafters listed: both
   for t in c.temperatures:
@@ -290,7 +296,7 @@ def default_rows(c) -> list[dict]:
       for name, hp in rules:
         if is_tree(d) and name in path_rules:
           continue  # an EAGLE tree added for a head (validate_config refuses explicit ones)
-        for pol, php in policies:
+        for pol, php in ([("cost_aware", {})] if d == ADAPTIVE else policies):
           if unsupported(pol, d):
             continue
           for ad, ahp in adapts:

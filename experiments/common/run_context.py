@@ -61,6 +61,8 @@ class Context:
   mesh: Any = None  # optional jax.sharding.Mesh: rows sharded over its "data" axis
   cache: dict = dataclasses.field(default_factory=dict)
   code_prompts: bool = True  # prompts are code prefixes: report the parse fraction
+  model_name: str = ""  # the model set's name (shipped assets are keyed by it)
+  model_sources: dict = dataclasses.field(default_factory=dict)  # where each model came from
 
   @property
   def prompt_ids(self) -> list[list[int]]:
@@ -275,4 +277,4 @@ def load_context(c, mesh=None) -> Context:
   logging.info("model set %s: %s; %d %s prompts", ms.name, ms.sources, len(prompts),
                "code" if code else "chat")
   return Context(c, target, tp, ms.draft, dp, ms.tokenizer, prompts, eagle, mesh=mesh,
-                 code_prompts=code)
+                 code_prompts=code, model_name=ms.name, model_sources=dict(ms.sources))

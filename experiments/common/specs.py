@@ -120,8 +120,11 @@ class DrafterSpec:
       help="drafter kinds (specjax.decoding.drafter_factory): chain (draft LM), tree (static "
       "tree of the draft LM), eagle_chain, eagle_tree (EAGLE head, EAGLE-2 dynamic tree), "
       "lookup_chain (prompt lookup), suffix_tree (SuffixDecoding-style frequency tree) -- "
-      "these two need no model -- and rsd_tree / eagle_rsd_tree (--tree_paths with children "
-      "drawn without replacement: RSD)", preset=True)
+      "these two need no model -- rsd_tree / eagle_rsd_tree (--tree_paths with children "
+      "drawn without replacement: RSD), lookup_eagle_chain (per round and row, prompt "
+      "lookup's drafts where it matched, else the EAGLE chain's) and adaptive (the main "
+      "job's row: lookup_eagle_chain under the cost-aware policy, from this machine's "
+      "measured costs and the shipped acceptance tables)", preset=True)
 
   def __post_init__(self):
     from specjax.decoding.drafter_factory import allowed_names
@@ -300,6 +303,17 @@ class NumPromptsSpec:
 
   def __post_init__(self):
     check_int(self, "num_prompts", 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class CalibrationPromptsSpec:
+  """The held-out prompts acceptance tables are fitted on."""
+  calibration_prompts: int = knob(help="held-out prompts the acceptance tables are fitted on, "
+                                  "disjoint from the evaluation prompts (the fit on half, its "
+                                  "calibration error on the other half)", preset=True)
+
+  def __post_init__(self):
+    check_int(self, "calibration_prompts", 2)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -67,18 +67,26 @@ def build(ctx: Context, row: dict):
   return drafter, params, verifier, target_samp
 
 
-def build_policy(row: dict) -> tuple:
-  """``(policy, policy_params)`` of a spec row (``(None, None)`` without one), from
-  :func:`specjax.policies.factory.make_policy` for the row's K.  A policy serves
-  chains only: a tree row (no K) has none, and ``ValueError`` says why when one asks
-  for one (:func:`specjax.policies.factory.unsupported`)."""
+def build_policy(ctx: Context, row: dict) -> tuple:
+  """``(policy, policy_params, info)`` of a spec row (``(None, None, {})`` without one),
+  from :func:`specjax.policies.factory.make_policy` for the row's K -- the cost-aware
+  policy from this machine's measured round costs and the shipped acceptance tables
+  (:mod:`experiments.common.adaptive`; ``info`` holds them for the row's record).  A
+  policy serves chains only: a tree row (no K) has none, and ``ValueError`` says why
+  when one asks for one (:func:`specjax.policies.factory.unsupported`)."""
   from specjax.policies.factory import make_policy, unsupported
   name, hparams = row.get("policy", "none"), row.get("policy_hparams", {})
   why = unsupported(name, row["drafter"])  # "" for "none"
   if why:
     raise ValueError(f"row {row.get('key', row['method'])!r}: {why}")
+  if name == "cost_aware":
+    from experiments.common import adaptive
+    d = ctx.c.data
+    prompt = max(int(d.get("prompt_bucket", 0) or 0), max(len(p) for p in ctx.prompt_ids))
+    cache_length = prompt + int(d.max_new_tokens) + int(row["num_draft"]) + 1
+    return adaptive.cost_aware(ctx, row, cache_length)
   # "none" ignores K: (None, None) for a tree row, which has no num_draft
-  return make_policy(name, int(row.get("num_draft", 0)), **hparams)
+  return (*make_policy(name, int(row.get("num_draft", 0)), **hparams), {})
 
 
 def _timed(fn):
@@ -227,7 +235,7 @@ def evaluate_row(ctx: Context, row: dict) -> dict:
   run_spec = policy = None
   if spec:
     drafter, dparams, verifier, tsamp = build(ctx, row)
-    policy, pparams = build_policy(row)
+    policy, pparams, policy_info = build_policy(ctx, row)
     reason = node_dist_missing(drafter, verifier)
     if reason:  # an undefined rule / drafter pair: a stated reason in the table, no crash
       return {"skipped": reason}
@@ -257,6 +265,7 @@ def evaluate_row(ctx: Context, row: dict) -> dict:
   }
   if spec:
     res.update(sums.result())
+    res.update(policy_info)
     res.update({"spec_time_s": float(np.median(rep.t_spec)), "compile_spec_s": compile_spec,
                 "speedup": float(np.median(rep.ratios)), "speedup_per_repeat": rep.ratios,
                 "batch_timing": {"spec": rep.batch_spec, "target": rep.batch_target}})

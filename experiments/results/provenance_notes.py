@@ -183,6 +183,7 @@ RECORDS_OF: dict[str, Callable[[], tuple]] = {
     "round_cost_smollm2": lambda: tuple(f"{RESULTS}/round_cost/smollm2_{w}.json"
                                         for w in ("float32", "bfloat16")),
     "adaptive_length_smollm2": lambda: (f"{RESULTS}/adaptive_length/smollm2.json",),
+    "adaptive_sources_smollm2": lambda: (f"{RESULTS}/adaptive_length/smollm2_sources.json",),
     "verify_matmul": lambda: tuple(sorted(
         os.path.relpath(f, ROOT)
         for f in glob.glob(os.path.join(ROOT, RESULTS, "verify_matmul", "*.json")))),

@@ -71,26 +71,52 @@ def round_cost_table(rels: tuple = ROUND_COST) -> str:
 
 
 ADAPTIVE_LENGTH = f"{RESULTS}/adaptive_length/smollm2.json"
+ADAPTIVE_SOURCES = f"{RESULTS}/adaptive_length/smollm2_sources.json"
+
+
+def _per_source(value, fmt) -> str:
+  """A row's value, or ``lookup / chain`` for a drafter choosing between sources."""
+  if isinstance(value, list) and value and isinstance(value[0], list):
+    return " / ".join(" ".join(format(c, fmt) for c in v) for v in value)
+  if isinstance(value, list) and value and not isinstance(value[0], (int, float)):
+    return " / ".join(format(v, fmt) for v in value)
+  if isinstance(value, list):
+    return " ".join(format(c, fmt) for c in value)
+  return format(value, fmt)
 
 
 def adaptive_length_table(rel: str = ADAPTIVE_LENGTH) -> str:
   """One row per (temperature, drafter, rule): the measured round cost curve c(0..K),
   the held-out calibration error, tau and the decode-phase speedup of fixed K and of
   the cost-aware length, the latter's end-to-end speedup and its share of rounds at
-  each verify length n = 0..K (``benchmarks/adaptive_length.py``)."""
+  each verify length n = 0..K (``benchmarks/adaptive_length.py``).  A drafter choosing
+  between sources (``lookup_eagle_chain``) shows both sources' curves and ECEs
+  (``lookup / chain``) and the share of rounds each source drafted, fixed (the choice
+  without a policy: lookup wherever it matched) and cost-aware."""
   rec = _load(rel)
+  sources = any(isinstance(r["calibration_ece"], list) for r in rec["rows"])
   rows = []
   for r in rec["rows"]:
     f, a = r["fixed"], r["adaptive"]
-    rows.append([f"{r['temperature']:g}", r["drafter"], r["rule"],
-                 " ".join(f"{c:.2f}" for c in r["round_cost"]),
-                 f"{r['calibration_ece']:.3f}", f"{f['tau']:.2f}", f"{f['speedup_decode']:.2f}x",
-                 f"{a['tau']:.2f}", f"{a['speedup_decode']:.2f}x",
-                 f"{a['speedup_end_to_end']:.2f}x",
-                 " ".join(f"{s:.2f}" for s in a["gamma_share"])])
-  return table(["T", "drafter", "rule", "c(0..K) steps", "ECE", "fixed tau",
-                "fixed decode speedup", "cost-aware tau", "cost-aware decode speedup",
-                "cost-aware end to end", "cost-aware rounds at n = 0..K"], rows)
+    ece = r["calibration_ece"]
+    row = [f"{r['temperature']:g}", r["drafter"], r["rule"],
+           _per_source(r["round_cost"], ".2f"),
+           " / ".join(f"{e:.3f}" for e in ece) if isinstance(ece, list) else f"{ece:.3f}",
+           f"{f['tau']:.2f}", f"{f['speedup_decode']:.2f}x",
+           f"{a['tau']:.2f}", f"{a['speedup_decode']:.2f}x",
+           f"{a['speedup_end_to_end']:.2f}x",
+           " ".join(f"{s:.2f}" for s in a["gamma_share"])]
+    if sources:
+      share = lambda x: (" / ".join(f"{s:.2f}" for s in x["source_share"])
+                         if len(x.get("source_share", [])) > 1 else "-")
+      row += [share(f), share(a)]
+    rows.append(row)
+  head = ["T", "drafter", "rule", "c(0..K) steps", "ECE", "fixed tau",
+          "fixed decode speedup", "cost-aware tau", "cost-aware decode speedup",
+          "cost-aware end to end", "cost-aware rounds at n = 0..K"]
+  if sources:
+    head += ["fixed rounds by lookup / chain", "cost-aware rounds by lookup / chain"]
+  return table(head, rows)
 
 
 VERIFY_MATMUL = f"{RESULTS}/verify_matmul"
@@ -123,4 +149,5 @@ TABLES = {
     "forward_cost_b1": forward_cost_table,
     "round_cost_smollm2": round_cost_table,
     "adaptive_length_smollm2": adaptive_length_table,
+    "adaptive_sources_smollm2": lambda: adaptive_length_table(ADAPTIVE_SOURCES),
 }

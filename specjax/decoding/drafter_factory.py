@@ -16,8 +16,12 @@ drafter everywhere.  The kinds (:data:`KINDS`)::
                   without replacement (RSD; ``paths``, or ``branching`` for RSD-C's
                   constant branching factors; docs/spec.md §4)
     eagle_rsd_tree  EagleDrafter: the EAGLE head, the same sampled static tree
+    lookup_eagle_chain  SourceChoiceDrafter: each round and row, prompt lookup's K
+                  drafts where it pays, else the EAGLE chain's (the choice:
+                  specjax.decoding.source_choice)
 
-and the names the binaries documented before this module (:data:`ALIASES`):
+``adaptive`` (the main job's row that runs ``lookup_eagle_chain`` under the cost-aware
+policy) and the names the binaries documented before this module (:data:`ALIASES`):
 ``lm_chain`` / ``draft_chain`` (chain), ``eagle1_chain`` / ``eagle3_chain``
 (eagle_chain), ``eagle1_tree`` / ``eagle3_tree`` (eagle_tree), and
 ``eagle1_rsd_tree`` / ``eagle3_rsd_tree`` (eagle_rsd_tree).  An alias that
@@ -40,18 +44,19 @@ from typing import Any, Optional
 from specjax.distributions import SamplingConfig
 
 KINDS = ("chain", "tree", "eagle_chain", "eagle_tree", "lookup_chain", "suffix_tree",
-         "rsd_tree", "eagle_rsd_tree")
+         "rsd_tree", "eagle_rsd_tree", "lookup_eagle_chain")
 TREE_KINDS = ("tree", "eagle_tree", "suffix_tree", "rsd_tree", "eagle_rsd_tree")
 MODEL_FREE_KINDS = ("lookup_chain", "suffix_tree")
 STATIC_TREE_KINDS = ("tree", "rsd_tree", "eagle_rsd_tree")  # built from rank paths (paths=)
 ALIASES = {"lm_chain": "chain", "draft_chain": "chain",
            "eagle1_chain": "eagle_chain", "eagle3_chain": "eagle_chain",
            "eagle1_tree": "eagle_tree", "eagle3_tree": "eagle_tree",
-           "eagle1_rsd_tree": "eagle_rsd_tree", "eagle3_rsd_tree": "eagle_rsd_tree"}
+           "eagle1_rsd_tree": "eagle_rsd_tree", "eagle3_rsd_tree": "eagle_rsd_tree",
+           "adaptive": "lookup_eagle_chain"}
 # What each kind is built from: "draft" (the draft LM), "eagle" (an EAGLE head) or None.
 _NEEDS = {"chain": "draft", "tree": "draft", "eagle_chain": "eagle", "eagle_tree": "eagle",
           "lookup_chain": None, "suffix_tree": None, "rsd_tree": "draft",
-          "eagle_rsd_tree": "eagle"}
+          "eagle_rsd_tree": "eagle", "lookup_eagle_chain": "eagle"}
 
 
 def allowed_names() -> tuple:
@@ -164,7 +169,8 @@ def make_drafter(name: str, sampling: SamplingConfig, sources: DraftSources, *,
   _check_sources(name, kind, sources)
   if adapt is not None and _NEEDS[kind] != "eagle":
     raise ValueError(f"adapt= needs an EAGLE drafter (eagle_chain, eagle_tree, "
-                     f"eagle_rsd_tree); drafter={name!r} has no head to adapt")
+                     f"eagle_rsd_tree, lookup_eagle_chain); drafter={name!r} has no head to "
+                     f"adapt")
   depth = num_draft if depth is None else depth
   if kind in ("rsd_tree", "eagle_rsd_tree"):
     from specjax.decoding.sampled_tree import constant_branching
@@ -197,6 +203,12 @@ def make_drafter(name: str, sampling: SamplingConfig, sources: DraftSources, *,
   head, params = sources.eagle
   if kind == "eagle_chain":
     return EagleDrafter(num_draft, sampling, head=head, adapt=adapt), params
+  if kind == "lookup_eagle_chain":
+    from specjax.decoding.lookup_drafter import PromptLookupDrafter
+    from specjax.decoding.source_choice import SourceChoiceDrafter
+    return (SourceChoiceDrafter(PromptLookupDrafter(num_draft, vocab=sources.vocab_size),
+                                EagleDrafter(num_draft, sampling, head=head, adapt=adapt)),
+            SourceChoiceDrafter.make_params(params))
   if kind == "eagle_rsd_tree":
     return (EagleStaticTreeDrafter(sampling=sampling, head=head, tree_paths=paths,
                                    children=children, adapt=adapt), params)

@@ -212,6 +212,27 @@ class Drafter(Hyperparams):
     """Tokens the target processes per verify step: K + 1 (chain) or N + 1 (tree)."""
     return self.max_accepted + 1
 
+  @property
+  def q_is_node_dist(self) -> bool:
+    """Whether each draft's ``q`` is the drafter's full distribution at its position
+    (a sampled chain), so rules that read node distributions may use ``q`` when
+    ``q_node`` is not supplied."""
+    return not self.tree and not self.sampling.greedy
+
+  @property
+  def num_sources(self) -> int:
+    """S, the drafting sources a row's round may come from (``Proposal.source``):
+    1 but for a drafter that chooses between sources."""
+    return 1
+
+  @property
+  def follows_committed(self) -> bool:
+    """Whether ``commit`` takes in every committed token, so the drafter stays in
+    step with the text when another drafter drafted the round (prompt lookup's
+    history, EAGLE's pending buffer); a drafter that re-reads only ``[prev,
+    last]`` (the draft LM chain) does not."""
+    return False
+
   def prefill(self, params, tokens, lengths, cache_length: int, target_hidden=None) -> Any:
     raise NotImplementedError
 

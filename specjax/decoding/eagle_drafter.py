@@ -105,6 +105,7 @@ class EagleHeadDrafter(Drafter):
   """
 
   supplies_node_dist = True
+  follows_committed = True  # the pending buffer holds every committed token
   tree_kind = ""  # "chain" | "dynamic" | "static": names the shape in records
 
   def _check_head(self):

@@ -94,6 +94,7 @@ class PromptLookupDrafter(Drafter):
 
   # Deterministic drafts: greedy is the only "sampling" there is (no PRNG key needed).
   sampling = SamplingConfig(temperature=0.0)
+  follows_committed = True  # commit takes in every committed token
 
   def __post_init__(self):
     check_int("num_draft (K)", self.num_draft, low=1)

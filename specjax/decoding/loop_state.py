@@ -70,6 +70,9 @@ class SpecStats:
       (bucket + 1 per chain step, N + 1 per tree step).
     gamma_counts: [B, G+1] steps that offered gamma = 0..G drafts (G = K for a
       chain, N for a tree): the distribution of a verify-length policy's choices.
+    source_rounds: [B, S] steps drafted by each of the drafter's S sources (S = 1
+      but for a drafter choosing between sources, ``Proposal.source``).
+    source_accepted: [B, S] drafts accepted in those steps.
   """
 
   target_calls: jax.Array
@@ -80,15 +83,20 @@ class SpecStats:
   verified_tokens: jax.Array
   processed_tokens: jax.Array
   gamma_counts: jax.Array
+  source_rounds: jax.Array
+  source_accepted: jax.Array
 
   def add_round(self, active, gamma, num_accepted, num_relaxed, accepted, offered,
-                processed) -> "SpecStats":
+                processed, source=None) -> "SpecStats":
     """The counters after one round: ``active`` [B] bool (idle rows count nothing),
     ``gamma`` [B] drafts offered, ``num_accepted`` / ``num_relaxed`` [B],
     ``accepted`` / ``offered`` [B, D] bool per position, ``processed`` [] tokens
-    the target forward processed per row."""
+    the target forward processed per row, ``source`` [B] the source that drafted
+    (None: source 0)."""
     a = active.astype(jnp.int32)
     one_hot_gamma = jnp.arange(self.gamma_counts.shape[1])[None, :] == gamma[:, None]
+    src = jnp.zeros_like(gamma) if source is None else source
+    by_source = (jnp.arange(self.source_rounds.shape[1])[None, :] == src[:, None]) * a[:, None]
     return SpecStats(
         self.target_calls + a, self.accepted + num_accepted * a,
         self.relaxed + num_relaxed * a,
@@ -96,7 +104,8 @@ class SpecStats:
         self.offered_counts + offered.astype(jnp.int32),
         self.verified_tokens + jnp.where(active, gamma, 0),
         self.processed_tokens + processed * a,
-        self.gamma_counts + one_hot_gamma * a[:, None])
+        self.gamma_counts + one_hot_gamma * a[:, None],
+        self.source_rounds + by_source, self.source_accepted + by_source * num_accepted[:, None])
 
   @property
   def tau(self) -> np.ndarray:
@@ -113,6 +122,8 @@ class SpecStats:
             "verified_per_call": int(np.sum(self.verified_tokens)) / max(calls, 1),
             "processed_per_emitted": int(np.sum(self.processed_tokens)) / max(acc + calls, 1),
             "gamma_counts": np.sum(self.gamma_counts, 0).tolist(),
+            "source_rounds": np.sum(self.source_rounds, 0).tolist(),
+            "source_accepted": np.sum(self.source_accepted, 0).tolist(),
             "accept_rate_per_position": (np.sum(self.accept_counts, 0) /
                                          np.maximum(np.sum(self.offered_counts, 0), 1)).tolist()}
 

@@ -12,8 +12,16 @@ import dataclasses
 from typing import Optional
 
 import jax
+import jax.numpy as jnp
 
 from specjax.decoding.tree import TreeDraft
+
+
+def draft_confidence(q: jax.Array) -> jax.Array:
+  """A drafter's confidence at a position from its distribution there: ``max_v q[..., v]``
+  (the score the acceptance tables are binned by where the drafter gives none of its
+  own). ``[..., V] -> [...]``."""
+  return jnp.max(q.astype(jnp.float32), axis=-1)
 
 
 @jax.tree_util.register_dataclass
@@ -46,6 +54,8 @@ class Proposal:
       position, computed before that position's draft (prompt lookup: the
       matched n-gram's length over its longest); None: a policy reads the
       drafter's distributions instead (:func:`specjax.policies.acceptance.proposal_confidence`).
+    source: [B] int32, which of a choosing drafter's sources drafted each row
+      (:class:`~specjax.decoding.source_choice.SourceChoiceDrafter`); None: one source.
   """
 
   tokens: jax.Array
@@ -55,6 +65,7 @@ class Proposal:
   depths: Optional[jax.Array] = None
   num_valid: Optional[jax.Array] = None
   confidence: Optional[jax.Array] = None
+  source: Optional[jax.Array] = None
 
   @classmethod
   def from_tree(cls, tree: TreeDraft, q: jax.Array,

@@ -165,9 +165,10 @@ def speculative_init(loop: SpecLoop, drafter: Drafter, verifier: NodeRule,
   reason = _stop_if_full(reason, t_cache.lengths, drafter.tokens_per_step, loop.cache_length)
   zeros = jnp.zeros((b,), jnp.int32)
   d = drafter.max_accepted
+  by_source = jnp.zeros((b, drafter.num_sources), jnp.int32)
   stats = SpecStats(zeros, zeros, zeros, jnp.zeros((b, d), jnp.int32),
                     jnp.zeros((b, d), jnp.int32), zeros, zeros,
-                    jnp.zeros((b, drafter.tokens_per_step), jnp.int32))
+                    jnp.zeros((b, drafter.tokens_per_step), jnp.int32), by_source, by_source)
   state = SpecState(t_cache, d_state, p_state, reason, out, n, prev, first, jnp.int32(1),
                     stats)
   return inputs, state
@@ -238,7 +239,7 @@ def speculative_step(loop: SpecLoop, inputs: SpecInputs, state: SpecState
   accepted = v.accepted & active[:, None]
   offered = (pos <= nacc[:, None]) & (pos < gamma[:, None]) & active[:, None]
   stats = state.stats.add_round(active, gamma, nacc, v.num_relaxed, accepted, offered,
-                                v.processed)
+                                v.processed, proposal.source)
   new_state = SpecState(t_cache, d_state, p_state, reason, out, n, new_prev, new_last,
                         state.step + 1, stats)
   a = active.astype(jnp.int32)
@@ -304,7 +305,7 @@ def node_dist_missing(drafter: Drafter, verifier: NodeRule) -> str:
   drafter that does not supply it and drafts deterministically (one-hot q).  A
   sampled chain's q is its node distribution, so it always works."""
   if (getattr(verifier, "needs_node_dist", False) and not drafter.supplies_node_dist
-      and (drafter.tree or drafter.sampling.greedy)):
+      and not drafter.q_is_node_dist):
     return (f"verifier {type(verifier).__name__} ({verifier.name!r}) needs the drafter's full "
             f"distribution at each node (docs/spec.md §3), but drafter "
             f"{type(drafter).__name__} does not supply it (supplies_node_dist=False) and its "

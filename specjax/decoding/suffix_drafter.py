@@ -99,6 +99,7 @@ class SuffixTreeDrafter(Drafter):
 
   strategy = TREE
   supplies_node_dist = True
+  follows_committed = True  # commit takes in every committed token
   # Deterministic candidates: greedy is the only "sampling" there is (no PRNG key needed).
   sampling = SamplingConfig(temperature=0.0)
 

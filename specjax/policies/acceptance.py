@@ -31,18 +31,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specjax.decoding.proposal import draft_confidence
 from specjax.policies.base import VerifyPolicy, node_distributions
 from specjax.policies.calibration import (bin_index, fixed_edges, metadata_mismatches,
                                           np_bin_index)
 from specjax.policies.probe import run_probe
 
 FORMAT = "specjax.acceptance_table/1"
-
-
-def draft_confidence(q: jax.Array) -> jax.Array:
-  """The drafter's confidence per position from its distributions: ``max_v q[..., v]``.
-  ``[..., V] -> [...]``."""
-  return jnp.max(q.astype(jnp.float32), axis=-1)
 
 
 def proposal_confidence(proposal) -> jax.Array:

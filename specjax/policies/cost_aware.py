@@ -56,6 +56,7 @@ the round is a plain step, costed ``c(0)``.
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -98,7 +99,7 @@ class CostAwareState:
 
   tokens: jax.Array     # [B] float32 discounted tokens committed (prior included)
   cost: jax.Array       # [B] float32 discounted cost of the rounds chosen (prior included)
-  gamma: jax.Array      # [B] int32 drafts the last round verified
+  spent: jax.Array      # [B] float32 the cost of the last round's choice, c_s(n)
   committed: jax.Array  # [B] int32 tokens the last round committed (0: the row did not run)
   length: jax.Array     # [B] int32 the target's committed length after the last commit
 
@@ -205,6 +206,7 @@ class DraftGate:
   worth: jax.Array
   extra: jax.Array
   lam: jax.Array
+  rows: Optional[jax.Array] = None
 
   def start(self, b: int) -> jax.Array:
     """The carry: each row's probability of reaching the next draft, ``[B]``."""
@@ -212,10 +214,105 @@ class DraftGate:
 
   def step(self, i, q_node: jax.Array, reach: jax.Array):
     """``(go [B], reach [B])`` after draft ``i`` (0-based) drawn from the node
-    distribution ``q_node [B, V]`` (its confidence: :func:`draft_confidence`)."""
+    distribution ``q_node [B, V]`` (its confidence: :func:`draft_confidence`); rows
+    outside ``rows`` (when given) never go on."""
     a = self.table.p_hat[i][bin_index(self.table.edges, draft_confidence(q_node))]
     reach = reach * a.astype(jnp.float32)
-    return is_worth(reach, self.worth[i], self.extra[i], self.lam), reach
+    go = is_worth(reach, self.worth[i], self.extra[i], self.lam)
+    return (go if self.rows is None else go & self.rows), reach
+
+  def only(self, rows: jax.Array) -> "DraftGate":
+    """This gate for the rows ``rows [B]`` only (the others stop at once)."""
+    return dataclasses.replace(self, rows=rows)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class SourceParams:
+  """Traced inputs of :class:`CostAwareLength` for a drafter that chooses, each round
+  and row, between drafting sources
+  (:class:`~specjax.decoding.source_choice.SourceChoiceDrafter`): one
+  :class:`CostAwareParams` per source, in the drafter's order, each with the
+  source's own acceptance table and round cost curve (built by
+  :func:`make_source_params`).  Lambda is shared: the rate settings are the
+  first source's."""
+
+  sources: tuple
+
+
+def per_source(params) -> tuple:
+  """The :class:`CostAwareParams` of each source: ``(params,)`` for one drafter."""
+  return params.sources if isinstance(params, SourceParams) else (params,)
+
+
+def make_source_params(*sources: CostAwareParams) -> SourceParams:
+  """:class:`SourceParams` of the two sources' :func:`make_params`; ValueError when
+  they differ in K, bin edges or the rate settings (one lambda serves them all)."""
+  if len(sources) != 2 or not all(isinstance(p, CostAwareParams) for p in sources):
+    raise ValueError(f"make_source_params takes two cost_aware.make_params(...) results "
+                     f"(source 0 model-free, source 1 drafting step by step: SourceGate), "
+                     f"got {[type(p).__name__ for p in sources]}")
+  first = sources[0]
+  for i, p in enumerate(sources[1:], 1):
+    for name in ("rate0", "prior_weight", "forget"):
+      if float(getattr(p, name)) != float(getattr(first, name)):
+        raise ValueError(f"source {i} has {name}={float(getattr(p, name)):g}, source 0 "
+                         f"{float(getattr(first, name)):g}: the sources share one lambda")
+    if np.shape(p.table.p_hat) != np.shape(first.table.p_hat):
+      raise ValueError(f"source {i}'s table has shape {np.shape(p.table.p_hat)}, source "
+                       f"0's {np.shape(first.table.p_hat)}: the same K and bin count")
+  return SourceParams(tuple(sources))
+
+
+def best_offer(a: jax.Array, cost: jax.Array, lam: jax.Array, offers: jax.Array
+               ) -> tuple[jax.Array, jax.Array]:
+  """``(value [B], n [B])``: ``max_n E(n) - lambda c(n)`` over ``n = 0..offers`` and the
+  n that attains it -- a source's worth this round when its estimates ``a [B, K]`` are
+  known before it drafts (``E(n) = 1 + sum_{i<=n} a_1 ... a_i``; ``cost [K+1]`` the
+  bucket costs, ``lam [B]``, ``offers [B]`` the most drafts the source can offer)."""
+  k = a.shape[-1]
+  reach = jnp.cumprod(a.astype(jnp.float32), axis=-1)                    # [B, K]
+  gain = 1.0 + jnp.concatenate([jnp.zeros_like(reach[:, :1]), jnp.cumsum(reach, -1)], -1)
+  value = gain - lam[:, None] * cost[None, :]                            # [B, K+1]
+  allowed = jnp.arange(k + 1)[None, :] <= offers[:, None]
+  value = jnp.where(allowed, value, -jnp.inf)
+  return jnp.max(value, axis=-1), jnp.argmax(value, axis=-1).astype(jnp.int32)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class SourceGate:
+  """The draft gate of a drafter choosing between a model-free source (source 0,
+  whose drafts and score are known before any model runs: prompt lookup) and a
+  source that drafts step by step (source 1: an EAGLE chain).
+
+  A row takes source 0 iff its best offer this round (:func:`best_offer` of its
+  table at its score) verifies at least one draft and is worth at least source 1's,
+  valued at source 1's per-position prior acceptance -- both known before source 1
+  draws a draft, so the choice never depends on a draft it selects (docs/spec.md §5,
+  exactness).  Source 1 then drafts only for the other rows, under its own
+  :class:`DraftGate` (which may offer nothing: a plain step).
+
+  Attributes: gates (one :class:`DraftGate` per source), costs (each source's bucket
+  costs ``[K+1]``).
+  """
+
+  gates: tuple
+  costs: tuple
+
+  def prefer_first(self, confidence: jax.Array, offers: jax.Array) -> jax.Array:
+    """Rows that take source 0, from its score ``confidence [B, K]`` and the drafts
+    it offers ``offers [B]`` (0 without a match).  ``[B]`` bool."""
+    g0, g1 = self.gates
+    v0, n0 = best_offer(g0.table.lookup(confidence), self.costs[0], g0.lam, offers)
+    prior = jnp.broadcast_to(g1.table.prior[None, :], confidence.shape)
+    k = jnp.full(offers.shape, confidence.shape[-1], jnp.int32)
+    v1, _ = best_offer(prior, self.costs[1], g1.lam, k)
+    return (n0 > 0) & (v0 >= v1)
+
+  def for_second(self, rows: jax.Array) -> DraftGate:
+    """Source 1's gate, for the rows ``rows [B]`` that did not take source 0."""
+    return self.gates[1].only(rows)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -240,49 +337,82 @@ class CostAwareLength(BucketedPolicy):
       raise ValueError(f"gate_drafting={self.gate_drafting!r} must be a bool")
 
   def _check(self, params) -> None:
-    if not isinstance(params, CostAwareParams):
-      raise ValueError(f"CostAwareLength needs policy_params=cost_aware.make_params(...), "
+    if not isinstance(params, (CostAwareParams, SourceParams)):
+      raise ValueError(f"CostAwareLength needs policy_params=cost_aware.make_params(...) "
+                       f"(or make_source_params for a drafter choosing between sources), "
                        f"got {type(params).__name__}")
-    k = params.table.p_hat.shape[0]
-    if k != self.num_draft:
-      raise ValueError(f"the acceptance table has K={k} positions; the policy drafts "
-                       f"K={self.num_draft}")
+    for p in per_source(params):
+      k = p.table.p_hat.shape[0]
+      if k != self.num_draft:
+        raise ValueError(f"the acceptance table has K={k} positions; the policy drafts "
+                         f"K={self.num_draft}")
 
   def init(self, params: CostAwareParams, tokens, lengths, cache_length: int):
     self._check(params)
     b = lengths.shape[0]
-    w = jnp.full((b,), params.prior_weight, jnp.float32)
+    first = per_source(params)[0]
+    w = jnp.full((b,), first.prior_weight, jnp.float32)
     zeros = jnp.zeros((b,), jnp.int32)
-    return CostAwareState(w * params.rate0, w, zeros, zeros, jnp.asarray(lengths, jnp.int32))
+    return CostAwareState(w * first.rate0, w, jnp.zeros((b,), jnp.float32), zeros,
+                          jnp.asarray(lengths, jnp.int32))
 
-  def _rate(self, params: CostAwareParams, state: CostAwareState):
-    """``(tokens, cost, lambda)`` with the last round folded in, and the bucket costs."""
-    cost = bucket_cost(params.round_cost, self.buckets)
-    tok, spent = fold_round(state.tokens, state.cost, state.committed, cost[state.gamma],
-                            params.forget)
-    return tok, spent, tok / spent, cost
+  def _rate(self, params, state: CostAwareState):
+    """``(tokens, cost, lambda)`` with the last round folded in (the rate settings are
+    the first source's: :func:`make_source_params` checks they agree)."""
+    first = per_source(params)[0]
+    tok, spent = fold_round(state.tokens, state.cost, state.committed, state.spent,
+                            first.forget)
+    return tok, spent, tok / spent
 
-  def draft_gate(self, params: CostAwareParams, state: CostAwareState):
+  def draft_gate(self, params, state: CostAwareState):
+    """A :class:`DraftGate` for one drafter, a :class:`SourceGate` for a drafter that
+    chooses between sources (:class:`SourceParams`)."""
     if not self.gate_drafting:
       return None
-    _, _, lam, cost = self._rate(params, state)
-    worth, extra = continuation_tables(params.table.prior, cost)
-    return DraftGate(params.table, worth, extra, lam)
+    _, _, lam = self._rate(params, state)
+    gates = []
+    for src in per_source(params):
+      worth, extra = continuation_tables(src.table.prior, bucket_cost(src.round_cost,
+                                                                      self.buckets))
+      gates.append(DraftGate(src.table, worth, extra, lam))
+    if not isinstance(params, SourceParams):
+      return gates[0]
+    return SourceGate(tuple(gates), tuple(bucket_cost(src.round_cost, self.buckets)
+                                          for src in params.sources))
 
-  def choose(self, params: CostAwareParams, state: CostAwareState, prev, last, proposal,
-             active):
-    """Fold the last round into lambda, then stop each row's chain.  Signals
+  def choose(self, params, state: CostAwareState, prev, last, proposal, active):
+    """Fold the last round into lambda, then stop each row's chain (each row under the
+    table and cost curve of the source that drafted it: ``proposal.source``).  Signals
     ``[B, K]``: ``confidence``, ``accept`` (the estimates); ``[B]``: ``rate`` (the
-    lambda this round used)."""
+    lambda this round used) and, for several sources, ``source``."""
     k = proposal.tokens.shape[1]
     if k != self.num_draft:
       raise ValueError(f"got {k} drafts per row; the policy was built for K={self.num_draft}")
-    tok, spent, lam, cost = self._rate(params, state)
+    sources = per_source(params)
+    if (proposal.source is None) != (len(sources) == 1):
+      raise ValueError(
+          "a drafter that chooses between sources needs policy_params=cost_aware."
+          "make_source_params(...) (one table and cost curve per source), and a single "
+          f"drafter needs cost_aware.make_params(...); got {type(params).__name__} for a "
+          f"proposal {'with' if proposal.source is not None else 'without'} sources")
+    tok, spent, lam = self._rate(params, state)
     conf = proposal_confidence(proposal)
-    a = params.table.lookup(conf)
-    gamma = offer_lengths(a, params.table.prior, cost, lam, active)
-    new = CostAwareState(tok, spent, gamma, jnp.zeros_like(gamma), state.length)
-    return gamma, new, {"confidence": conf, "accept": a, "rate": lam}
+    src = jnp.zeros_like(active, jnp.int32) if proposal.source is None else proposal.source
+    gamma = jnp.zeros_like(src)
+    a = jnp.zeros(conf.shape, jnp.float32)
+    paid = jnp.zeros(src.shape, jnp.float32)
+    for s, p in enumerate(sources):
+      cost = bucket_cost(p.round_cost, self.buckets)
+      a_s = p.table.lookup(conf)
+      n_s = offer_lengths(a_s, p.table.prior, cost, lam, active)
+      mine = src == s
+      gamma, a = jnp.where(mine, n_s, gamma), jnp.where(mine[:, None], a_s, a)
+      paid = jnp.where(mine, cost[n_s], paid)
+    new = CostAwareState(tok, spent, paid, jnp.zeros_like(gamma), state.length)
+    signals = {"confidence": conf, "accept": a, "rate": lam}
+    if proposal.source is not None:
+      signals["source"] = src
+    return gamma, new, signals
 
   def commit(self, state: CostAwareState, target_lengths) -> CostAwareState:
     """Record the round's committed tokens (idle rows commit 0 and are not folded)."""

@@ -7,6 +7,11 @@ same policy in every binary.  The names (:data:`NAMES`)::
              docs/spec.md §5); hyperparameters: the AdaEDLParams fields
              (entropy_factor, lam, alpha, eps, beta1, beta2: traced) and
              min_draft, adaptive (static)
+    cost_aware  the cost-aware draft length (specjax.policies.cost_aware): its params
+             are this machine's measured round costs and acceptance tables calibrated
+             for the drafter, rule and temperature, which a name cannot carry --
+             ``make_policy`` returns ``(CostAwareLength(K), None)`` and the run
+             builds the params (experiments/common/adaptive.py in the binaries)
 
     policy, params = make_policy("adaedl", num_draft=4, lam=0.6, min_draft=0)
     out = speculative_generate(..., policy=policy, policy_params=params)
@@ -24,7 +29,7 @@ import dataclasses
 
 from specjax.checks import coerce_number
 
-NAMES = ("none", "adaedl")
+NAMES = ("none", "adaedl", "cost_aware")
 _STATIC = {"min_draft": int, "adaptive": bool}
 
 
@@ -50,6 +55,12 @@ def make_policy(name: str, num_draft: int, **hparams) -> tuple:
     if hparams:
       raise ValueError(f"policy 'none' takes no hyperparameters, got {sorted(hparams)}")
     return None, None
+  if key == "cost_aware":
+    if hparams:
+      raise ValueError(f"policy 'cost_aware' takes no hyperparameters here, got "
+                       f"{sorted(hparams)} (its costs and tables are measured and shipped)")
+    from specjax.policies.cost_aware import CostAwareLength
+    return CostAwareLength(num_draft), None
   from specjax.policies.adaedl import AdaEDL
   allowed = _adaedl_fields() + tuple(_STATIC)
   bad = sorted(set(hparams) - set(allowed))
@@ -72,7 +83,15 @@ def unsupported(name: str, drafter: str) -> str:
     return ""
   if kind in TREE_KINDS:
     return f"policy {key!r} chooses verify lengths of chains; drafter {drafter!r} drafts trees"
+  if key == "cost_aware":
+    served = ("lookup_chain", "eagle_chain", "lookup_eagle_chain")
+    return "" if kind in served else (
+        f"policy 'cost_aware' reads acceptance tables shipped for {', '.join(served)}; "
+        f"drafter {drafter!r} has none")
   if kind in MODEL_FREE_KINDS:
     return (f"policy {key!r} reads the drafter's distributions; drafter {drafter!r} is "
             f"model-free (one-hot drafts, entropy 0)")
+  if kind == "lookup_eagle_chain":
+    return (f"policy {key!r} reads the drafter's distributions; drafter {drafter!r} drafts "
+            f"some rounds by prompt lookup, which has none (the cost-aware policy serves it)")
   return ""

@@ -12,6 +12,7 @@ from specjax.decoding import drafter_factory as df
 from specjax.decoding.drafters import LMDrafter, LMTreeDrafter
 from specjax.decoding.eagle_drafter import EagleDrafter
 from specjax.decoding.lookup_drafter import PromptLookupDrafter
+from specjax.decoding.source_choice import SourceChoiceDrafter
 from specjax.decoding.suffix_drafter import SuffixTreeDrafter
 from specjax.distributions import SamplingConfig
 from specjax.models import eagle
@@ -55,8 +56,12 @@ def test_every_kind_builds_its_drafter(sources):
   assert (d.tree_kind, d.children, d.tree_paths) == ("static", "topk", ((0,), (1,)))
   with pytest.raises(ValueError, match="exactly one of paths= .* or branching="):
     df.make_drafter("rsd_tree", SAMP, src)
+  d, p = df.make_drafter("lookup_eagle_chain", SAMP, src, num_draft=3)
+  assert type(d) is SourceChoiceDrafter and type(d.first) is PromptLookupDrafter
+  assert type(d.second) is EagleDrafter and d.num_draft == 3 and p["first"] is None
+  assert df.make_drafter("adaptive", SAMP, src, num_draft=3)[0] == d  # the main job's row
   built = {type(df.make_drafter(k, SAMP, src, num_draft=2, paths=((0,),))[0]) for k in df.KINDS}
-  assert len(built) == 7  # one class per kind, but tree and rsd_tree are LMTreeDrafters
+  assert len(built) == 8  # one class per kind, but tree and rsd_tree are LMTreeDrafters
 
 
 def test_aliases_are_the_documented_names(sources):
@@ -74,9 +79,9 @@ def test_aliases_are_the_documented_names(sources):
   assert df.eagle_head_kind("eagle_tree") == "" and df.eagle_head_kind("chain") == ""
   assert df.drafter_kind(" Lookup_Chain ") == "lookup_chain"
   assert [df.is_tree(k) for k in df.KINDS] == [False, True, False, True, False, True, True,
-                                               True]
+                                               True, False]
   assert [df.needs(k) for k in df.KINDS] == ["draft", "draft", "eagle", "eagle", None, None,
-                                             "draft", "eagle"]
+                                             "draft", "eagle", "eagle"]
   assert df.drafter_kind("eagle3_rsd_tree") == "eagle_rsd_tree"
 
 

@@ -12,7 +12,7 @@ from experiments.configs import compare
 def test_factory_builds_adaedl_from_strings():
   from specjax.policies import AdaEDL, AdaEDLParams
   from specjax.policies.factory import NAMES, make_policy, unsupported
-  assert NAMES == ("none", "adaedl")
+  assert NAMES == ("none", "adaedl", "cost_aware")
   assert make_policy("none", 4) == (None, None)
   pol, params = make_policy("AdaEDL", 4, lam="0.6", entropy_factor=0.3, min_draft="0",
                             adaptive="false")
@@ -58,13 +58,13 @@ def test_policy_rows_for_chain_drafters_only_and_stable_keys():
                                         "mars(theta=0.9)+adaedl(lam=0.6)"}
   assert len(pol) == 2 * len(c.temperatures) and len({r["key"] for r in both}) == len(both)
   from experiments.compare.evaluation import build_policy
-  policy, params = build_policy(pol[0])
-  assert policy.num_draft == c.num_draft and float(params.lam) == 0.6
-  assert build_policy(base[1]) == (None, None)
+  policy, params, info = build_policy(None, pol[0])
+  assert policy.num_draft == c.num_draft and float(params.lam) == 0.6 and info == {}
+  assert build_policy(None, base[1]) == (None, None, {})
   tree = next(r for r in base if r["drafter"] == "tree")  # a depth, no K
-  assert "num_draft" not in tree and build_policy(tree) == (None, None)
+  assert "num_draft" not in tree and build_policy(None, tree) == (None, None, {})
   with pytest.raises(ValueError, match="chooses verify lengths of chains"):
-    build_policy(dict(tree, policy="adaedl", policy_hparams={"lam": 0.6}))
+    build_policy(None, dict(tree, policy="adaedl", policy_hparams={"lam": 0.6}))
 
 
 def test_sweeps_take_policies():

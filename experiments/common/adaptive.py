@@ -1,0 +1,78 @@
+"""The cost-aware policy of a run's rows (``policy="cost_aware"``; the main job's
+``adaptive`` row): this machine's round costs, measured once per run before the first
+such row, and the acceptance tables shipped with the drafters
+(:mod:`experiments.common.shipped_tables`), per row's drafter, rule, temperature and K.
+
+* prompt lookup (``lookup_chain``): its table, ``c(n)`` of lookup alone;
+* the EAGLE chain (``eagle_chain``): its table, ``c(n)`` of the chain stopping under
+  the gate;
+* both, chosen per round and row (``lookup_eagle_chain``): both tables and the two
+  curves of :meth:`~specjax.policies.cost_profile.RoundCostProfile.source_costs`.
+
+The profile is timed at the run's typical context (the prompts' mean length plus
+half the new tokens) and cache length, with greedy drafts (**our choice**: sampling
+a draft costs the same order), and kept in every row's result (``cost_profile``)
+with the tables' calibration errors.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+SERVED = ("lookup_chain", "eagle_chain", "lookup_eagle_chain")  # drafters it has tables for
+PROFILE_KEY = "cost_profile"
+
+
+def profile(ctx, k: int, cache_length: int):
+  """The run's :class:`~specjax.policies.cost_profile.RoundCostProfile` for K (measured at
+  the first call, then kept in ``ctx.cache``)."""
+  key = (PROFILE_KEY, k, cache_length)
+  if key not in ctx.cache:
+    from specjax.decoding.drafter_factory import make_drafter
+    from specjax.distributions import SamplingConfig
+    from specjax.policies import cost_profile
+    greedy = SamplingConfig(temperature=0.0)
+    sources = {name: make_drafter(name, greedy, ctx.sources, num_draft=k)
+               for name in ("lookup_chain", "eagle_chain")}
+    prompts = ctx.prompt_ids
+    context = int(np.mean([len(p) for p in prompts])) + int(ctx.c.data.max_new_tokens) // 2
+    ctx.cache[key] = cost_profile.measure(ctx.target, ctx.target_params, sources, prompts[0],
+                                          k=k, cache_length=cache_length,
+                                          context=min(context, cache_length - k - 1))
+  return ctx.cache[key]
+
+
+def _tables(ctx, sources: tuple, row: dict) -> list:
+  """``[(FittedAcceptance, metadata)]`` of the shipped tables of ``sources`` for the row."""
+  from experiments.common.shipped_tables import load_shipped
+  from specjax import provenance
+  hashes = ctx.cache.get("model_hashes")
+  if hashes is None:
+    hashes = ctx.cache["model_hashes"] = provenance.model_hashes(ctx.model_sources)
+  return [load_shipped(ctx.model_name, hashes, s, row["rule"], dict(row["hparams"]),
+                       float(row["temperature"]), int(row["num_draft"])) for s in sources]
+
+
+def cost_aware(ctx, row: dict, cache_length: int) -> tuple:
+  """``(policy, params, info)`` of a cost-aware row: ``info`` holds the profile and the
+  tables' held-out calibration errors for the row's record.  ``ValueError`` for a
+  drafter without shipped tables, ``FileNotFoundError`` for a missing table."""
+  from specjax.decoding.drafter_factory import drafter_kind
+  from specjax.policies import cost_aware as ca
+  d, k = drafter_kind(row["drafter"]), int(row["num_draft"])
+  if d not in SERVED:
+    raise ValueError(f"the cost-aware policy needs acceptance tables; they are shipped for "
+                     f"{', '.join(SERVED)}, not drafter {d!r}")
+  sources = ("lookup_chain", "eagle_chain") if d == "lookup_eagle_chain" else (d,)
+  tables = _tables(ctx, sources, row)  # before the profile: a missing table fails fast
+  prof = profile(ctx, k, cache_length)
+  if d == "lookup_eagle_chain":
+    costs = prof.source_costs("lookup_chain", "eagle_chain")
+    params = ca.make_source_params(*[ca.make_params(t.table(), c)
+                                     for (t, _), c in zip(tables, costs)])
+  else:
+    costs = (prof.round_cost(d),)
+    params = ca.make_params(tables[0][0].table(), costs[0])
+  info = {"cost_profile": prof.to_json(), "round_cost": [np.round(c, 4).tolist() for c in costs],
+          "calibration_ece": [m["reliability"]["ece"] for _, m in tables]}
+  return ca.CostAwareLength(k), params, info
