@@ -129,6 +129,11 @@ def provenance_note(rels) -> str:
   return text + (" " + EXPLORATORY if any(p.exploratory for p in provs) else "")
 
 
+def _shipped_acceptance() -> tuple:
+  from experiments.results.speed_profile_tables import shipped_acceptance_files
+  return shipped_acceptance_files()
+
+
 def _sv_companion_reports() -> tuple:
   return tuple(sorted(os.path.relpath(p, ROOT) for p in glob.glob(
       os.path.join(ROOT, RESULTS, "sv_companions_smollm2", "*", "report.json"))))
@@ -184,6 +189,7 @@ RECORDS_OF: dict[str, Callable[[], tuple]] = {
                                         for w in ("float32", "bfloat16")),
     "adaptive_length_smollm2": lambda: (f"{RESULTS}/adaptive_length/smollm2.json",),
     "adaptive_sources_smollm2": lambda: (f"{RESULTS}/adaptive_length/smollm2_sources.json",),
+    "shipped_acceptance_smollm2": _shipped_acceptance,
     "verify_matmul": lambda: tuple(sorted(
         os.path.relpath(f, ROOT)
         for f in glob.glob(os.path.join(ROOT, RESULTS, "verify_matmul", "*.json")))),

@@ -119,6 +119,34 @@ def adaptive_length_table(rel: str = ADAPTIVE_LENGTH) -> str:
   return table(head, rows)
 
 
+SHIPPED_ACCEPTANCE = "specjax/models/assets/smollm2-135m-instruct/acceptance"
+
+
+def shipped_acceptance_files() -> tuple:
+  """The acceptance tables shipped for SmolLM2 (paths relative to the repository)."""
+  return tuple(sorted(os.path.relpath(f, path(".")) for f in
+                      glob.glob(os.path.join(path(SHIPPED_ACCEPTANCE), "*.json"))))
+
+
+def shipped_acceptance_table() -> str:
+  """One row per shipped acceptance table (``python -m experiments.calibrate_acceptance``):
+  its source, rule, T, K, the records it was fitted on, each position's acceptance rate
+  when reached (the table's prior) and the calibration error on the held-out half."""
+  rows = []
+  for rel in shipped_acceptance_files():
+    with open(path(rel)) as f:
+      t = json.load(f)
+    v = dict(t["verifier"])
+    rule = v.pop("rule") + (f"({','.join(f'{k}={x}' for k, x in sorted(v.items()))})" if v
+                            else "")
+    rel_ = t["reliability"]
+    rows.append([t["drafter"], rule, f"{t['temperature']:g}", f"{t['k']}",
+                 f"{t['num_records']}", " ".join(f"{p:.2f}" for p in t["prior"]),
+                 f"{rel_['ece']:.3f} ({rel_['records']} records)"])
+  return table(["source", "rule", "T", "K", "records (all prompts)",
+                "acceptance when reached, positions 1..K", "held-out ECE"], rows)
+
+
 VERIFY_MATMUL = f"{RESULTS}/verify_matmul"
 
 
@@ -150,4 +178,5 @@ TABLES = {
     "round_cost_smollm2": round_cost_table,
     "adaptive_length_smollm2": adaptive_length_table,
     "adaptive_sources_smollm2": lambda: adaptive_length_table(ADAPTIVE_SOURCES),
+    "shipped_acceptance_smollm2": shipped_acceptance_table,
 }
