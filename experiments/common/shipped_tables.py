@@ -57,7 +57,8 @@ def load_shipped(target_name: str, model_hashes: dict, source: str, rule: str, h
   if not os.path.isfile(path):
     raise FileNotFoundError(
         f"no acceptance table for {source}, {_rule_label(rule, hparams)}, T={temperature:g}, "
-        f"K={k} at {path}; write it with `python -m experiments.calibrate_acceptance "
-        f"--model={target_name} --temperatures={temperature:g} --k={k}`")
+        f"K={k} at {path}; `python -m experiments.calibrate_acceptance "
+        f"--model={target_name} --temperatures={temperature:g} --k={k}` writes it for a chat "
+        f"model")
   return acceptance.load(path, **table_metadata(model_hashes, source, rule, hparams,
                                                 temperature, k))
