@@ -206,12 +206,26 @@ def _minus_prefill(batch_timing: list, prefill: list) -> list:
   return [[(n, s - p) for (n, s), p in zip(row, prow)] for row, prow in zip(batch_timing, prefill)]
 
 
+def _build_spec(ctx: Context, row: dict):
+  """``(drafter, draft params, verifier, target sampling, policy, policy params, policy
+  info)`` of a spec row, or the reason it cannot run: an undefined rule / drafter pair,
+  or no acceptance table shipped for its setup."""
+  from specjax.decoding.speculative import node_dist_missing
+  drafter, dparams, verifier, tsamp = build(ctx, row)
+  try:
+    policy, pparams, info = build_policy(ctx, row)
+  except FileNotFoundError as e:
+    return str(e)
+  return node_dist_missing(drafter, verifier) or (drafter, dparams, verifier, tsamp, policy,
+                                                   pparams, info)
+
+
 def evaluate_row(ctx: Context, row: dict) -> dict:
   """Run one row; returns its JSON-able result (see module docstring)."""
   import jax
   import numpy as np
   from specjax.decoding.autoregressive import generate
-  from specjax.decoding.speculative import node_dist_missing, speculative_generate
+  from specjax.decoding.speculative import speculative_generate
 
   c = ctx.c
   d = c.data
@@ -234,14 +248,10 @@ def evaluate_row(ctx: Context, row: dict) -> dict:
   spec = row["kind"] == "spec"
   run_spec = policy = None
   if spec:
-    drafter, dparams, verifier, tsamp = build(ctx, row)
-    try:
-      policy, pparams, policy_info = build_policy(ctx, row)
-    except FileNotFoundError as e:  # no acceptance table shipped for this setup
-      return {"skipped": str(e)}
-    reason = node_dist_missing(drafter, verifier)
-    if reason:  # an undefined rule / drafter pair: a stated reason in the table, no crash
-      return {"skipped": reason}
+    built = _build_spec(ctx, row)
+    if isinstance(built, str):  # a stated reason in the table, no crash
+      return {"skipped": built}
+    drafter, dparams, verifier, tsamp, policy, pparams, policy_info = built
 
     def spec_call(batch, key, bi):
       return speculative_generate(ctx.target, ctx.target_params, drafter, dparams, verifier,

@@ -71,7 +71,7 @@ def _row(label: str, turns: list, column: VerdictColumn) -> list:
 
 
 def _span(sessions: list) -> str:
-  """``0-2`` for consecutive session indices, else ``0, 2, 5``."""
+  """``1-3`` for consecutive (1-based) conversation numbers, else ``1, 3, 6``."""
   s = sorted(sessions)
   if s and s == list(range(s[0], s[-1] + 1)) and len(s) > 1:
     return f"{s[0]}-{s[-1]}"
@@ -98,7 +98,7 @@ def online_adaptation_table(rel: str = ONLINE_ADAPTATION, served_from: tuple = (
           "adapting / frozen tau - 1 [95% CI, paired over sessions], MDE (80% power): verdict",
           "decode-phase speedup, frozen [95% CI]", "decode-phase speedup, adapting [95% CI]"]
   a = rec["adapt"]
-  runs = "; ".join(f"sessions {_span(p['sessions'])}: `{p['command']}` at commit "
+  runs = "; ".join(f"conversations {_span([i + 1 for i in p['sessions']])}: `{p['command']}` at commit "
                    f"`{p['git_commit'][:10]}`" for p in rec["parts"]) if rec.get("parts") else (
       f"`{rec['provenance']['command']}` at commit `{rec['provenance']['git_commit'][:10]}`")
   note = (f"\n\nRecord `{rel}`: {runs}; "
