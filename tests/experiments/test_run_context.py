@@ -258,11 +258,14 @@ def test_row_stats_intervals():
     accepted, relaxed = np.array([3, 1]), np.array([1, 0])
     target_calls, verified_tokens = np.array([2, 2]), np.array([8, 8])
     accept_counts, offered_counts = np.array([[2, 1], [1, 0]]), np.array([[2, 2], [2, 1]])
+    gamma_counts = np.array([[0, 0, 2], [1, 0, 1]])  # rounds at gamma = 0, 1, 2
+    source_rounds = np.array([[2, 0], [1, 1]])  # rounds by each of two sources
 
   s.add(St, 0, 2)
   out = s.result()
   assert out["tau"] == pytest.approx((4 + 4) / 4) and out["relaxed_rate"] == 0.25
   assert out["accept_rate_per_position"] == [0.75, pytest.approx(1 / 3)]
+  assert out["gamma_share"] == [0.25, 0.0, 0.75] and out["source_share"] == [0.75, 0.25]
   lo, hi = out["tau_ci"]
   assert 1.5 <= lo <= 2.0 <= hi <= 2.5  # prompts: tau 2.5 and 1.5
   # log-lik over [repeat][prompt] rows: token-weighted, repeats of a prompt together
