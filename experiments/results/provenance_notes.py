@@ -160,6 +160,7 @@ RECORDS_OF: dict[str, Callable[[], tuple]] = {
     "layer_stack": lambda: (f"{RESULTS}/layer_stack.json",),
     "attention_chunk": lambda: (f"{RESULTS}/attention_chunk.json",),
     "main_job_smollm2": lambda: (f"{RESULTS}/benchmark_smollm2/benchmark.jsonl",),
+    "main_job_adaptive_usage": lambda: (f"{RESULTS}/benchmark_smollm2/benchmark.jsonl",),
     "speed_smollm2": lambda: (f"{RESULTS}/speed_smollm2/benchmark.jsonl",),
     "speed_smollm2_decode": lambda: (f"{RESULTS}/speed_smollm2_decode/benchmark.jsonl",),
     "speed_smollm2_256": lambda: (f"{RESULTS}/speed_smollm2_256/benchmark.jsonl",),

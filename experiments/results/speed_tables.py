@@ -206,6 +206,27 @@ def benchmark_table(rel: str, verdicts: bool = True) -> str:
                  "agrees with target greedy", "row wall s"], rows) + note
 
 
+def adaptive_usage_table(rel: str = MAIN_JOB) -> str:
+  """Where the cost-aware rows of a main-job record drafted: per row, the share of its
+  rounds drafted by each source (prompt lookup / the EAGLE-3 chain), the share at each
+  verify length n = 0..K (0: a plain decode step), and the round cost curves the run
+  measured for each source (``experiments/common/adaptive.py``)."""
+  from experiments.results.records import jsonl
+  rows = []
+  for r in jsonl(rel):
+    c, x = r["config"], r["result"]
+    if c.get("policy") != "cost_aware" or "source_share" not in x:
+      continue
+    shares = " / ".join(f"{v:.2f}" for v in x["source_share"])
+    costs = " / ".join(" ".join(f"{v:.2f}" for v in cost) for cost in x["round_cost"])
+    rows.append([c["drafter"], c["method"], f"{c['temperature']:g}", shares,
+                 " ".join(f"{v:.2f}" for v in x["gamma_share"]), costs,
+                 " / ".join(f"{e:.3f}" for e in x["calibration_ece"])])
+  return _table(["drafter", "rule", "T", "rounds by lookup / chain",
+                 "rounds at n = 0..K", "c(0..K) steps, lookup / chain rounds",
+                 "held-out ECE of the tables, lookup / chain"], rows)
+
+
 def main_job_table() -> str:
   """README command 1's rows (``experiments/benchmark.py``, defaults), and the whole
   command's wall time in a fresh clone when the record beside them has it

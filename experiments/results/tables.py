@@ -53,6 +53,7 @@ TABLES = {
     "layer_stack": speed_tables.layer_stack_table,
     "attention_chunk": speed_tables.attention_chunk_table,
     "main_job_smollm2": speed_tables.main_job_table,
+    "main_job_adaptive_usage": speed_tables.adaptive_usage_table,
     "speed_smollm2": functools.partial(speed_tables.benchmark_table, speed_tables.SPEED_RECORD),
     "speed_smollm2_decode": functools.partial(speed_tables.benchmark_table,
                                               speed_tables.SPEED_RECORD_DECODE),

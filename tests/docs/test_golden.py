@@ -25,7 +25,9 @@ def golden():
 
 # Statistics added to the loop after the golden file was written (additive: they
 # change no existing output).  Any other name missing from the file fails.
-ADDED_AFTER_GOLDEN = {"gamma_counts"}  # SpecStats.gamma_counts (added for SV on SmolLM2)
+# SpecStats fields added after the golden file: gamma_counts (for SV on SmolLM2), the
+# per-source counters (for a drafter choosing between sources; one source elsewhere)
+ADDED_AFTER_GOLDEN = {"gamma_counts", "source_rounds", "source_accepted"}
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
