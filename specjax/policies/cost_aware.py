@@ -44,6 +44,13 @@ probability of its distribution there (``Proposal.q_node``); either is a
 function of the earlier drafts only.  Tables are fitted on held-out prompts for the drafter, rule and
 temperature in use (:mod:`specjax.policies.acceptance`).
 
+**Several sources.**  For a drafter that chooses its source each round and row
+(:class:`~specjax.decoding.source_choice.SourceChoiceDrafter`: prompt lookup or an
+EAGLE chain) the params are :class:`SourceParams`, one table and cost curve per
+source sharing one lambda; :class:`SourceGate` makes the choice before the model
+source draws (docs/spec.md §5, "Choosing the source") and each row's offer is then
+stopped under its source's table and curve (``Proposal.source``).
+
 **Saving.**  The target runs over the smallest verify bucket covering the
 batch's longest offer, and a drafter that drafts step by step (the draft LM,
 EAGLE chains: ``gates_drafting``) stops as soon as no row's latest draft is
