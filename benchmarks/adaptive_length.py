@@ -113,38 +113,36 @@ def forward_profile(r: Run, st, cache_len: int) -> np.ndarray:
   return np.maximum.accumulate([med[n] / med[0] for n in range(r.chain.k + 1)])
 
 
-def round_costs(r: Run, st, drafter, dparams, forward: np.ndarray,
-                cache_len: int) -> np.ndarray:
-  """``c(n)``, n = 0..K, in target decode steps: ``forward`` plus the drafter's
-  steps, timed against the one-token forward round-robin (module docstring)."""
+def drafting_profile(r: Run, st, sources: dict, forward: np.ndarray,
+                     cache_len: int):
+  """A :class:`~specjax.policies.cost_profile.RoundCostProfile` of ``forward`` and each
+  of ``sources`` (``{name: (drafter, params)}``): one drafting step of each, timed
+  against the one-token forward round-robin (module docstring); the round cost curves
+  are its ``round_cost`` / ``source_costs``."""
   from benchmarks.common import draft_timer, forward_timer, interleaved_medians
   from specjax.decoding.prompts import prepare_prompts
   from specjax.decoding.speculative import loop_target
-  k = drafter.num_draft
+  from specjax.policies.cost_profile import RoundCostProfile
   p_tok, p_len = prepare_prompts(st.prompts[:1], st.target.config.vocab_size)
   med = interleaved_medians({
       "step": forward_timer(st.target, st.decoded, 1, 1, st.ctx, cache_len, inner=4),
-      "draft": draft_timer(drafter, dparams, loop_target(st.target, drafter), st.target_params,
-                           p_tok, p_len, cache_len)}, r.profile.profile_repeats)
-  # drafting stops after the last draft offered (the first one is always made)
-  drafts = np.maximum(np.arange(k + 1), 1) / k if drafter.gates_drafting else np.ones(k + 1)
-  return forward + med["draft"] / med["step"] * drafts
+      **{name: draft_timer(d, dp, loop_target(st.target, d), st.target_params, p_tok, p_len,
+                           cache_len) for name, (d, dp) in sources.items()}},
+      r.profile.profile_repeats)
+  return RoundCostProfile(
+      r.chain.k, st.ctx, cache_len, med["step"], tuple(float(f) for f in forward),
+      {name: med[name] / med["step"] for name in sources},
+      {name: bool(d.gates_drafting) for name, (d, _) in sources.items()}, "")
 
 
 def calibrate(r: Run, st, drafter, dparams, verifier, samp, prompts) -> tuple:
   """``(table, reliability)``: fitted on the first half of ``prompts``, ECE on the
   second, refitted on all (module docstring, step 2).  One batch of all prompts."""
   from specjax.policies import acceptance
-  k = drafter.num_draft
   rec = acceptance.collect(st.target, st.target_params, drafter, dparams, verifier, prompts,
                            max_new_tokens=r.new_tokens.max_new_tokens, sampling=samp, key=st.key,
                            eos_token_id=None)
-  fit = lambda m: acceptance.fit(rec["position"][m], rec["confidence"][m],
-                                 rec["accepted"][m], k)
-  first = rec["row"] < len(prompts) // 2
-  rel = fit(first).reliability(rec["position"][~first], rec["confidence"][~first],
-                               rec["accepted"][~first])
-  return fit(np.ones_like(first)), rel
+  return acceptance.fit_held_out(rec, drafter.num_draft, len(prompts))
 
 
 def calibrate_row(r: Run, st, dname: str, rule: str, samp, cal_prompts, forward) -> dict:
@@ -160,7 +158,8 @@ def calibrate_row(r: Run, st, dname: str, rule: str, samp, cal_prompts, forward)
   if drafter.num_sources > 1:
     return calibrate_sources(r, st, drafter, dparams, verifier, samp, cal_prompts, forward,
                              cache_len)
-  costs = round_costs(r, st, drafter, dparams, forward, cache_len)
+  costs = drafting_profile(r, st, {dname: (drafter, dparams)}, forward,
+                           cache_len).round_cost(dname)
   fitted, rel = calibrate(r, st, drafter, dparams, verifier, samp, cal_prompts)
   return dict(drafter=drafter, dparams=dparams, verifier=verifier, cache_len=cache_len,
               costs=costs, fitted=fitted, reliability=rel)
@@ -173,23 +172,14 @@ def calibrate_sources(r: Run, st, drafter, dparams, verifier, samp, cal_prompts,
   which runs lookup and the chain's first step every round -- ``c_0(n) = forward(n+1) +
   lookup + chain / K`` for a lookup round, ``c_1(n) = forward(n+1) + lookup + chain
   max(n, 1) / K`` for a chain round (``lookup``, ``chain``: each source's drafting
-  step alone, timed against the one-token forward round-robin)."""
-  from benchmarks.common import draft_timer, forward_timer, interleaved_medians
-  from specjax.decoding.prompts import prepare_prompts
-  from specjax.decoding.speculative import loop_target
-  k = drafter.num_draft
-  p_tok, p_len = prepare_prompts(st.prompts[:1], st.target.config.vocab_size)
+  step alone, timed against the one-token forward round-robin: :func:`drafting_profile`,
+  ``RoundCostProfile.source_costs``)."""
   params = {"first": None, "second": dparams["second"]}
   sources = (drafter.first, drafter.second)
-  med = interleaved_medians({
-      "step": forward_timer(st.target, st.decoded, 1, 1, st.ctx, cache_len, inner=4),
-      **{i: draft_timer(d, params[name], loop_target(st.target, d), st.target_params,
-                        p_tok, p_len, cache_len)
-         for i, (name, d) in enumerate(zip(("first", "second"), sources))}},
-      r.profile.profile_repeats)
-  lookup, chain = med[0] / med["step"], med[1] / med["step"]
-  steps = np.maximum(np.arange(k + 1), 1) / k
-  costs = (forward + lookup + chain / k, forward + lookup + chain * steps)
+  prof = drafting_profile(r, st, {name: (d, params[name])
+                                  for name, d in zip(("first", "second"), sources)},
+                          forward, cache_len)
+  costs = prof.source_costs("first", "second")
   fits = [calibrate(r, st, d, params[name], verifier, samp, cal_prompts)
           for name, d in zip(("first", "second"), sources)]
   return dict(drafter=drafter, dparams=dparams, verifier=verifier, cache_len=cache_len,

@@ -101,12 +101,7 @@ def fit_table(r: Run, ms, source: str, rule: str, hparams: dict, temperature: fl
                            verifiers.get(rule, **hparams), prompts,
                            max_new_tokens=r.new_tokens.max_new_tokens, sampling=samp,
                            key=jax.random.key(r.seed.seed))
-  fit = lambda m: acceptance.fit(rec["position"][m], rec["confidence"][m], rec["accepted"][m],
-                                 r.chain.k)
-  first = rec["row"] < len(prompts) // 2
-  rel = fit(first).reliability(rec["position"][~first], rec["confidence"][~first],
-                               rec["accepted"][~first])
-  return fit(np.ones_like(first)), rel
+  return acceptance.fit_held_out(rec, r.chain.k, len(prompts))
 
 
 def main(_):

@@ -163,6 +163,18 @@ def fit(position, confidence, accepted, num_draft: int, edges=None, *,
   return FittedAcceptance(edges, counts, accepts, p, prior, float(alpha))
 
 
+def fit_held_out(records: dict, num_draft: int, num_prompts: int
+                 ) -> tuple[FittedAcceptance, dict]:
+  """``(table, reliability)`` from :func:`collect`'s ``records`` of ``num_prompts``
+  prompts: the calibration error read on the second half of the prompts with a table
+  fitted on the first half, then the table refitted on all of them."""
+  pos, conf, acc = records["position"], records["confidence"], records["accepted"]
+  fit_on = lambda m: fit(pos[m], conf[m], acc[m], num_draft)
+  first = records["row"] < num_prompts // 2
+  rel = fit_on(first).reliability(pos[~first], conf[~first], acc[~first])
+  return fit_on(np.ones_like(first)), rel
+
+
 def save(path: str, fitted: FittedAcceptance, metadata: dict) -> str:
   """Write the table and ``metadata`` (must hold ``"models"``, ``"drafter"``,
   ``"verifier"``, ``"temperature"``) as one JSON file."""

@@ -152,3 +152,14 @@ def test_a_cost_aware_row_is_built_from_the_profile_and_the_shipped_tables(tmp_p
   _, again, _ = adaptive.cost_aware(ctx, dict(row, drafter="eagle_chain"), 64)
   assert isinstance(again, cost_aware.CostAwareParams)  # the profile measured once, reused
   assert len([k for k in ctx.cache if k[0] == "cost_profile"]) == 1
+
+
+def test_fit_held_out_reads_the_error_on_the_second_half_and_refits_on_all():
+  rec = {"position": np.array([0, 1, 0, 1, 0, 0]), "confidence": np.array([0.9] * 6),
+         "accepted": np.array([1, 1, 1, 0, 0, 0]), "row": np.array([0, 0, 1, 1, 2, 3])}
+  table, rel = acceptance.fit_held_out(rec, 2, num_prompts=4)
+  everything = acceptance.fit(rec["position"], rec["confidence"], rec["accepted"], 2)
+  np.testing.assert_allclose(table.p_hat, everything.p_hat)
+  assert rel["records"] == 2 and rel["observed"] == 0.0  # rows 2 and 3 only
+  first = acceptance.fit(rec["position"][:4], rec["confidence"][:4], rec["accepted"][:4], 2)
+  assert rel["ece"] == pytest.approx(float(first.predict(np.array([0]), np.array([0.9]))[0]))
