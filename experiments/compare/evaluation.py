@@ -290,6 +290,9 @@ def evaluate_row(ctx: Context, row: dict) -> dict:
     if len(batches) >= 2:
       res["speedup_pooled"] = row_stats.speedup_interval(rep.batch_spec, rep.batch_target)
       res["speedup_decode_pooled"] = row_stats.speedup_interval(decode_spec, decode_target)
+      per_set = _per_prompt_set(ctx, batches, decode_spec, decode_target)
+      if per_set:
+        res["speedup_decode_per_set"] = per_set
   res.update(_quality(ctx, row, flat, rep.outs_target[:len(batches)], n))
   # The first-token law is the node rules' induced law; path rules (block) have their
   # own exact analysis (specjax.analysis.path_law), not wired into this table yet; a
@@ -299,6 +302,29 @@ def evaluate_row(ctx: Context, row: dict) -> dict:
       and policy is None):
     res.update(_first_token_kl(ctx, row, drafter, dparams, verifier, tsamp))
   return res
+
+
+def _per_prompt_set(ctx: Context, batches: list, decode_spec: list, decode_target: list) -> dict:
+  """Decode-phase speedup with its interval per prompt set (``data.prompt_sets``),
+  ``{set: speedup_interval}``, over the batches of that set; empty unless the prompts
+  come from two or more sets, every batch from one set, and each set has >= 2 batches."""
+  sets = [getattr(p, "prompt_set", None) for p in ctx.prompts]
+  if None in sets or len(set(sets)) < 2:
+    return {}
+  of_batch, i = [], 0
+  for b in batches:
+    names = set(sets[i:i + len(b)])
+    i += len(b)
+    if len(names) != 1:
+      return {}
+    of_batch.append(names.pop())
+  out = {}
+  for name in dict.fromkeys(of_batch):
+    idx = [j for j, s in enumerate(of_batch) if s == name]
+    if len(idx) >= 2:
+      out[name] = row_stats.speedup_interval(*([[rep[j] for j in idx] for rep in side]
+                                               for side in (decode_spec, decode_target)))
+  return out
 
 
 def _quality(ctx: Context, row: dict, flat: list, ref_batches: list, n: int) -> dict:

@@ -284,3 +284,31 @@ def test_plots_from_records(tmp_path):
     assert (img[..., :3] < 0.5).mean() > 0.001, name
   table = cv.markdown_table(recs)
   assert table.count("\n") == len(recs) + 1 and "| mars(theta=0.9) | chain | 1 | 4 | 2.90 |" in table
+
+
+def test_decode_speedup_per_prompt_set():
+  """Per-set decode speedups read only that set's batches (here sharegpt at 2x, humaneval
+  at 1x exactly, with no spread), and none are given for one set, a batch that mixes
+  sets, or a set with one batch."""
+  import types
+  from experiments.common.prompts import ChatPrompt
+  from experiments.compare.evaluation import _per_prompt_set
+
+  def ctx(*sets):
+    return types.SimpleNamespace(prompts=[ChatPrompt("x", (1,), f"{s}:{i}", s)
+                                          for i, s in enumerate(sets)])
+
+  target = [[(10, 1.0)] * 4]
+  spec = [[(10, 0.5), (10, 0.5), (10, 1.0), (10, 1.0)]]
+  one = [[p] for p in range(4)]
+  out = _per_prompt_set(ctx("sharegpt", "sharegpt", "humaneval", "humaneval"), one, spec, target)
+  assert list(out) == ["sharegpt", "humaneval"]
+  assert out["sharegpt"]["speedup"] == pytest.approx(2.0)
+  assert out["humaneval"]["speedup"] == pytest.approx(1.0)
+  assert out["sharegpt"]["batches"] == 2
+  assert not _per_prompt_set(ctx(*["sharegpt"] * 4), one, spec, target)
+  pairs = [[0, 1], [2, 3]]
+  assert not _per_prompt_set(ctx("sharegpt", "humaneval", "sharegpt", "humaneval"), pairs,
+                             [[(20, 1.0)] * 2], [[(20, 2.0)] * 2])
+  lone = _per_prompt_set(ctx("sharegpt", "sharegpt", "sharegpt", "humaneval"), one, spec, target)
+  assert list(lone) == ["sharegpt"]
