@@ -31,19 +31,16 @@ class CalibrateAcceptanceSpec:
   sources: tuple[str, ...] = knobs.knob(
       ("lookup_chain", "eagle_chain"), "drafting sources whose tables are fitted (the "
       "sources of lookup_eagle_chain)")
-  evaluation_prompts: int = knobs.knob(32, "the first prompts of the sets, kept out of the "
-                                       "calibration (the main job and the speed records "
-                                       "evaluate on at most the first 16)")
 
   def __post_init__(self):
     from experiments.common.shipped_tables import SOURCES
     knobs.check_subset(self, "sources", SOURCES)
-    knobs.check_int(self, "evaluation_prompts", 0)
 
 
 SPECS = knobs.Specs(specs.ModelSpec, specs.ChainSpec, specs.RuleSpec, specs.TemperaturesSpec,
                     specs.PromptSpec, specs.NewTokensSpec, specs.SeedSpec,
-                    specs.CalibrationPromptsSpec, CalibrateAcceptanceSpec,
+                    specs.CalibrationPromptsSpec, specs.EvaluationPromptsSpec,
+                    CalibrateAcceptanceSpec,
                     presets=dict(model="smollm2-135m-instruct", k=4, temperatures=(0.0, 1.0),
                                  max_new_tokens=96, calibration_prompts=16))
 
@@ -59,6 +56,7 @@ class Run:
   new_tokens: specs.NewTokensSpec
   seed: specs.SeedSpec
   calibration: specs.CalibrationPromptsSpec
+  held_out: specs.EvaluationPromptsSpec
   bench: CalibrateAcceptanceSpec
 
 
@@ -77,13 +75,11 @@ def build_run() -> Run:
 
 def calibration_prompts(r: Run, ms) -> list:
   """The held-out prompts after the first ``--evaluation_prompts`` of the same sets."""
-  from experiments.common.prompts import load_chat_prompts
-  p, b = r.prompts, r.bench
-  evals = load_chat_prompts(ms.encode_chat, b.evaluation_prompts, sets=p.prompt_sets,
-                            max_tokens=p.max_prompt_tokens) if b.evaluation_prompts else []
-  cal = load_chat_prompts(ms.encode_chat, r.calibration.calibration_prompts, sets=p.prompt_sets,
-                          max_tokens=p.max_prompt_tokens, exclude={q.source for q in evals})
-  return [list(q.ids) for q in cal]
+  from experiments.common.prompts import held_out_chat_prompts
+  p = r.prompts
+  return [list(q.ids) for q in held_out_chat_prompts(
+      ms.encode_chat, r.calibration.calibration_prompts, after=r.held_out.evaluation_prompts,
+      sets=p.prompt_sets, max_tokens=p.max_prompt_tokens)]
 
 
 def fit_table(r: Run, ms, source: str, rule: str, hparams: dict, temperature: float,

@@ -257,3 +257,13 @@ def load_chat_prompts(encode_chat, num_prompts: int, *, sets=DEFAULT_PROMPT_SETS
                        f"{max_tokens} tokens; asked for {n}")
     out += got
   return out
+
+
+def held_out_chat_prompts(encode_chat, num_prompts: int, *, after: int,
+                          sets=DEFAULT_PROMPT_SETS, max_tokens: int = 256) -> list:
+  """``num_prompts`` chat prompts of ``sets`` disjoint from their first ``after`` (the
+  evaluation prompts of the main job and the speed records): the prompts a table or
+  an acceptance model is fitted on (:func:`load_chat_prompts` with ``exclude``)."""
+  evals = load_chat_prompts(encode_chat, after, sets=sets, max_tokens=max_tokens) if after else []
+  return load_chat_prompts(encode_chat, num_prompts, sets=sets, max_tokens=max_tokens,
+                           exclude={q.source for q in evals})

@@ -317,6 +317,17 @@ class CalibrationPromptsSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class EvaluationPromptsSpec:
+  """The evaluation prompts a fit on held-out prompts stays clear of."""
+  evaluation_prompts: int = knob(32, "the first prompts of the sets, kept out of the "
+                                 "calibration (the main job and the speed records "
+                                 "evaluate on at most the first 16)")
+
+  def __post_init__(self):
+    check_int(self, "evaluation_prompts", 0)
+
+
+@dataclasses.dataclass(frozen=True)
 class NewTokensSpec:
   """How much is generated."""
   max_new_tokens: int = knob(help="tokens generated per prompt", preset=True)

@@ -29,10 +29,13 @@ from specjax.verifiers.base import NodeRule
 @dataclasses.dataclass(frozen=True)
 class ProbeRun:
   """Attributes: steps: every step's record (host numpy, ``StepRecord``); stats: the
-  loop's final ``SpecStats`` (host)."""
+  loop's final ``SpecStats`` (host); tokens: ``[B, W]`` the generated tokens, in the
+  order the steps emitted them (``num_emitted`` per step); num_tokens: ``[B]``."""
 
   steps: list
   stats: object
+  tokens: np.ndarray
+  num_tokens: np.ndarray
 
   @property
   def tokens_per_call(self) -> float:
@@ -75,4 +78,5 @@ def run_probe(target: Model, target_params, drafter: Drafter, draft_params,
   while np.any(np.asarray(state.finish_reason) == RUNNING):
     state, rec = jit_step(loop, inputs, state)
     steps.append(jax.device_get(rec))
-  return ProbeRun(steps, jax.device_get(state.stats))
+  return ProbeRun(steps, jax.device_get(state.stats), np.asarray(state.tokens),
+                  np.asarray(state.num_tokens))
