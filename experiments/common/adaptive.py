@@ -10,8 +10,9 @@ such row, and the acceptance tables shipped with the drafters
   curves of :meth:`~specjax.policies.cost_profile.RoundCostProfile.source_costs`.
 
 The profile is timed at the run's typical context (the prompts' mean length plus
-half the new tokens) and cache length, with greedy drafts (**our choice**: sampling
-a draft costs the same order), and kept in every row's result (``cost_profile``)
+half the new tokens), cache length and batch size (what a verify over n + 1 tokens
+costs against a decode step depends on the rows it carries), with greedy drafts
+(**our choice**: sampling a draft costs the same order), and kept in every row's result (``cost_profile``)
 with the tables' calibration errors.
 """
 
@@ -36,8 +37,9 @@ def profile(ctx, k: int, cache_length: int):
                for name in ("lookup_chain", "eagle_chain")}
     prompts = ctx.prompt_ids
     context = int(np.mean([len(p) for p in prompts])) + int(ctx.c.data.max_new_tokens) // 2
+    batch = min(int(ctx.c.data.get("batch_size", 0)) or len(prompts), len(prompts))
     ctx.cache[key] = cost_profile.measure(ctx.target, ctx.target_params, sources, prompts[0],
-                                          k=k, cache_length=cache_length,
+                                          k=k, cache_length=cache_length, batch=batch,
                                           context=min(context, cache_length - k - 1))
   return ctx.cache[key]
 

@@ -161,6 +161,8 @@ RECORDS_OF: dict[str, Callable[[], tuple]] = {
     "attention_chunk": lambda: (f"{RESULTS}/attention_chunk.json",),
     "main_job_smollm2": lambda: (f"{RESULTS}/benchmark_smollm2/benchmark.jsonl",),
     "main_job_adaptive_usage": lambda: (f"{RESULTS}/benchmark_smollm2/benchmark.jsonl",),
+    **{name: (lambda: (f"{RESULTS}/benchmark_smollm2_sets/benchmark.jsonl",)) for name in (
+        "main_job_sets_smollm2", "main_job_sets_per_set", "main_job_sets_adaptive_usage")},
     "speed_smollm2": lambda: (f"{RESULTS}/speed_smollm2/benchmark.jsonl",),
     "speed_smollm2_decode": lambda: (f"{RESULTS}/speed_smollm2_decode/benchmark.jsonl",),
     "speed_smollm2_256": lambda: (f"{RESULTS}/speed_smollm2_256/benchmark.jsonl",),
@@ -190,6 +192,7 @@ RECORDS_OF: dict[str, Callable[[], tuple]] = {
                                         for w in ("float32", "bfloat16")),
     "adaptive_length_smollm2": lambda: (f"{RESULTS}/adaptive_length/smollm2.json",),
     "adaptive_sources_smollm2": lambda: (f"{RESULTS}/adaptive_length/smollm2_sources.json",),
+    "tree_budget_smollm2": lambda: (f"{RESULTS}/tree_budget/smollm2.json",),
     "shipped_acceptance_smollm2": _shipped_acceptance,
     "verify_matmul": lambda: tuple(sorted(
         os.path.relpath(f, ROOT)

@@ -172,7 +172,67 @@ def verify_matmul_table(rel: str = VERIFY_MATMUL) -> str:
   return table(["XLA flags", "formulation", *[f"T={t}" for t in tokens]], rows)
 
 
+TREE_BUDGET = f"{RESULTS}/tree_budget/smollm2.json"
+_PROFILE_NAMES = {"this_cpu": "this CPU (measured)",
+                  "accelerator_like": "accelerator-like (verify flat up to the largest size)"}
+
+
+def _shares(values) -> str:
+  return " ".join(f"{v:.2f}" for v in values)
+
+
+def tree_budget_table(rel: str = TREE_BUDGET) -> str:
+  """``benchmarks/tree_budget.py``: per profile, the verify cost curve, the best tree
+  (Sequoia's dynamic program, ``E / c``) and the best chain, and the cost-aware policy's
+  share of rounds at n = 0..K for the EAGLE-3 chain and for ``lookup_eagle_chain``
+  (with its share of rounds by source); then each budget's best tree under both
+  profiles, and the measured rank acceptance."""
+  rec = _load(rel)
+  rows = []
+  for name, res in rec["profiles"].items():
+    b, c, pol = res["trees"]["best"], res["trees"]["best_chain"], res["policy"]
+    both = pol["lookup_eagle_chain"]
+    rows.append([_PROFILE_NAMES.get(name, name), _shares(res["verify_steps"]),
+                 f"{b['nodes']} nodes, depth {b['depth']}, widths {b['widths']}",
+                 f"{b['value']:.2f} / {b['cost']:.2f} = **{b['rate']:.2f}**",
+                 f"K = {c['depth']}: {c['rate']:.2f}", _shares(pol["eagle_chain"]["gamma_share"]),
+                 f"{_shares(both['gamma_share'])} (lookup / chain {_shares(both['source_share'])})"])
+  sizes = " ".join(str(n) for n in rec["verify_sizes"])
+  out = table(["profile", f"verify over {sizes} tokens, in steps", "best tree",
+               "tokens / round / cost = per step", "best chain, per step",
+               f"cost-aware EAGLE-3 chain: rounds at n = 0..{rec['policy_k']}",
+               "cost-aware lookup_eagle_chain: rounds at n = 0..K"], rows)
+  budget_rows = []
+  names = list(rec["profiles"])
+  per = {n: {b["budget"]: b for b in rec["profiles"][n]["trees"]["per_budget"]} for n in names}
+  for budget in sorted(per[names[0]]):
+    cells = [f"{per[n][budget]['value']:.2f} / {per[n][budget]['cost']:.2f} = "
+             f"{per[n][budget]['rate']:.2f}" for n in names]
+    budget_rows.append([str(budget), f"{per[names[0]][budget]['depth']}",
+                        str(per[names[0]][budget]["widths"]), *cells])
+  out += "
+
+" + table(["node budget", "depth", "widths", *[
+      f"{_PROFILE_NAMES.get(n, n)}: E / c = per step" for n in names]], budget_rows)
+  p = rec["rank_acceptance"]
+  reached = [sum(c) for c in rec["rank_counts"]]
+  out += "
+
+" + table(["depth", "positions reached", *[f"rank {r + 1}" for r in range(
+      min(4, len(p[0])))], f"ranks 1-{len(p[0])}"],
+      [[str(d + 1), str(reached[d]), *[f"{v:.3f}" for v in row[:4]], f"{sum(row):.3f}"]
+       for d, row in enumerate(p)])
+  return out + (f"\n\nRank acceptance: greedy EAGLE-3 chain of K = {rec['k']} on "
+                f"{rec['calibration_prompts']} held-out chat prompts (after the first "
+                f"{rec['evaluation_prompts']}), {rec['max_new_tokens']} new tokens; policy "
+                f"rounds: K = {rec['policy_k']}, T = 0, lossless, the shipped tables, the "
+                f"first {rec['policy_prompts']} evaluation prompts; one drafting level costs "
+                f"{rec['draft_level']:.3f} steps in both profiles. Rates are the model's "
+                f"(E / c), not timings.")
+
+
 TABLES = {
+    "tree_budget_smollm2": tree_budget_table,
     "verify_matmul": verify_matmul_table,
     "forward_cost_b1": forward_cost_table,
     "round_cost_smollm2": round_cost_table,

@@ -21,7 +21,7 @@ import functools
 
 from experiments.results import (ab_tables, acceptance_tables, adaptation_tables,
                                  compare_tables, drafter_data_tables, humaneval_tables,
-                                 notebook_tables,
+                                 notebook_tables, prompt_set_tables,
                                  propositions_tables, rule_tables, shipped_drafter_tables,
                                  speed_profile_tables, speed_tables, sv_companion_tables,
                                  sv_tables, sweep_tables)
@@ -54,6 +54,11 @@ TABLES = {
     "attention_chunk": speed_tables.attention_chunk_table,
     "main_job_smollm2": speed_tables.main_job_table,
     "main_job_adaptive_usage": speed_tables.adaptive_usage_table,
+    "main_job_sets_smollm2": functools.partial(speed_tables.benchmark_table,
+                                               prompt_set_tables.SETS_RECORD),
+    "main_job_sets_per_set": prompt_set_tables.per_set_table,
+    "main_job_sets_adaptive_usage": functools.partial(speed_tables.adaptive_usage_table,
+                                                      prompt_set_tables.SETS_RECORD),
     "speed_smollm2": functools.partial(speed_tables.benchmark_table, speed_tables.SPEED_RECORD),
     "speed_smollm2_decode": functools.partial(speed_tables.benchmark_table,
                                               speed_tables.SPEED_RECORD_DECODE),

@@ -49,6 +49,8 @@ class RoundCostProfile:
     drafting: ``{source: its K-draft drafting step, in steps}``.
     gated: ``{source: whether it drafts step by step under the gate}``.
     device: the timing device's kind.
+    batch: rows per forward while timing (a step is the forward over one token per
+      row of that many rows: at batch B a verify over n + 1 tokens is B (n + 1) tokens).
   """
 
   k: int
@@ -59,6 +61,7 @@ class RoundCostProfile:
   drafting: dict
   gated: dict
   device: str
+  batch: int = 1
 
   def round_cost(self, source: str) -> np.ndarray:
     """``c(n)``, n = 0..K, of a round drafted by ``source`` alone (module docstring)."""
@@ -85,7 +88,7 @@ class RoundCostProfile:
 
 
 def measure(target, target_params, sources: dict, prompt_ids, *, k: int, cache_length: int,
-            context: int, repeats: int = 5) -> RoundCostProfile:
+            context: int, repeats: int = 5, batch: int = 1) -> RoundCostProfile:
   """Profile this machine (module docstring).
 
   Args:
@@ -95,6 +98,7 @@ def measure(target, target_params, sources: dict, prompt_ids, *, k: int, cache_l
     k: K; cache_length: the cache slots of the timed calls; context: the committed
       tokens of the timed forwards (the run's typical context).
     repeats: round-robin rounds (the median is kept).
+    batch: rows per timed call (the run's batch size; the prompt repeated per row).
   """
   import jax
 
@@ -103,12 +107,13 @@ def measure(target, target_params, sources: dict, prompt_ids, *, k: int, cache_l
   from specjax.policies.timers import draft_timer, forward_timer, interleaved_medians
   check_int("k", k, low=1)
   check_int("repeats", repeats, low=1)
+  check_int("batch", batch, low=1)
   for name, (drafter, _) in sources.items():
     if drafter.tree or drafter.max_accepted != k:
       raise ValueError(f"source {name!r} must be a chain drafter of K={k} drafts")
   decoded = target.decode_params(target_params)
-  tokens, lengths = prepare_prompts([list(prompt_ids)], target.config.vocab_size)
-  timers = {("forward", n): forward_timer(target, decoded, 1, n + 1, context, cache_length,
+  tokens, lengths = prepare_prompts([list(prompt_ids)] * batch, target.config.vocab_size)
+  timers = {("forward", n): forward_timer(target, decoded, batch, n + 1, context, cache_length,
                                           inner=4) for n in range(k + 1)}
   for name, (drafter, params) in sources.items():
     timers["draft", name] = draft_timer(drafter, params, loop_target(target, drafter),
@@ -120,4 +125,4 @@ def measure(target, target_params, sources: dict, prompt_ids, *, k: int, cache_l
       k, int(context), int(cache_length), float(step), tuple(float(f) for f in forward),
       {name: max(0.0, float(med["draft", name] / step)) for name in sources},  # noise < 0
       {name: bool(d.gates_drafting) for name, (d, _) in sources.items()},
-      jax.devices()[0].device_kind)
+      jax.devices()[0].device_kind, int(batch))

@@ -56,7 +56,14 @@ def test_a_measured_profile_has_the_shape_the_policy_needs():
   assert prof.drafting["eagle_chain"] > 0 and prof.drafting["lookup_chain"] >= 0
   assert prof.gated["eagle_chain"]
   assert not prof.gated["lookup_chain"] and prof.step_s > 0
-  assert RoundCostProfile(**prof.to_json()) == prof
+  assert RoundCostProfile(**prof.to_json()) == prof and prof.batch == 1
+  # At the run's batch size: the step is the forward over one token for each of B rows.
+  wide = cost_profile.measure(ms.target, ms.target_params, sources, [1, 2, 3, 4, 5, 6], k=K,
+                              cache_length=64, context=20, repeats=2, batch=3)
+  assert wide.batch == 3 and wide.forward[0] == 1.0 and np.all(np.diff(wide.forward) >= 0)
+  with pytest.raises(ValueError, match="batch=0"):
+    cost_profile.measure(ms.target, ms.target_params, sources, [1, 2], k=K, cache_length=64,
+                         context=20, batch=0)
 
 
 def test_shipped_tables_are_found_by_setup_and_refused_for_another(tmp_path, monkeypatch):
