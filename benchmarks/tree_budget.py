@@ -6,7 +6,9 @@ cost profile, from one acceptance model (docs/speed.md, "What the profile buys")
    decoding with the EAGLE-3 chain of ``--k`` drafts on ``--calibration_prompts``
    held-out chat prompts (disjoint from the first ``--evaluation_prompts``), every
    draft verified: ``P[d, r]``, the share of the reached positions at depth d where
-   the target's token was the head's rank-r token.
+   the target's token was the head's rank-r token (depths reached fewer than 100
+   times pooled with the deepest one reached that often:
+   ``rank_acceptance.positional_acceptance``).
 2. **This machine's profile**: the target's forward over n = 1, 2, 4, ...,
    ``--max_nodes`` new tokens at the prompts' typical context, and the K = 4 round
    cost profile of the cost-aware policy (``specjax.policies.cost_profile``: the
@@ -62,6 +64,7 @@ SPECS = knobs.Specs(specs.ModelSpec, specs.ChainSpec, specs.PromptSpec, specs.Nu
                                  max_new_tokens=96, calibration_prompts=16, output=""))
 POLICY_K = 4  # the K of the shipped acceptance tables
 POLICY_DRAFTERS = ("eagle_chain", "lookup_eagle_chain")
+RANK_MIN_REACHED = 100  # positions a depth needs for its own row of P (pooled below it)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,13 +228,14 @@ def main(_):
   compiled_code.release_compiled_programs()
   sizes, steps, prof = measure_profile(r, ms, prompts)
   compiled_code.release_compiled_programs()
-  p = positional_acceptance(counts)
+  p = positional_acceptance(counts, RANK_MIN_REACHED)
   level = prof.drafting["eagle_chain"] / POLICY_K  # one head step: a tree level
   out = dict(benchmark="tree_budget", target=r.model.model, k=r.chain.k, ranks=r.bench.ranks,
              max_nodes=r.bench.max_nodes, calibration_prompts=r.calibration.calibration_prompts,
              evaluation_prompts=r.held_out.evaluation_prompts, policy_k=POLICY_K,
              policy_prompts=len(prompts), max_new_tokens=r.new_tokens.max_new_tokens,
              rank_counts=counts.tolist(), rank_acceptance=np.round(p, 6).tolist(),
+             rank_min_reached=RANK_MIN_REACHED,
              verify_sizes=list(sizes), draft_level=level, profiles={})
   for name, (verify, pr) in profiles(sizes, steps, prof).items():
     out["profiles"][name] = dict(

@@ -224,7 +224,9 @@ def tree_budget_table(rel: str = TREE_BUDGET) -> str:
        for d, row in enumerate(p)])
   return out + (f"\n\nRank acceptance: greedy EAGLE-3 chain of K = {rec['k']} on "
                 f"{rec['calibration_prompts']} held-out chat prompts (after the first "
-                f"{rec['evaluation_prompts']}), {rec['max_new_tokens']} new tokens; policy "
+                f"{rec['evaluation_prompts']}), {rec['max_new_tokens']} new tokens (depths reached "
+                f"fewer than {rec['rank_min_reached']} times pooled with the deepest one reached "
+                f"that often); policy "
                 f"rounds: K = {rec['policy_k']}, T = 0, lossless, the shipped tables, the "
                 f"first {rec['policy_prompts']} evaluation prompts; one drafting level costs "
                 f"{rec['draft_level']:.3f} steps in both profiles. Rates are the model's "

@@ -62,12 +62,24 @@ def rank_counts(run: ProbeRun, ranks: int) -> np.ndarray:
   return counts
 
 
-def positional_acceptance(counts) -> np.ndarray:
+def positional_acceptance(counts, min_reached: int = 100) -> np.ndarray:
   """``P [K, R]`` from :func:`rank_counts`: each depth's counts over the positions
-  reached there (0 where none was reached)."""
+  reached there.  **Our choice:** a depth reached fewer than ``min_reached`` times
+  (deep positions are rare: each needs every draft before it accepted) takes the
+  counts pooled over itself, every deeper depth and the deepest depth reached at least
+  that often -- a handful of positions would otherwise set a depth's whole row -- and
+  where no depth is reached that often, all depths are pooled (Sequoia's one vector).
+  Rows of depths never reached are 0 only when nothing was reached at all."""
   c = np.asarray(counts, np.float64)
-  reached = c.sum(1, keepdims=True)
-  return np.divide(c[:, :-1], reached, out=np.zeros_like(c[:, :-1]), where=reached > 0)
+  check_int("min_reached", min_reached, low=0)
+  reached = c.sum(1)
+  well = np.nonzero(reached >= max(min_reached, 1))[0]
+  start = int(well[-1]) if len(well) else 0
+  rows = c.copy()
+  sparse = np.arange(len(c)) > start if len(well) else np.ones(len(c), bool)
+  rows[sparse] = c[start:].sum(0)
+  total = rows.sum(1, keepdims=True)
+  return np.divide(rows[:, :-1], total, out=np.zeros_like(rows[:, :-1]), where=total > 0)
 
 
 def collect_ranks(target, target_params, drafter, draft_params, verifier, prompts, *,

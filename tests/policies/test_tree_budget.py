@@ -138,6 +138,20 @@ def test_rank_counts_of_a_greedy_chain_run():
                      max_new_tokens=4, sampling=SamplingConfig(temperature=1.0))
 
 
+def test_sparse_depths_are_pooled_with_the_deepest_well_measured_one():
+  """Depths reached fewer than ``min_reached`` times take the counts pooled from the
+  deepest well-measured depth down; with no threshold every depth keeps its own row;
+  with none well measured all depths are pooled."""
+  from specjax.policies.rank_acceptance import positional_acceptance
+  c = np.array([[50, 20, 30], [20, 10, 20], [2, 1, 2], [1, 0, 1]])  # reached 100, 50, 5, 2
+  p = positional_acceptance(c, min_reached=40)
+  np.testing.assert_allclose(p[:2], [[0.5, 0.2], [0.4, 0.2]])
+  np.testing.assert_allclose(p[2:], [[23 / 57, 11 / 57]] * 2)
+  np.testing.assert_allclose(positional_acceptance(c, min_reached=0)[3], [0.5, 0.0])
+  np.testing.assert_allclose(positional_acceptance(c, min_reached=1000),
+                             [c[:, :2].sum(0) / c.sum()] * 4)
+
+
 def test_benchmark_profiles_and_shapes():
   """benchmarks/tree_budget.py's pure steps: the accelerator-like profile keeps this
   machine's drafting and flattens every forward; under it the best tree is larger than
