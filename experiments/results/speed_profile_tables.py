@@ -193,7 +193,8 @@ def tree_budget_table(rel: str = TREE_BUDGET) -> str:
     b, c, pol = res["trees"]["best"], res["trees"]["best_chain"], res["policy"]
     both = pol["lookup_eagle_chain"]
     rows.append([_PROFILE_NAMES.get(name, name), _shares(res["verify_steps"]),
-                 f"{b['nodes']} nodes, depth {b['depth']}, widths {b['widths']}",
+                 (f"{b['nodes']} nodes, depth {b['depth']}, widths {b['widths']}"
+                  if b["nodes"] > 1 else "none: the plain decode step"),
                  f"{b['value']:.2f} / {b['cost']:.2f} = **{b['rate']:.2f}**",
                  f"K = {c['depth']}: {c['rate']:.2f}", _shares(pol["eagle_chain"]["gamma_share"]),
                  f"{_shares(both['gamma_share'])} (lookup / chain {_shares(both['source_share'])})"])
@@ -210,15 +211,11 @@ def tree_budget_table(rel: str = TREE_BUDGET) -> str:
              f"{per[n][budget]['rate']:.2f}" for n in names]
     budget_rows.append([str(budget), f"{per[names[0]][budget]['depth']}",
                         str(per[names[0]][budget]["widths"]), *cells])
-  out += "
-
-" + table(["node budget", "depth", "widths", *[
+  out += "\n\n" + table(["node budget", "depth", "widths", *[
       f"{_PROFILE_NAMES.get(n, n)}: E / c = per step" for n in names]], budget_rows)
   p = rec["rank_acceptance"]
   reached = [sum(c) for c in rec["rank_counts"]]
-  out += "
-
-" + table(["depth", "positions reached", *[f"rank {r + 1}" for r in range(
+  out += "\n\n" + table(["depth", "positions reached", *[f"rank {r + 1}" for r in range(
       min(4, len(p[0])))], f"ranks 1-{len(p[0])}"],
       [[str(d + 1), str(reached[d]), *[f"{v:.3f}" for v in row[:4]], f"{sum(row):.3f}"]
        for d, row in enumerate(p)])

@@ -26,6 +26,36 @@ def sv_table() -> str:
   return markdown(load_json(SV_JSON))
 
 
+SV_LARGE = f"{RESULTS}/sv_large_batch/smollm2.json"
+
+
+def sv_large_batch_table(rel: str = SV_LARGE) -> str:
+  """The SV sweep at large batch sizes: per (prompt set, B), target-only's goodput, the
+  best fixed K and each SV variant's goodput over the best fixed K's -- the paper's
+  claim is up to 1.9x at batch 32-80 -- then the sweep's own tables."""
+  from experiments.sv.evaluation import markdown
+  rep = load_json(rel)
+  cells = {}
+  for r in rep["rows"]:
+    cells.setdefault((r["set"], r["batch"]), {})[r["method"]] = r
+  rows = []
+  for (name, b), by in cells.items():
+    fixed = max((r for m, r in by.items() if m.startswith("fixed_")), key=lambda r: r["goodput"])
+    svs = sorted(m for m in by if m.startswith("sv_"))
+    rows.append([name, str(b), f"{by['target']['goodput']:.1f}",
+                 f"{fixed['method'][len('fixed_'):]}: {fixed['goodput']:.1f} "
+                 f"({fixed['speedup']:.2f}x target)",
+                 *[f"{by[m]['goodput'] / fixed['goodput']:.2f}x ({by[m]['speedup']:.2f}x "
+                   f"target)" for m in svs]])
+  head = ["set", "B", "target-only tok/s", "best fixed K: tok/s",
+          *[f"{m} over the best fixed K" for m in svs]]
+  cfg = rep["config"]
+  return (_table(head, rows) + f"\n\nDrafter {cfg['drafter']}, companion {cfg['companion']}, "
+          f"K = {cfg['k']}, T = {cfg['temperature']:g}, {cfg['eval_prompts']} held-out prompts "
+          f"per set, {cfg['max_new_tokens']} new tokens; one timed run per cell (no interval: "
+          f"one or two batches per set and B).\n\n" + markdown(rep))
+
+
 def _info(set_name: str, signals: str) -> dict:
   return next(r for r in load_json(SV_JSON)["information"]
               if r["set"] == set_name and r["signals"] == signals)
