@@ -288,11 +288,7 @@ def evaluate_row(ctx: Context, row: dict) -> dict:
         [sum(t for _, t in bt) / sum(t for _, t in bs_) for bs_, bt in zip(decode_spec,
                                                                            decode_target)]))})
     if len(batches) >= 2:
-      res["speedup_pooled"] = row_stats.speedup_interval(rep.batch_spec, rep.batch_target)
-      res["speedup_decode_pooled"] = row_stats.speedup_interval(decode_spec, decode_target)
-      per_set = _per_prompt_set(ctx, batches, decode_spec, decode_target)
-      if per_set:
-        res["speedup_decode_per_set"] = per_set
+      res.update(_intervals(ctx, batches, rep, decode_spec, decode_target))
   res.update(_quality(ctx, row, flat, rep.outs_target[:len(batches)], n))
   # The first-token law is the node rules' induced law; path rules (block) have their
   # own exact analysis (specjax.analysis.path_law), not wired into this table yet; a
@@ -302,6 +298,18 @@ def evaluate_row(ctx: Context, row: dict) -> dict:
       and policy is None):
     res.update(_first_token_kl(ctx, row, drafter, dparams, verifier, tsamp))
   return res
+
+
+def _intervals(ctx: Context, batches: list, rep, decode_spec: list, decode_target: list
+               ) -> dict:
+  """The speedups' intervals over prompt batches: end to end, decode phase, and the
+  decode phase per prompt set where there are several (:func:`_per_prompt_set`)."""
+  out = {"speedup_pooled": row_stats.speedup_interval(rep.batch_spec, rep.batch_target),
+         "speedup_decode_pooled": row_stats.speedup_interval(decode_spec, decode_target)}
+  per_set = _per_prompt_set(ctx, batches, decode_spec, decode_target)
+  if per_set:
+    out["speedup_decode_per_set"] = per_set
+  return out
 
 
 def _per_prompt_set(ctx: Context, batches: list, decode_spec: list, decode_target: list) -> dict:
