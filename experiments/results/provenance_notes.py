@@ -154,6 +154,7 @@ RECORDS_OF: dict[str, Callable[[], tuple]] = {
     **{name: (lambda: (_SV,)) for name in ("sv_smollm2", "sv_run_smollm2",
                                             "sv_information_bias", "claims_sv")},
     "batch_sweep_smollm2": lambda: (f"{RESULTS}/batch_sweep_smollm2.json",),
+    "sv_large_batch_smollm2": lambda: (f"{RESULTS}/sv_large_batch/smollm2.json",),
     "tree_shapes_smollm2": lambda: (f"{RESULTS}/tree_shapes_smollm2.json",),
     "small_models_drafters": lambda: (f"{RESULTS}/small_models_drafters.json",),
     "drafters_smollm2": lambda: (f"{ASSETS}/eagle3/training.json", f"{ASSETS}/draft/training.json"),
@@ -193,6 +194,8 @@ RECORDS_OF: dict[str, Callable[[], tuple]] = {
     "adaptive_length_smollm2": lambda: (f"{RESULTS}/adaptive_length/smollm2.json",),
     "adaptive_sources_smollm2": lambda: (f"{RESULTS}/adaptive_length/smollm2_sources.json",),
     "tree_budget_smollm2": lambda: (f"{RESULTS}/tree_budget/smollm2.json",),
+    "adaptive_batch_smollm2": lambda: tuple(f"{RESULTS}/benchmark_smollm2_b{b}/benchmark.jsonl"
+                                            for b in (32, 64)),
     "shipped_acceptance_smollm2": _shipped_acceptance,
     "verify_matmul": lambda: tuple(sorted(
         os.path.relpath(f, ROOT)

@@ -230,7 +230,34 @@ def tree_budget_table(rel: str = TREE_BUDGET) -> str:
                 f"(E / c), not timings.")
 
 
+ADAPTIVE_BATCH = tuple(f"{RESULTS}/benchmark_smollm2_b{b}/benchmark.jsonl" for b in (32, 64))
+
+
+def adaptive_batch_table(rels: tuple = ADAPTIVE_BATCH) -> str:
+  """The main job's ``adaptive`` row at large batch sizes (one record per B): the
+  cost profile it measured at that batch size, its decode-phase and end-to-end
+  speedups over target-only in the same run, tau, and its rounds by verify length and
+  by source."""
+  from experiments.results.records import jsonl
+  rows = []
+  for rel in rels:
+    for r in jsonl(rel):
+      c, x = r["config"], r["result"]
+      if c.get("policy") != "cost_aware":
+        continue
+      prof = x["cost_profile"]
+      rows.append([str(prof["batch"]), c["method"], f"{c['temperature']:g}",
+                   " ".join(f"{v:.2f}" for v in prof["forward"]),
+                   f"{prof['drafting']['eagle_chain']:.2f}", f"{x['tau']:.2f}",
+                   f"{x['speedup_decode']:.2f}x", f"{x['speedup']:.2f}x",
+                   _shares(x["gamma_share"]), _shares(x["source_share"])])
+  return table(["B", "rule", "T", "verify over 1..K+1 tokens, steps (measured at B)",
+                "EAGLE-3 chain's K-draft step, steps", "tau", "decode speedup",
+                "end-to-end speedup", "rounds at n = 0..K", "rounds by lookup / chain"], rows)
+
+
 TABLES = {
+    "adaptive_batch_smollm2": adaptive_batch_table,
     "tree_budget_smollm2": tree_budget_table,
     "verify_matmul": verify_matmul_table,
     "forward_cost_b1": forward_cost_table,

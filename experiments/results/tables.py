@@ -46,6 +46,7 @@ TABLES = {
     "sv_smollm2": sv_tables.sv_table,
     "sv_information_bias": sv_tables.sv_information_bias,
     "sv_run_smollm2": sv_tables.sv_run_table,
+    "sv_large_batch_smollm2": sv_tables.sv_large_batch_table,
     "batch_sweep_smollm2": speed_tables.batch_sweep_table,
     "tree_shapes_smollm2": speed_tables.tree_shapes_table,
     "small_models_drafters": speed_tables.small_models_table,
