@@ -99,6 +99,7 @@ def test_bad_input_is_refused_naming_it(call, match):
     call()
 
 
+@pytest.mark.slow  # compiles the probe loop (~25 s on one core; the default suite's budget)
 def test_rank_counts_of_a_greedy_chain_run():
   """The rank probe on a real (tiny) greedy chain run: rank 1 at a depth is exactly an
   accepted draft there (the loop's own per-position acceptance counts), every reached
