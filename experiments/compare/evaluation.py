@@ -300,6 +300,9 @@ def evaluate_row(ctx: Context, row: dict) -> dict:
   return res
 
 
+MIN_SET_BATCHES = 4  # prompt batches a set needs for its own interval
+
+
 def _intervals(ctx: Context, batches: list, rep, decode_spec: list, decode_target: list
                ) -> dict:
   """The speedups' intervals over prompt batches: end to end, decode phase, and the
@@ -315,7 +318,9 @@ def _intervals(ctx: Context, batches: list, rep, decode_spec: list, decode_targe
 def _per_prompt_set(ctx: Context, batches: list, decode_spec: list, decode_target: list) -> dict:
   """Decode-phase speedup with its interval per prompt set (``data.prompt_sets``),
   ``{set: speedup_interval}``, over the batches of that set; empty unless the prompts
-  come from two or more sets, every batch from one set, and each set has >= 2 batches."""
+  come from two or more sets and every batch from one set; a set gets one with at least
+  :data:`MIN_SET_BATCHES` batches (**our choice**: a bootstrap over fewer has a handful
+  of distinct resamples -- the main job's 2 prompts per set get none)."""
   sets = [getattr(p, "prompt_set", None) for p in ctx.prompts]
   if None in sets or len(set(sets)) < 2:
     return {}
@@ -329,7 +334,7 @@ def _per_prompt_set(ctx: Context, batches: list, decode_spec: list, decode_targe
   out = {}
   for name in dict.fromkeys(of_batch):
     idx = [j for j, s in enumerate(of_batch) if s == name]
-    if len(idx) >= 2:
+    if len(idx) >= MIN_SET_BATCHES:
       out[name] = row_stats.speedup_interval(*([[rep[j] for j in idx] for rep in side]
                                                for side in (decode_spec, decode_target)))
   return out

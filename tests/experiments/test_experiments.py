@@ -289,26 +289,28 @@ def test_plots_from_records(tmp_path):
 def test_decode_speedup_per_prompt_set():
   """Per-set decode speedups read only that set's batches (here sharegpt at 2x, humaneval
   at 1x exactly, with no spread), and none are given for one set, a batch that mixes
-  sets, or a set with one batch."""
+  sets, or a set with fewer than MIN_SET_BATCHES batches."""
   import types
   from experiments.common.prompts import ChatPrompt
-  from experiments.compare.evaluation import _per_prompt_set
+  from experiments.compare.evaluation import MIN_SET_BATCHES, _per_prompt_set
 
   def ctx(*sets):
     return types.SimpleNamespace(prompts=[ChatPrompt("x", (1,), f"{s}:{i}", s)
                                           for i, s in enumerate(sets)])
 
-  target = [[(10, 1.0)] * 4]
-  spec = [[(10, 0.5), (10, 0.5), (10, 1.0), (10, 1.0)]]
-  one = [[p] for p in range(4)]
-  out = _per_prompt_set(ctx("sharegpt", "sharegpt", "humaneval", "humaneval"), one, spec, target)
+  m = MIN_SET_BATCHES
+  target = [[(10, 1.0)] * (2 * m)]
+  spec = [[(10, 0.5)] * m + [(10, 1.0)] * m]
+  one = [[p] for p in range(2 * m)]
+  both = ctx(*["sharegpt"] * m, *["humaneval"] * m)
+  out = _per_prompt_set(both, one, spec, target)
   assert list(out) == ["sharegpt", "humaneval"]
   assert out["sharegpt"]["speedup"] == pytest.approx(2.0)
   assert out["humaneval"]["speedup"] == pytest.approx(1.0)
-  assert out["sharegpt"]["batches"] == 2
-  assert not _per_prompt_set(ctx(*["sharegpt"] * 4), one, spec, target)
-  pairs = [[0, 1], [2, 3]]
-  assert not _per_prompt_set(ctx("sharegpt", "humaneval", "sharegpt", "humaneval"), pairs,
-                             [[(20, 1.0)] * 2], [[(20, 2.0)] * 2])
-  lone = _per_prompt_set(ctx("sharegpt", "sharegpt", "sharegpt", "humaneval"), one, spec, target)
+  assert out["sharegpt"]["batches"] == m
+  assert not _per_prompt_set(ctx(*["sharegpt"] * (2 * m)), one, spec, target)
+  pairs = [[2 * i, 2 * i + 1] for i in range(m)]
+  mixed = ctx(*["sharegpt", "humaneval"] * m)
+  assert not _per_prompt_set(mixed, pairs, [[(20, 1.0)] * m], [[(20, 2.0)] * m])
+  lone = _per_prompt_set(ctx(*["sharegpt"] * (2 * m - 1), "humaneval"), one, spec, target)
   assert list(lone) == ["sharegpt"]
