@@ -98,19 +98,13 @@ def tree_value(p, parents, ranks) -> float:
       not 0 <= q < i for i, q in enumerate(parents[1:], 1)):
     raise ValueError(f"parents={list(parents)} must start with the root (-1) and list each "
                      f"node after its parent, with one rank per node")
+  depths = TreePlan(tuple(parents), tuple(ranks), 0.0).depths
   reach = [1.0]
   for i in range(1, len(parents)):
-    d = _depth_of(parents, i)
+    d = depths[i]
     inside = d <= a.shape[0] and ranks[i] < a.shape[1]
     reach.append(reach[parents[i]] * a[d - 1, ranks[i]] if inside else 0.0)
   return float(sum(reach))
-
-
-def _depth_of(parents, i: int) -> int:
-  d = 0
-  while parents[i] >= 0:
-    i, d = parents[i], d + 1
-  return d
 
 
 def optimal_trees(p, max_nodes: int) -> list[TreePlan]:
