@@ -38,19 +38,30 @@ from typing import Mapping, Optional, Sequence
 import jax
 
 
-def command_line(argv: Optional[Sequence[str]] = None) -> str:
+# environment variables that change what a run computes or how fast: a command that
+# ran with one set reproduces only with it, so the command line names them
+COMMAND_ENVIRONMENT = ("XLA_FLAGS", "JAX_PLATFORMS", "JAX_ENABLE_X64",
+                       "JAX_DEFAULT_MATMUL_PRECISION", "JAX_DEFAULT_DTYPE_BITS")
+
+
+def command_line(argv: Optional[Sequence[str]] = None,
+                 environ: Optional[Mapping[str, str]] = None) -> str:
   """The command as a person would type it: ``python -m <module> <args>`` when
-  run as a module (``sys.argv[0]`` is then the module's file path)."""
+  run as a module (``sys.argv[0]`` is then the module's file path), preceded by
+  the :data:`COMMAND_ENVIRONMENT` variables that are set (``XLA_FLAGS=... python
+  ...``), read from ``environ`` (default ``os.environ``)."""
+  environ = os.environ if environ is None else environ
+  env = [f"{k}={shlex.quote(environ[k])}" for k in COMMAND_ENVIRONMENT if environ.get(k)]
   argv = list(sys.argv if argv is None else argv)
   if not argv:
-    return "python"
+    return " ".join(env + ["python"])
   main = sys.modules.get("__main__")
   spec = getattr(main, "__spec__", None)
   as_module = (spec is not None and spec.name != "__main__"
                and os.path.abspath(argv[0]) == os.path.abspath(getattr(main, "__file__", "")))
   name = spec.name.removesuffix(".__main__") if as_module else ""
   head = ["python", "-m", name] if as_module else ["python", argv[0]]
-  return " ".join(shlex.quote(a) for a in head + argv[1:])
+  return " ".join(env + [shlex.quote(a) for a in head + argv[1:]])
 
 
 def git_state(cwd: Optional[str] = None) -> dict:

@@ -10,7 +10,9 @@ from specjax import provenance
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def test_stamp_names_command_commit_and_load(tmp_path):
+def test_stamp_names_command_commit_and_load(tmp_path, monkeypatch):
+  for name in provenance.COMMAND_ENVIRONMENT:
+    monkeypatch.delenv(name, raising=False)
   s = provenance.finish(provenance.stamp(["bench.py", "--repeats=3", "a b"], cwd=ROOT))
   json.dumps(s)  # a record field: JSON-able
   assert s["command"] == "python bench.py --repeats=3 'a b'"
@@ -31,18 +33,30 @@ def test_command_line_of_a_module_run(tmp_path):
   (pkg / "__init__.py").write_text("")
   (pkg / "run.py").write_text("from specjax import provenance\n"
                               "print(provenance.command_line())\n")
-  env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), ROOT]))
+  env = {k: v for k, v in os.environ.items() if k not in provenance.COMMAND_ENVIRONMENT}
+  env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), ROOT])
   r = subprocess.run([sys.executable, "-m", "stamped.run", "--x=1"], cwd=tmp_path, env=env,
                      capture_output=True, text=True, timeout=120)
   assert r.returncode == 0, r.stderr[-2000:]
   assert r.stdout.strip() == "python -m stamped.run --x=1"
 
 
-def test_model_hashes_and_stamped_record(tmp_path):
+def test_command_line_names_the_environment_that_changes_a_run():
+  """A run under ``XLA_FLAGS`` reruns only with it: the command line says so; an
+  unrelated or empty variable is left out."""
+  env = {"XLA_FLAGS": "--xla_cpu_use_onednn=true --x=1", "HOME": "/h", "JAX_ENABLE_X64": ""}
+  assert (provenance.command_line(["b.py", "--r=3"], environ=env)
+          == "XLA_FLAGS='--xla_cpu_use_onednn=true --x=1' python b.py --r=3")
+  assert provenance.command_line(["b.py"], environ={}) == "python b.py"
+
+
+def test_model_hashes_and_stamped_record(tmp_path, monkeypatch):
   """A record gets ``provenance`` (with the end load) and ``model_sha256``: a checkpoint
   directory hashed by its model.safetensors, a file by itself, None for a random model."""
   from specjax.models.defaults import default_model_dir
   from specjax.models.registry import file_sha256
+  for name in provenance.COMMAND_ENVIRONMENT:
+    monkeypatch.delenv(name, raising=False)
   gguf = tmp_path / "m.gguf"
   gguf.write_bytes(b"weights")
   target = default_model_dir("target")
