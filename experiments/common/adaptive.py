@@ -14,6 +14,11 @@ half the new tokens), cache length and batch size (what a verify over n + 1 toke
 costs against a decode step depends on the rows it carries), with greedy drafts
 (**our choice**: sampling a draft costs the same order), and kept in every row's result (``cost_profile``)
 with the tables' calibration errors.
+
+The rows of a prompt batch are priced together (:func:`price_group`): one verify
+length per step for the batch, every row paying its cost -- the batch's forward
+runs over its longest offer, so rows that chose alone would let one eager row
+set every row's cost.
 """
 
 from __future__ import annotations
@@ -75,6 +80,17 @@ def cost_aware(ctx, row: dict, cache_length: int) -> tuple:
   else:
     costs = (prof.round_cost(d),)
     params = ca.make_params(tables[0][0].table(), costs[0])
+  group = price_group(ctx)
   info = {"cost_profile": prof.to_json(), "round_cost": [np.round(c, 4).tolist() for c in costs],
-          "calibration_ece": [m["reliability"]["ece"] for _, m in tables]}
-  return ca.CostAwareLength(k), params, info
+          "calibration_ece": [m["reliability"]["ece"] for _, m in tables],
+          "group_size": "batch" if group is None else group}
+  return ca.CostAwareLength(k, group_size=group), params, info
+
+
+def price_group(ctx):
+  """The policy's ``group_size``: None (the prompt batch chooses one verify length per
+  step and every row pays for it, as the batch's one forward does) on one ``data``
+  device; 1 (each row alone) when rows are split over several, where a group of the
+  whole batch would straddle devices."""
+  mesh = ctx.mesh
+  return None if mesh is None or mesh.shape.get("data", 1) == 1 else 1

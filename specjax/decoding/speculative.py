@@ -189,9 +189,8 @@ def _choose_gamma(loop: SpecLoop, inputs: SpecInputs, state: SpecState, proposal
     gamma = jnp.full((b,), proposal.tokens.shape[1], jnp.int32)  # K, or N tree nodes
     p_state, signals = state.policy, {}
   else:
-    offers = active if proposal.num_valid is None else active & (proposal.num_valid > 0)
-    gamma, p_state, signals = loop.policy.choose(inputs.policy_params, state.policy,
-                                                 state.prev, state.last, proposal, offers)
+    gamma, p_state, signals = loop.policy.choose_running(
+        inputs.policy_params, state.policy, state.prev, state.last, proposal, active)
   if proposal.num_valid is not None:  # the drafter offers fewer (prompt lookup: 0 without a match)
     gamma = jnp.where(active, jnp.minimum(gamma, proposal.num_valid), 0).astype(jnp.int32)
   return gamma, p_state, signals
@@ -210,7 +209,8 @@ def speculative_step(loop: SpecLoop, inputs: SpecInputs, state: SpecState
   active = state.finish_reason == RUNNING
   keys = row_key(inputs.key, inputs.row_ids, state.step)  # [B]
   split = jax.vmap(lambda kk: jax.random.split(kk, 3))(keys)  # [B, 3]
-  gate = None if policy is None else policy.draft_gate(inputs.policy_params, state.policy)
+  gate = None if policy is None else policy.draft_gate(inputs.policy_params, state.policy,
+                                                       active)
   proposal, d_state = drafter.propose(inputs.draft_params, state.drafter, prev, last,
                                       split[:, 0], gate=gate if drafter.gates_drafting else None)
   gamma, p_state, signals = _choose_gamma(loop, inputs, state, proposal, active)

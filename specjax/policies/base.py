@@ -7,6 +7,8 @@ params and state are pytrees passed in and out, like a drafter's::
     state = policy.init(params, tokens[B,P], lengths[B], cache_length)
     gamma[B], state, signals = policy.choose(params, state, prev[B], last[B],
                                              proposal, active[B])
+    # the loop calls policy.choose_running(..., running[B]), which passes choose the
+    # rows that run and offer drafts
     state = policy.commit(state, target_lengths[B])
 
 ``prev`` / ``last`` are as in :mod:`specjax.decoding.drafters` (``prev`` the
@@ -41,6 +43,39 @@ import jax.numpy as jnp
 from specjax.decoding.buckets import check_buckets, default_buckets
 
 
+def check_group_size(group_size) -> None:
+  """ValueError unless ``group_size`` is None (the whole batch) or an integer >= 1."""
+  if group_size is not None and not (isinstance(group_size, int)
+                                     and not isinstance(group_size, bool) and group_size >= 1):
+    raise ValueError(f"group_size={group_size!r} must be None (the whole batch) "
+                     "or an integer >= 1")
+
+
+def check_row_groups(what: str, group_size: Optional[int], num_rows: int,
+                     rows_per_device: int, num_devices: int) -> None:
+  """Refuse a split of ``num_rows`` rows over ``num_devices`` devices under which a
+  group of ``group_size`` consecutive rows that choose together would straddle
+  devices (results would then depend on the split); ``what`` names the policy in
+  the message.  ``group_size=None`` (the whole batch) needs one device."""
+  g = group_size
+  if g is None:
+    if num_devices > 1:
+      raise ValueError(
+          f"{what} with group_size=None couples all {num_rows} rows, so results would "
+          f"depend on their split over {num_devices} devices; set group_size to a "
+          f"divisor of the per-device row count ({rows_per_device})")
+    return
+  if num_rows % g:
+    raise ValueError(f"{what}: the batch has {num_rows} rows, not a multiple of "
+                     f"group_size={g}; pass a multiple of {g} prompts or change group_size")
+  if rows_per_device % g:
+    raise ValueError(
+        f"{what}: {num_rows} rows over {num_devices} devices give {rows_per_device} rows "
+        f"per device, not a multiple of group_size={g} (a group must not straddle "
+        f"devices); use a batch that is a multiple of {num_devices * g} or a group_size "
+        f"dividing {rows_per_device}")
+
+
 def node_distributions(proposal) -> jax.Array:
   """``[B, K, V]``: the drafter's full distribution at each position (``q_node``), or
   the drafts' ``q`` for a drafter without one (one-hot rows for prompt lookup)."""
@@ -70,14 +105,22 @@ class VerifyPolicy:
   def init(self, params, tokens, lengths, cache_length: int) -> Any:
     return jnp.zeros((), jnp.int32)  # stateless (a trivial pytree leaf)
 
-  def draft_gate(self, params, state):
+  def draft_gate(self, params, state, running=None):
     """None, or a gate that stops the drafter's chain once no row's next draft is
     worth offering (``drafters.sample_chain``); it must stop no earlier than
-    ``choose`` will, from the same information.  Default: draft all K."""
+    ``choose`` will, from the same information (``running [B]``: the rows that run
+    this step).  Default: draft all K."""
     return None
 
   def choose(self, params, state, prev, last, proposal, active):
     raise NotImplementedError
+
+  def choose_running(self, params, state, prev, last, proposal, running):
+    """The loop's call: :meth:`choose` over the rows that run (``running [B]``) and
+    offer drafts (the drafter's ``num_valid > 0``).  A policy that prices rows
+    together overrides it: a row that runs without an offer still pays."""
+    offers = running if proposal.num_valid is None else running & (proposal.num_valid > 0)
+    return self.choose(params, state, prev, last, proposal, offers)
 
   def commit(self, state, target_lengths):
     return state

@@ -17,9 +17,29 @@ tokens it committed to the cost of the rounds it chose,
     lambda = (w0 rate0 + sum_r rho^{R-r} tokens_r) / (w0 + sum_r rho^{R-r} c(n_r)),
 
 starting at ``rate0`` (**our choice** 1: plain decoding's rate) with prior
-weight ``w0`` and forgetting factor ``rho``.  The rows choose independently
-(the batch's verify bucket is their max), so the tokens do not depend on the
-split of rows over devices.
+weight ``w0`` and forgetting factor ``rho``.
+
+**Rows alone, or a group priced together** (``group_size``).  With
+``group_size=1`` (the default) every row chooses as if the round's cost were its
+own: ``c(n_b)``.  But the target runs one forward over the bucket of the batch's
+longest offer, so one eager row makes every row pay for its length.  With
+``group_size=G`` the consecutive rows ``0..G-1, G..2G-1, ...`` (None: the whole
+batch) choose one length ``N`` together and every row of the group pays
+``c(N)``: the group's objective is ``sum_b E_b(N) - (sum_b lambda_b) c(N)``
+over the group's running rows (a row without a draft on offer gains nothing and
+still pays), and the stopping rule below becomes
+
+    max_{m >= i}  sum_b [ sum_{j=i..m} P_{b,i} abar_{i+1} ... abar_j
+                          -  lambda_b (c(m) - c(i-1)) ]  >  0
+
+(each row under its own source's table and curve).  It is exact by the same
+argument as one row's rule: whether row b's draft i is offered depends on row
+b's drafts before i and on the other rows' drafts and estimates, which are
+independent of row b's verification (its target distributions and uniforms).
+The group's sum is taken in fixed point (exact integers), so it does not depend
+on the order the rows are added in; groups never straddle devices
+(:meth:`CostAwareLength.check_rows`), so the tokens do not depend on the split
+of rows over devices.  ``group_size=1`` is exactly the row's own rule.
 
 **A stopping time, not an argmax.**  Whether draft i is offered may depend on
 the drafts before it and on the drafter's distribution at position i, never
@@ -63,6 +83,7 @@ the round is a plain step, costed ``c(0)``.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Optional
 
 import jax
@@ -72,7 +93,7 @@ import numpy as np
 from specjax.checks import check_range
 from specjax.decoding.buckets import covering
 from specjax.policies.acceptance import AcceptanceTable, draft_confidence, proposal_confidence
-from specjax.policies.base import BucketedPolicy
+from specjax.policies.base import BucketedPolicy, check_group_size, check_row_groups
 from specjax.policies.calibration import bin_index
 
 
@@ -163,17 +184,55 @@ def continuation_tables(prior: jax.Array, cost: jax.Array) -> tuple[jax.Array, j
   return worth, extra
 
 
+# a row's value in a group's sum is clipped to +-VALUE_BOUND (tokens per round minus
+# lambda times steps: far inside it) and summed in fixed point
+VALUE_BOUND = 1024.0
+
+
+def group_goes_on(value: jax.Array, rows: jax.Array, group_size: Optional[int]) -> jax.Array:
+  """``[B]`` bool: whether each row's group goes on, ``max_m sum_b value[b, m] > 0``
+  over the group's ``rows [B]`` (``value [B, M]``; groups of ``group_size``
+  consecutive rows, None: the whole batch).  The sum is of integers (``value``
+  rounded to a fixed point whose step is set by the group's size, at most 2^-13
+  for groups up to 64 rows), so it is the same in any order of the rows."""
+  b = value.shape[0]
+  g = b if group_size is None else group_size
+  if b % g:
+    raise ValueError(f"the batch has {b} rows, not a multiple of group_size={g}")
+  if g == 1:  # a group of one row: its own rule, in floating point
+    return (jnp.max(value, axis=-1) > 0) & rows
+  scale = 2.0 ** math.floor(math.log2(2.0 ** 30 / (g * VALUE_BOUND)))
+  fixed = jnp.round(jnp.clip(value, -VALUE_BOUND, VALUE_BOUND) * scale).astype(jnp.int32)
+  fixed = jnp.where(rows[:, None], fixed, 0)
+  total = jnp.sum(fixed.reshape(b // g, g, -1), axis=1)                   # [B/G, M]
+  return jnp.repeat(jnp.max(total, axis=-1) > 0, g)
+
+
+def group_max(x: jax.Array, group_size: Optional[int]) -> jax.Array:
+  """``[B]``: each row's group's largest ``x [B]`` (groups as in :func:`group_goes_on`)."""
+  b = x.shape[0]
+  g = b if group_size is None else group_size
+  return jnp.repeat(jnp.max(x.reshape(b // g, g), axis=1), g)
+
+
 def is_worth(reach: jax.Array, worth_row: jax.Array, extra_row: jax.Array,
-             lam: jax.Array) -> jax.Array:
+             lam: jax.Array, rows: Optional[jax.Array] = None,
+             group_size: Optional[int] = 1) -> jax.Array:
   """Whether a draft reached with probability ``reach [B]`` is worth offering:
   ``max_m reach S[i, m] - lambda E[i, m] > 0`` for its position's rows of
-  :func:`continuation_tables`."""
-  value = reach[:, None] * worth_row[None, :] - lam[:, None] * extra_row[None, :]
-  return jnp.max(value, axis=-1) > 0
+  :func:`continuation_tables` (``[K]``, or ``[B, K]``: one per row); with
+  ``group_size`` other than 1, the same for each group's sum over ``rows [B]``
+  (:func:`group_goes_on`)."""
+  value = reach[:, None] * worth_row - lam[:, None] * extra_row           # [B, K]
+  if group_size == 1:
+    return jnp.max(value, axis=-1) > 0
+  rows = jnp.ones(reach.shape, bool) if rows is None else rows
+  return group_goes_on(value, rows, group_size)
 
 
 def offer_lengths(a: jax.Array, prior: jax.Array, cost: jax.Array, lam: jax.Array,
-                  active: jax.Array) -> jax.Array:
+                  active: jax.Array, *, running: Optional[jax.Array] = None,
+                  group_size: Optional[int] = 1) -> jax.Array:
   """Drafts each row offers: the leading positions that pass the stopping rule of
   the module docstring.
 
@@ -184,15 +243,30 @@ def offer_lengths(a: jax.Array, prior: jax.Array, cost: jax.Array, lam: jax.Arra
     cost: [K+1] ``c(n)`` (already the bucket's cost, :func:`bucket_cost`).
     lam: [B] each row's rate lambda.
     active: [B] rows that run and have drafts on offer.
+    running: [B] rows that run (default ``active``): with groups, a running row
+      without an offer pays its share of the group's cost.
+    group_size: 1 (each row alone), G or None (module docstring).
   Returns int32 [B] in 0..K (0 for inactive rows).
   """
-  k = a.shape[-1]
   worth, extra = continuation_tables(prior, cost)
+  return stop_lengths(a, worth, extra, lam, active, running=running, group_size=group_size)
+
+
+def stop_lengths(a: jax.Array, worth: jax.Array, extra: jax.Array, lam: jax.Array,
+                 active: jax.Array, *, running: Optional[jax.Array] = None,
+                 group_size: Optional[int] = 1) -> jax.Array:
+  """:func:`offer_lengths` from the :func:`continuation_tables` ``worth`` / ``extra``
+  (``[K, K]``, or ``[B, K, K]``: each row its own source's)."""
+  k = a.shape[-1]
+  grouped = group_size != 1
+  running = active if running is None else running
+  if grouped:  # a row without an offer gains nothing (its reach is 0) and pays
+    a = jnp.where(active[:, None], a, 0.0)
   reach = jnp.ones(a.shape[:1], jnp.float32)
   go, n = jnp.ones(a.shape[:1], bool), jnp.zeros(a.shape[:1], jnp.int32)
   for i in range(k):  # the running product, as DraftGate forms it draft by draft
     reach = reach * a[:, i].astype(jnp.float32)
-    go = go & is_worth(reach, worth[i], extra[i], lam)
+    go = go & is_worth(reach, worth[..., i, :], extra[..., i, :], lam, running, group_size)
     n = n + go.astype(jnp.int32)
   return jnp.where(active, n, 0).astype(jnp.int32)
 
@@ -206,7 +280,10 @@ class DraftGate:
   will stop it (and never earlier).
 
   Attributes: table (the estimates), worth / extra (:func:`continuation_tables`
-  of the bucket costs), lam [B] the rows' rates.
+  of the bucket costs), lam [B] the rows' rates, rows [B] (None: all) the rows
+  drafting under this gate, running [B] (None: all) the rows that run, and the
+  static group_size of :class:`CostAwareLength` (a group goes on together, from
+  the sum over its running drafting rows).
   """
 
   table: AcceptanceTable
@@ -214,6 +291,8 @@ class DraftGate:
   extra: jax.Array
   lam: jax.Array
   rows: Optional[jax.Array] = None
+  running: Optional[jax.Array] = None
+  group_size: Optional[int] = dataclasses.field(default=1, metadata=dict(static=True))
 
   def start(self, b: int) -> jax.Array:
     """The carry: each row's probability of reaching the next draft, ``[B]``."""
@@ -225,7 +304,10 @@ class DraftGate:
     outside ``rows`` (when given) never go on."""
     a = self.table.p_hat[i][bin_index(self.table.edges, draft_confidence(q_node))]
     reach = reach * a.astype(jnp.float32)
-    go = is_worth(reach, self.worth[i], self.extra[i], self.lam)
+    members = jnp.ones(reach.shape, bool)
+    for mask in (self.rows, self.running):
+      members = members if mask is None else members & mask
+    go = is_worth(reach, self.worth[i], self.extra[i], self.lam, members, self.group_size)
     return (go if self.rows is None else go & self.rows), reach
 
   def only(self, rows: jax.Array) -> "DraftGate":
@@ -333,15 +415,26 @@ class CostAwareLength(BucketedPolicy):
     gate_drafting: stop the drafter's chain as soon as no row's next draft is worth
       it (:class:`DraftGate`; drafters with ``gates_drafting``), default True;
       False drafts all K (the same tokens, the unspent draft steps paid).
+    group_size: 1 (default: each row prices its own length), G (consecutive groups
+      of G rows choose one length and share its cost) or None (the whole batch,
+      on one device only); module docstring, "Rows alone, or a group".
   Params: :class:`CostAwareParams` (:func:`make_params`).
   """
 
   gate_drafting: bool = True
+  group_size: Optional[int] = 1
 
   def __post_init__(self):
     super().__post_init__()
     if not isinstance(self.gate_drafting, bool):
       raise ValueError(f"gate_drafting={self.gate_drafting!r} must be a bool")
+    check_group_size(self.group_size)
+
+  def check_rows(self, num_rows: int, rows_per_device: int, num_devices: int) -> None:
+    """Refuse a split over devices under which a group would straddle devices."""
+    if self.group_size != 1:
+      check_row_groups(f"CostAwareLength(group_size={self.group_size})", self.group_size,
+                       num_rows, rows_per_device, num_devices)
 
   def _check(self, params) -> None:
     if not isinstance(params, (CostAwareParams, SourceParams)):
@@ -371,9 +464,10 @@ class CostAwareLength(BucketedPolicy):
                             first.forget)
     return tok, spent, tok / spent
 
-  def draft_gate(self, params, state: CostAwareState):
+  def draft_gate(self, params, state: CostAwareState, running=None):
     """A :class:`DraftGate` for one drafter, a :class:`SourceGate` for a drafter that
-    chooses between sources (:class:`SourceParams`)."""
+    chooses between sources (:class:`SourceParams`); ``running [B]``: the rows that
+    run this step (None: all)."""
     if not self.gate_drafting:
       return None
     _, _, lam = self._rate(params, state)
@@ -381,7 +475,8 @@ class CostAwareLength(BucketedPolicy):
     for src in per_source(params):
       worth, extra = continuation_tables(src.table.prior, bucket_cost(src.round_cost,
                                                                       self.buckets))
-      gates.append(DraftGate(src.table, worth, extra, lam))
+      gates.append(DraftGate(src.table, worth, extra, lam, running=running,
+                             group_size=self.group_size))
     if not isinstance(params, SourceParams):
       return gates[0]
     return SourceGate(tuple(gates), tuple(bucket_cost(src.round_cost, self.buckets)
@@ -389,9 +484,20 @@ class CostAwareLength(BucketedPolicy):
 
   def choose(self, params, state: CostAwareState, prev, last, proposal, active):
     """Fold the last round into lambda, then stop each row's chain (each row under the
-    table and cost curve of the source that drafted it: ``proposal.source``).  Signals
-    ``[B, K]``: ``confidence``, ``accept`` (the estimates); ``[B]``: ``rate`` (the
-    lambda this round used) and, for several sources, ``source``."""
+    table and cost curve of the source that drafted it: ``proposal.source``); with
+    groups, stop each group's (:meth:`choose_running` passes the rows that run and
+    pay without an offer; here ``active`` rows are taken to be all that run).
+    Signals ``[B, K]``: ``confidence``, ``accept`` (the estimates); ``[B]``: ``rate``
+    (the lambda this round used) and, for several sources, ``source``."""
+    return self._choose(params, state, proposal, active, active)
+
+  def choose_running(self, params, state, prev, last, proposal, running):
+    """:meth:`choose` with the rows that run (``running``) apart from those that
+    offer drafts: in a group, a running row without an offer pays its share."""
+    offers = running if proposal.num_valid is None else running & (proposal.num_valid > 0)
+    return self._choose(params, state, proposal, offers, running)
+
+  def _choose(self, params, state: CostAwareState, proposal, active, running):
     k = proposal.tokens.shape[1]
     if k != self.num_draft:
       raise ValueError(f"got {k} drafts per row; the policy was built for K={self.num_draft}")
@@ -405,6 +511,18 @@ class CostAwareLength(BucketedPolicy):
     tok, spent, lam = self._rate(params, state)
     conf = proposal_confidence(proposal)
     src = jnp.zeros_like(active, jnp.int32) if proposal.source is None else proposal.source
+    if self.group_size == 1:
+      gamma, a, paid = self._row_lengths(sources, conf, src, lam, active)
+    else:
+      gamma, a, paid = self._group_lengths(sources, conf, src, lam, proposal, active, running)
+    new = CostAwareState(tok, spent, paid, jnp.zeros_like(gamma), state.length)
+    signals = {"confidence": conf, "accept": a, "rate": lam}
+    if proposal.source is not None:
+      signals["source"] = src
+    return gamma, new, signals
+
+  def _row_lengths(self, sources, conf, src, lam, active):
+    """``(gamma, a, paid)``, each row alone: its stop, estimates and ``c(gamma)``."""
     gamma = jnp.zeros_like(src)
     a = jnp.zeros(conf.shape, jnp.float32)
     paid = jnp.zeros(src.shape, jnp.float32)
@@ -415,11 +533,36 @@ class CostAwareLength(BucketedPolicy):
       mine = src == s
       gamma, a = jnp.where(mine, n_s, gamma), jnp.where(mine[:, None], a_s, a)
       paid = jnp.where(mine, cost[n_s], paid)
-    new = CostAwareState(tok, spent, paid, jnp.zeros_like(gamma), state.length)
-    signals = {"confidence": conf, "accept": a, "rate": lam}
-    if proposal.source is not None:
-      signals["source"] = src
-    return gamma, new, signals
+    return gamma, a, paid
+
+  def _group_lengths(self, sources, conf, src, lam, proposal, active, running):
+    """``(gamma, a, paid)`` of groups: one stop per group from the sum over its
+    running rows (each under its source's table and curve; drafts a row did not
+    make gain nothing), and every row pays its source's ``c`` at the length the
+    group verifies (its longest offer the drafter made)."""
+    b, k = conf.shape
+    a = jnp.zeros(conf.shape, jnp.float32)
+    worth = jnp.zeros((b, k, k), jnp.float32)
+    extra = jnp.zeros((b, k, k), jnp.float32)
+    costs = []
+    for s, p in enumerate(sources):
+      cost = bucket_cost(p.round_cost, self.buckets)
+      w_s, e_s = continuation_tables(p.table.prior, cost)
+      mine = src == s
+      a = jnp.where(mine[:, None], p.table.lookup(conf), a)
+      worth = jnp.where(mine[:, None, None], w_s, worth)
+      extra = jnp.where(mine[:, None, None], e_s, extra)
+      costs.append(cost)
+    made = (jnp.full((b,), k, jnp.int32) if proposal.num_valid is None
+            else proposal.num_valid)
+    a_made = jnp.where(jnp.arange(k)[None, :] < made[:, None], a, 0.0)
+    gamma = stop_lengths(a_made, worth, extra, lam, active, running=running,
+                         group_size=self.group_size)
+    verified = group_max(jnp.where(active, jnp.minimum(gamma, made), 0), self.group_size)
+    paid = jnp.zeros((b,), jnp.float32)
+    for s, cost in enumerate(costs):
+      paid = jnp.where(src == s, cost[verified], paid)
+    return gamma, a, paid
 
   def commit(self, state: CostAwareState, target_lengths) -> CostAwareState:
     """Record the round's committed tokens (idle rows commit 0 and are not folded)."""

@@ -91,7 +91,7 @@ from specjax.distributions import SamplingConfig, probs_from_logits
 from specjax.models import kv_cache as kvc
 from specjax.models.transformer import Model
 from specjax.decoding.buckets import round_up
-from specjax.policies.base import BucketedPolicy
+from specjax.policies.base import BucketedPolicy, check_group_size, check_row_groups
 from specjax.policies.calibration import CalibrationTable
 from specjax.verifiers.base import safe_ratio
 
@@ -251,11 +251,7 @@ class SpeculativeVerification(BucketedPolicy):
       raise ValueError(f"table_signals={self.table_signals!r}; choose one of {TABLE_SIGNALS}")
     if not isinstance(self.companion_sampling, SamplingConfig):
       raise ValueError("companion_sampling must be a SamplingConfig")
-    if self.group_size is not None and not (
-        isinstance(self.group_size, int) and not isinstance(self.group_size, bool)
-        and self.group_size >= 1):
-      raise ValueError(f"group_size={self.group_size!r} must be None (the whole batch) "
-                       "or an integer >= 1")
+    check_group_size(self.group_size)
 
   @property
   def couples_rows(self) -> bool:
@@ -264,27 +260,10 @@ class SpeculativeVerification(BucketedPolicy):
 
   def check_rows(self, num_rows: int, rows_per_device: int, num_devices: int) -> None:
     """Refuse a split over devices that would change a row's gamma (module docstring)."""
-    if not self.couples_rows:
-      return
-    what = f"SpeculativeVerification(mode={self.mode!r}, fill_bucket={self.fill_bucket})"
-    g = self.group_size
-    if g is None:
-      if num_devices > 1:
-        raise ValueError(
-            f"{what} with group_size=None couples all {num_rows} rows, so results would "
-            f"depend on their split over {num_devices} devices; set group_size to a "
-            f"divisor of the per-device row count ({rows_per_device})")
-      return
-    if num_rows % g:
-      raise ValueError(f"{what}: the batch has {num_rows} rows, not a multiple of "
-                       f"group_size={g}; pass a multiple of {g} prompts or change group_size")
-    if rows_per_device % g:
-      raise ValueError(
-          f"{what}: {num_rows} rows over {num_devices} devices give {rows_per_device} rows "
-          f"per device, not a multiple of group_size={g} (a group must not straddle "
-          f"devices); use a batch that is a multiple of {num_devices * g} or a group_size "
-          f"dividing {rows_per_device}")
-
+    if self.couples_rows:
+      check_row_groups(
+          f"SpeculativeVerification(mode={self.mode!r}, fill_bucket={self.fill_bucket})",
+          self.group_size, num_rows, rows_per_device, num_devices)
 
   def make_params(self, companion_params, table: CalibrationTable, profile,
                   batch_size: int) -> dict:

@@ -62,6 +62,78 @@ def test_stopping_rule_against_a_direct_implementation():
   assert len(set(got.tolist())) == K + 1  # every length 0..K occurs
 
 
+def _reference_group_length(a, prior, cost, lam, offers):
+  """The group's rule written directly (float64): the group goes on to draft i iff
+  some m >= i has sum_b [sum_{j=i..m} P_{b,i} abar_{i+1..j} - lam_b (c(m) - c(i-1))]
+  > 0, rows without an offer (``offers[b]`` False) gaining nothing."""
+  k = a.shape[1]
+  a = np.where(offers[:, None], a, 0.0).astype(np.float64)
+  n = 0
+  for i in range(1, k + 1):
+    p_i = np.prod(a[:, :i], axis=1)
+    best = -np.inf
+    for m in range(i, k + 1):
+      gain = sum(p_i * float(np.prod(prior[i:j])) for j in range(i, m + 1))
+      best = max(best, float(np.sum(gain - lam * (cost[m] - cost[i - 1]))))
+    if best <= 0:
+      break
+    n = i
+  return n
+
+
+def test_group_stopping_rule_against_a_direct_implementation():
+  """250 random groups of 4 rows (a quarter of the rows without an offer, paying
+  all the same): one length per group, the rule written directly; the rows'
+  order inside a group changes nothing (the fixed-point sum); a batch of one row
+  priced as a group is the row's own rule.  Broken variants caught: summing only
+  the offering rows (the reference's paying rows), or each row alone (lengths
+  would differ inside a group)."""
+  rs = np.random.RandomState(5)
+  g, groups = 4, 250
+  b = g * groups
+  a = rs.uniform(0, 1, (b, K)).astype(np.float32) ** 0.5
+  offers = rs.uniform(size=b) > 0.25
+  prior = rs.uniform(0.3, 0.9, K).astype(np.float32)
+  cost = np.concatenate([[1.0], 1.0 + np.cumsum(rs.uniform(0, 0.3, K))]).astype(np.float32)
+  lam = rs.uniform(0.6, 1.6, b).astype(np.float32)
+  args = (jnp.asarray(prior), jnp.asarray(cost))
+  got = np.asarray(offer_lengths(jnp.asarray(a), *args, jnp.asarray(lam), jnp.asarray(offers),
+                                 running=jnp.ones((b,), bool), group_size=g))
+  want = [_reference_group_length(a[r:r + g], prior, cost, lam[r:r + g], offers[r:r + g])
+          for r in range(0, b, g)]
+  np.testing.assert_array_equal(got, np.where(offers, np.repeat(want, g), 0))
+  assert len(set(want)) >= 3 and not np.array_equal(
+      got, np.asarray(offer_lengths(jnp.asarray(a), *args, jnp.asarray(lam),
+                                    jnp.asarray(offers))))
+  perm = np.concatenate([r + rs.permutation(g) for r in range(0, b, g)])
+  again = np.asarray(offer_lengths(jnp.asarray(a[perm]), *args, jnp.asarray(lam[perm]),
+                                   jnp.asarray(offers[perm]), running=jnp.ones((b,), bool),
+                                   group_size=g))
+  np.testing.assert_array_equal(again, got[perm])
+  alone = [int(offer_lengths(jnp.asarray(a[r:r + 1]), *args, jnp.asarray(lam[r:r + 1]),
+                             jnp.ones((1,), bool), group_size=None)[0]) for r in range(60)]
+  assert alone == [_reference_lengths(a[r], prior, cost, lam[r]) for r in range(60)]
+
+
+def test_one_eager_row_does_not_set_the_batch_length():
+  """32 rows at this CPU's batch costs, one row sure of its drafts and 31 unsure:
+  alone, the sure row drafts K and the batch's forward pays for it; as one group
+  the batch takes a plain step.  A row that runs without an offer pays: with all
+  31 offering nothing the group still stops, and without them (not running) the
+  sure row's length is its own."""
+  prior = jnp.full((K,), 0.6)
+  cost = jnp.asarray([1.0, 1.45, 1.7, 2.1, 2.5])
+  a = jnp.asarray([[0.99] * K] + [[0.1] * K] * 31, jnp.float32)
+  lam, every = jnp.ones((32,)), jnp.ones((32,), bool)
+  assert offer_lengths(a, prior, cost, lam, every).tolist() == [K] + [0] * 31
+  assert offer_lengths(a, prior, cost, lam, every, group_size=None).tolist() == [0] * 32
+  first = jnp.arange(32) == 0
+  assert offer_lengths(a, prior, cost, lam, first, running=every,
+                       group_size=None).tolist() == [0] * 32
+  assert offer_lengths(a, prior, cost, lam, first, running=first,
+                       group_size=None).tolist() == [K] + [0] * 31
+
+
 def test_offer_of_draft_i_depends_on_estimates_up_to_i_only():
   """A stopping time: "n >= i" is unchanged when a_{i+1..K} change (exactness,
   docs/spec.md §5)."""
@@ -132,7 +204,17 @@ def test_params_and_policy_refuse_bad_values_naming_them():
     CostAwareLength(K).init({"table": table}, None, jnp.zeros((2,), jnp.int32), 8)
   with pytest.raises(ValueError, match="buckets"):
     CostAwareLength(K, verify_buckets=(0, 2))
-  hash(CostAwareLength(K))
+  for bad in (0, 2.0, True):
+    with pytest.raises(ValueError, match=f"group_size={bad!r}"):
+      CostAwareLength(K, group_size=bad)
+  CostAwareLength(K).check_rows(11, 2, 8)  # rows alone: any split
+  with pytest.raises(ValueError, match="group_size=None couples all 16 rows"):
+    CostAwareLength(K, group_size=None).check_rows(16, 2, 8)
+  with pytest.raises(ValueError, match="not a multiple of group_size=3"):
+    CostAwareLength(K, group_size=3).check_rows(16, 2, 8)
+  with pytest.raises(ValueError, match="straddle"):
+    CostAwareLength(K, group_size=4).check_rows(16, 2, 8)
+  hash(CostAwareLength(K, group_size=None))
 
 
 # ---- calibration ----------------------------------------------------------------------------
@@ -236,6 +318,40 @@ def test_same_result_on_1_and_8_devices(models):
                                     mesh=parallel.make_mesh(8), **kw)
   assert one.to_lists() == eight.to_lists()
   assert (np.asarray(one.stats.gamma_counts).sum(0) > 0).sum() >= 2  # lengths vary
+
+
+@pytest.mark.slow
+def test_groups_in_the_loop_greedy_identity_device_split_and_gate(models):
+  """Rows priced in groups (``group_size``): greedy + lossless = target greedy with
+  the whole batch as one group; sampled, groups of 2 give the same
+  tokens on 1 and 8 devices, and with and without the draft gate."""
+  from specjax.decoding import parallel
+  from tests.helpers import ragged_prompts
+  target, tp, dp = models
+  table = acceptance.AcceptanceTable(jnp.asarray([0.0, 0.3, 0.5, 0.7, 1.0]),
+                                     jnp.asarray([[0.1, 0.4, 0.7, 0.95]] * K),
+                                     jnp.full((K,), 0.5))
+  params = cost_aware.make_params(table, [1.0, 1.15, 1.3, 1.45, 1.6])
+  prompts = [[3, 9, 4, 1], [7, 7, 2], [5, 1, 8, 8, 2, 6], [2, 2]]
+  ref = generate(target, tp, prompts, max_new_tokens=16, eos_token_id=None).to_lists()
+  whole = spec.speculative_generate(
+      target, tp, LMDrafter(K, GREEDY, target), dp, verifiers.get("lossless"), prompts,
+      max_new_tokens=16, eos_token_id=None, policy=CostAwareLength(K, group_size=None),
+      policy_params=params)
+  assert whole.to_lists() == ref
+  samp = SamplingConfig(temperature=1.0)
+  rows = ragged_prompts(16, 32, seed=6)
+  runs = {}
+  for mesh, gated in ((None, True), (parallel.make_mesh(8), True), (None, False)):
+    runs[mesh is None, gated] = spec.speculative_generate(
+        target, tp, LMDrafter(K, samp, target), dp, verifiers.get("lossless"), rows,
+        max_new_tokens=12, sampling=samp, key=jax.random.key(5), eos_token_id=None,
+        policy=CostAwareLength(K, group_size=2, gate_drafting=gated), policy_params=params,
+        mesh=mesh)
+  one = runs[True, True].to_lists()
+  assert one == runs[False, True].to_lists() == runs[True, False].to_lists()
+  used = np.asarray(runs[True, True].stats.gamma_counts).sum(0)
+  assert (used > 0).sum() >= 2  # lengths vary
 
 
 @pytest.mark.slow  # ~6 s (default-suite budget); the statistical and unit tests stay

@@ -41,7 +41,9 @@ real rule passes; their measured TVs are asserted to exceed ``tol``):
 * Cost-aware length peeking at the target: the stopping rule of
   ``specjax.policies.cost_aware`` fed the target's acceptance probability of
   each draft (``min(1, p(x_k) / q(x_k))``, this round's target output) instead
-  of the calibrated estimate from the drafter's confidence (exact TV 0.057).
+  of the calibrated estimate from the drafter's confidence (exact TV 0.057); the
+  same for two rows choosing one length together (exact TV 0.023, by enumeration
+  only: :func:`test_group_cost_aware_laws_by_enumeration`).
 * Source choice peeking at the draft: a row takes the sampled source only when its
   first draft came out as the source's own most likely token (a choice that reads
   the draft it offers), else the copy draft -- against the real choice, made from
@@ -466,3 +468,43 @@ def test_cost_aware_laws_by_enumeration():
   assert 0.5 * np.abs(real - REF_PAIR).sum() < 1e-6
   tv = 0.5 * np.abs(broken - REF_PAIR).sum()
   assert abs(tv - 0.057) < 2e-3 and tv >= 2 * PAIR_TOL, tv
+
+
+def _group_gammas(row0_estimates: np.ndarray) -> np.ndarray:
+  """``[V*V, V*V]``: the drafts verified for row 0 when it drafted pair i (its
+  estimates ``row0_estimates[i]``) and row 1 of its group drafted pair j (its
+  estimates from its own drafts), by the library's group rule (``group_size=2``)."""
+  pairs = np.array([(a, b) for a in range(V) for b in range(V)])
+  own = np.stack([np.asarray(cost_aware_estimates(jnp.stack([Q0, QT[x]]))) for x in range(V)])
+  a = np.empty((V * V, V * V, 2, 2), np.float32)
+  a[:, :, 0], a[:, :, 1] = row0_estimates[:, None], own[pairs[:, 0]][None]
+  rows = a.size // 2
+  n = offer_lengths(jnp.asarray(a.reshape(rows, 2)), CA_TABLE.prior, CA_COST, jnp.ones((rows,)),
+                    jnp.ones((rows,), bool), group_size=2)
+  return np.asarray(n).reshape(V * V, V * V, 2)[..., 0]
+
+
+def test_group_cost_aware_laws_by_enumeration():
+  """Two rows choosing one length together (``CostAwareLength(group_size=2)``):
+  row 0's length depends on row 1's drafts (independent of row 0's verification)
+  and on its own estimates before each position, so row 0's exact law, mixed over
+  row 1's drafts, is the target's (TV < 1e-6); fed row 0's target acceptance of
+  each draft instead (peeking at this round's target output) it is 0.023 away.
+  Exact enumeration over both rows' drafts (36 x 36 cases); the group's length
+  does depend on row 1 (checked)."""
+  p0, pt = np.asarray(P0, np.float64), np.asarray(PT, np.float64)
+  q0, qt = np.asarray(Q0, np.float64), np.asarray(QT, np.float64)
+  pairs = [(a, b) for a in range(V) for b in range(V)]
+  w = np.array([q0[a] * qt[a, b] for a, b in pairs])
+  real = _group_gammas(np.stack([np.asarray(cost_aware_estimates(jnp.stack([Q0, QT[a]])))
+                                 for a, _ in pairs]))
+  peek = _group_gammas(np.array([[min(1.0, p0[a] / q0[a]), min(1.0, pt[a, b] / qt[a, b])]
+                                 for a, b in pairs], np.float32))
+  assert any(len(set(real[i])) > 1 for i in range(V * V))  # row 1 moves row 0's length
+
+  def law(g):
+    return sum(w[j] * chain_law_exact(lambda a, b: g[a * V + b, j]) for j in range(V * V))
+
+  assert 0.5 * np.abs(law(real) - REF_PAIR).sum() < 1e-6
+  tv = 0.5 * np.abs(law(peek) - REF_PAIR).sum()
+  assert abs(tv - 0.023) < 2e-3, tv
