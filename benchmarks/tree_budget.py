@@ -13,7 +13,8 @@ cost profile, from one acceptance model (docs/speed.md, "What the profile buys")
    ``--max_nodes`` new tokens at the prompts' typical context, and the K = 4 round
    cost profile of the cost-aware policy (``specjax.policies.cost_profile``: the
    forward over 1..5 tokens, prompt lookup's and the EAGLE-3 chain's drafting step),
-   all in target decode steps, round-robin medians of ``--profile_repeats``.
+   all in target decode steps, round-robin medians of ``--profile_repeats``, one
+   timer set (the wider forwards are the profile's ``forward_wide``).
 3. **The accelerator-like profile** (synthetic; no accelerator is here): every
    forward up to ``--max_nodes`` tokens costs one step -- a memory-bound forward at
    batch 1 reads the same weights whatever the token count until it meets the
@@ -120,22 +121,29 @@ def measure_profile(r: Run, ms, prompts: list) -> tuple:
   from specjax.decoding.drafter_factory import make_drafter
   from specjax.distributions import SamplingConfig
   from specjax.policies import cost_profile
-  from specjax.policies.timers import forward_timer, interleaved_medians
   n_max = r.bench.max_nodes
   context = int(np.mean([len(p) for p in prompts])) + r.new_tokens.max_new_tokens // 2
   cache = context + n_max + 8
   sizes = tuple(2 ** i for i in range(int(np.log2(n_max)) + 1))
-  decoded = ms.target.decode_params(ms.target_params)
-  med = interleaved_medians({n: forward_timer(ms.target, decoded, 1, n, context, cache, inner=4)
-                             for n in sizes}, r.profile.profile_repeats)
-  steps = tuple(float(v) for v in np.maximum.accumulate([med[n] / med[1] for n in sizes]))
   greedy = SamplingConfig(temperature=0.0)
   sources = {name: make_drafter(name, greedy, ms.draft_sources(), num_draft=POLICY_K)
              for name in ("lookup_chain", "eagle_chain")}
   prof = cost_profile.measure(ms.target, ms.target_params, sources, prompts[0], k=POLICY_K,
                               cache_length=cache, context=context,
-                              repeats=r.profile.profile_repeats)
-  return sizes, steps, prof
+                              repeats=r.profile.profile_repeats,
+                              wide_tokens=tuple(n for n in sizes if n > POLICY_K + 1))
+  return sizes, wide_steps(prof, sizes), prof
+
+
+def wide_steps(prof, sizes: tuple) -> tuple:
+  """The forward over each of ``sizes`` tokens in steps, from one timer set: the
+  profile's ``forward`` up to K + 1 tokens, its ``forward_wide`` beyond (made
+  non-decreasing, timing noise removed)."""
+  at = {n + 1: f for n, f in enumerate(prof.forward)} | dict(prof.forward_wide)
+  missing = [n for n in sizes if n not in at]
+  if missing:
+    raise ValueError(f"the profile has no forward over {missing} tokens (timed: {sorted(at)})")
+  return tuple(float(v) for v in np.maximum.accumulate([at[n] for n in sizes]))
 
 
 def shapes(p: np.ndarray, sizes: tuple, steps: tuple, draft_level: float, max_nodes: int
@@ -196,7 +204,8 @@ def policy_shares(r: Run, ms, prompts: list, prof) -> dict:
 def profiles(sizes: tuple, steps: tuple, prof) -> dict:
   """``{name: (verify steps per size, K = 4 RoundCostProfile)}``: this CPU's (step 2) and
   the accelerator-like one (step 3: flat forwards, the same drafting)."""
-  flat = dataclasses.replace(prof, forward=(1.0,) * (POLICY_K + 1), device="synthetic")
+  flat = dataclasses.replace(prof, forward=(1.0,) * (POLICY_K + 1), device="synthetic",
+                             forward_wide={n: 1.0 for n in prof.forward_wide})
   return {"this_cpu": (steps, prof), "accelerator_like": ((1.0,) * len(sizes), flat)}
 
 

@@ -15,6 +15,15 @@ costs against a decode step depends on the rows it carries), with greedy drafts
 (**our choice**: sampling a draft costs the same order), and kept in every row's result (``cost_profile``)
 with the tables' calibration errors.
 
+The profile's model of a round (its forward and its drafting) leaves out the loop's
+own work -- the rule, the commits, the lookup match, the statistics -- which grows
+with the batch; :func:`with_overhead` measures it once per run through the loop
+itself and adds it to every ``c(n)``.  When no verify length of any source is worth
+its cost at the tables' prior acceptance
+(:func:`specjax.policies.cost_aware.prior_rate` <= 1), the row's ``speculation``
+is ``"off"``: the binary decodes it target-only (docs/spec.md §5, "When
+speculation cannot pay").
+
 The rows of a prompt batch are priced together (:func:`price_group`): one verify
 length per step for the batch, every row paying its cost -- the batch's forward
 runs over its longest offer, so rows that chose alone would let one eager row
@@ -72,7 +81,7 @@ def cost_aware(ctx, row: dict, cache_length: int) -> tuple:
                      f"{', '.join(SERVED)}, not drafter {d!r}")
   sources = ("lookup_chain", "eagle_chain") if d == "lookup_eagle_chain" else (d,)
   tables = _tables(ctx, sources, row)  # before the profile: a missing table fails fast
-  prof = profile(ctx, k, cache_length)
+  prof = with_overhead(ctx, d, profile(ctx, k, cache_length))
   if d == "lookup_eagle_chain":
     costs = prof.source_costs("lookup_chain", "eagle_chain")
     params = ca.make_source_params(*[ca.make_params(t.table(), c)
@@ -81,10 +90,45 @@ def cost_aware(ctx, row: dict, cache_length: int) -> tuple:
     costs = (prof.round_cost(d),)
     params = ca.make_params(tables[0][0].table(), costs[0])
   group = price_group(ctx)
+  policy = ca.CostAwareLength(k, group_size=group)
+  rate, source, n = ca.prior_rate(params, policy.buckets)
   info = {"cost_profile": prof.to_json(), "round_cost": [np.round(c, 4).tolist() for c in costs],
           "calibration_ece": [m["reliability"]["ece"] for _, m in tables],
-          "group_size": "batch" if group is None else group}
-  return ca.CostAwareLength(k, group_size=group), params, info
+          "group_size": "batch" if group is None else group,
+          "prior_rate": {"rate": round(rate, 4), "source": sources[source], "n": n},
+          "speculation": "on" if rate > 1.0 else "off"}
+  return policy, params, info
+
+
+def plain_costs(prof, d: str) -> float:
+  """The profile's modelled ``c(0)`` of drafter ``d``'s plain round (before overhead):
+  the round a policy that never offers leaves (the choosing drafter's falls to the
+  EAGLE chain, which drafts once before its gate stops it)."""
+  if d == "lookup_eagle_chain":
+    return float(prof.source_costs("lookup_chain", "eagle_chain")[1][0])
+  return float(prof.round_cost(d)[0])
+
+
+def with_overhead(ctx, d: str, prof):
+  """``prof`` with the loop's own cost per round (``RoundCostProfile.overhead``),
+  measured once per run and drafter kind at the profile's batch and cache length:
+  the loop of drafter ``d`` with a policy that never offers a draft, against
+  target-only decoding (:func:`specjax.policies.cost_profile.loop_overhead`)."""
+  import dataclasses
+  key = ("loop_overhead", d, prof.k, prof.cache_length)
+  if key not in ctx.cache:
+    from specjax.decoding.drafter_factory import make_drafter
+    from specjax.distributions import SamplingConfig
+    from specjax.policies import acceptance, cost_aware as ca, cost_profile
+    drafter, dparams = make_drafter(d, SamplingConfig(temperature=0.0), ctx.sources,
+                                    num_draft=prof.k)
+    never = ca.make_params(acceptance.constant_table([0.0] * prof.k), prof.round_cost(
+        "eagle_chain" if d != "lookup_chain" else d))
+    plain = ca.make_source_params(never, never) if d == "lookup_eagle_chain" else never
+    ctx.cache[key] = cost_profile.loop_overhead(
+        prof, plain_costs(prof, d), ctx.target, ctx.target_params, drafter, dparams,
+        ctx.prompt_ids[0], plain_policy=ca.CostAwareLength(prof.k), plain_params=plain)
+  return dataclasses.replace(prof, overhead=ctx.cache[key])
 
 
 def price_group(ctx):

@@ -89,6 +89,25 @@ def build_policy(ctx: Context, row: dict) -> tuple:
   return (*make_policy(name, int(row.get("num_draft", 0)), **hparams), {})
 
 
+def _plain_call(ctx: Context, drafter, sampling, max_new: int, bs: int, bucket):
+  """The speculative side of a row whose ``speculation`` is ``"off"`` (no verify length
+  can pay here: :func:`experiments.common.adaptive.cost_aware`): target-only decoding
+  at the row's sampling, its result shaped as the loop's, every round a plain step
+  (``SpecStats.plain``)."""
+  from specjax.decoding.autoregressive import generate
+  from specjax.decoding.loop_state import SpecStats
+  from specjax.decoding.speculative import SpecResult
+
+  def call(batch, key, bi):
+    g = generate(ctx.target, ctx.target_params, batch, max_new_tokens=max_new,
+                 sampling=sampling, key=key, row_offset=bi * bs, mesh=ctx.mesh,
+                 prompt_bucket=bucket)
+    stats = SpecStats.plain(g.target_calls, drafter.max_accepted, drafter.max_accepted + 1,
+                            drafter.num_sources)
+    return SpecResult(g.tokens, g.lengths, g.finish_reason, stats)
+  return call
+
+
 def _timed(fn):
   import jax
   t0 = time.perf_counter()
@@ -258,7 +277,8 @@ def evaluate_row(ctx: Context, row: dict) -> dict:
                                   batch, max_new_tokens=max_new, sampling=tsamp, key=key,
                                   row_offset=bi * bs, mesh=ctx.mesh, prompt_bucket=bucket,
                                   policy=policy, policy_params=pparams)
-    run_spec = spec_call
+    run_spec = (spec_call if policy_info.get("speculation", "on") == "on"
+                else _plain_call(ctx, drafter, tsamp, max_new, bs, bucket))
   samp_json = sweep.canonical_json(dataclasses.asdict(gsamp))
   compile_target = _warm_up(ctx, ("target", samp_json), run_target, batches, keys[0], bucket)
   compile_spec = (_warm_up(ctx, ("spec", row["key"]), run_spec, batches, keys[0], bucket)

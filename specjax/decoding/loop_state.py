@@ -86,6 +86,22 @@ class SpecStats:
   source_rounds: jax.Array
   source_accepted: jax.Array
 
+  @staticmethod
+  def plain(target_calls, max_accepted: int, num_lengths: int, num_sources: int
+            ) -> "SpecStats":
+    """The counters of a run whose every round was a plain decode step: target-only
+    decoding standing in for the loop when no verify length can pay (docs/spec.md
+    §5, "When speculation cannot pay").  ``target_calls [B]``; ``max_accepted`` D,
+    ``num_lengths`` G + 1 and ``num_sources`` S size the other counters; every
+    round counts as a length-0 round of no source."""
+    calls = jnp.asarray(target_calls, jnp.int32)
+    b = calls.shape[0]
+    zeros, per_pos = jnp.zeros((b,), jnp.int32), jnp.zeros((b, max_accepted), jnp.int32)
+    by_source = jnp.zeros((b, num_sources), jnp.int32)
+    gamma = jnp.zeros((b, num_lengths), jnp.int32).at[:, 0].set(calls)
+    return SpecStats(calls, zeros, zeros, per_pos, per_pos, zeros, calls, gamma, by_source,
+                     by_source)
+
   def add_round(self, active, gamma, num_accepted, num_relaxed, accepted, offered,
                 processed, source=None) -> "SpecStats":
     """The counters after one round: ``active`` [B] bool (idle rows count nothing),

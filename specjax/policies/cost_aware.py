@@ -193,8 +193,8 @@ def group_goes_on(value: jax.Array, rows: jax.Array, group_size: Optional[int]) 
   """``[B]`` bool: whether each row's group goes on, ``max_m sum_b value[b, m] > 0``
   over the group's ``rows [B]`` (``value [B, M]``; groups of ``group_size``
   consecutive rows, None: the whole batch).  The sum is of integers (``value``
-  rounded to a fixed point whose step is set by the group's size, at most 2^-13
-  for groups up to 64 rows), so it is the same in any order of the rows."""
+  rounded to a fixed point whose step is set by the group's size, at most 2^-14
+  for groups of up to 64 rows), so it is the same in any order of the rows."""
   b = value.shape[0]
   g = b if group_size is None else group_size
   if b % g:
@@ -366,6 +366,24 @@ def best_offer(a: jax.Array, cost: jax.Array, lam: jax.Array, offers: jax.Array
   allowed = jnp.arange(k + 1)[None, :] <= offers[:, None]
   value = jnp.where(allowed, value, -jnp.inf)
   return jnp.max(value, axis=-1), jnp.argmax(value, axis=-1).astype(jnp.int32)
+
+
+def prior_rate(params, buckets: tuple) -> tuple[float, int, int]:
+  """``(rate, source, n)``: the best rate, tokens per target step, of a fixed verify
+  length at the tables' prior acceptance, ``max_{s, n} E_s(n) / c_s(n)`` with
+  ``E_s(n) = 1 + sum_{i<=n} abar_1 ... abar_i`` and ``c_s`` the bucket costs, and the
+  source and length that attain it.  Below 1, no length of any source beats target-only
+  decoding on average on this machine (the binaries then decode without speculating;
+  docs/spec.md §5, "When speculation cannot pay")."""
+  best = (-np.inf, 0, 0)
+  for s, p in enumerate(per_source(params)):
+    cost = np.asarray(bucket_cost(p.round_cost, buckets), np.float64)
+    reach = np.cumprod(np.asarray(p.table.prior, np.float64))
+    gain = 1.0 + np.concatenate([[0.0], np.cumsum(reach)])
+    rate = gain / cost
+    n = int(np.argmax(rate))
+    best = max(best, (float(rate[n]), s, n))
+  return best
 
 
 @jax.tree_util.register_dataclass

@@ -51,6 +51,12 @@ class RoundCostProfile:
     device: the timing device's kind.
     batch: rows per forward while timing (a step is the forward over one token per
       row of that many rows: at batch B a verify over n + 1 tokens is B (n + 1) tokens).
+    forward_wide: ``{n: the forward over n tokens, in steps}`` for the wider forwards
+      a caller asked for (a tree's node budgets beyond K + 1), timed in the same
+      round-robin as ``forward``; empty by default.
+    overhead: what a round of the speculative loop costs beyond its forward and its
+      drafting, in steps (the rule, the commits, the loop's own work), added to every
+      ``c(n)``; 0 until measured (:func:`loop_overhead`).
   """
 
   k: int
@@ -62,6 +68,12 @@ class RoundCostProfile:
   gated: dict
   device: str
   batch: int = 1
+  forward_wide: dict = dataclasses.field(default_factory=dict)
+  overhead: float = 0.0
+
+  def __post_init__(self):  # a record's JSON keys are strings: back to token counts
+    object.__setattr__(self, "forward_wide",
+                       {int(n): float(v) for n, v in self.forward_wide.items()})
 
   def round_cost(self, source: str) -> np.ndarray:
     """``c(n)``, n = 0..K, of a round drafted by ``source`` alone (module docstring)."""
@@ -70,7 +82,7 @@ class RoundCostProfile:
                        f"{', '.join(sorted(self.drafting))}")
     share = (np.maximum(np.arange(self.k + 1), 1) / self.k if self.gated[source]
              else np.ones(self.k + 1))
-    return np.asarray(self.forward) + self.drafting[source] * share
+    return np.asarray(self.forward) + self.drafting[source] * share + self.overhead
 
   def source_costs(self, lookup: str, chain: str) -> tuple[np.ndarray, np.ndarray]:
     """``(c_lookup, c_chain)`` of a drafter choosing between ``lookup`` and ``chain``
@@ -79,7 +91,7 @@ class RoundCostProfile:
       if name not in self.drafting:
         raise ValueError(f"source={name!r} was not profiled; profiled: "
                          f"{', '.join(sorted(self.drafting))}")
-    base = np.asarray(self.forward) + self.drafting[lookup]
+    base = np.asarray(self.forward) + self.drafting[lookup] + self.overhead
     steps = np.maximum(np.arange(self.k + 1), 1) / self.k
     return base + self.drafting[chain] / self.k, base + self.drafting[chain] * steps
 
@@ -88,7 +100,8 @@ class RoundCostProfile:
 
 
 def measure(target, target_params, sources: dict, prompt_ids, *, k: int, cache_length: int,
-            context: int, repeats: int = 5, batch: int = 1) -> RoundCostProfile:
+            context: int, repeats: int = 5, batch: int = 1,
+            wide_tokens: tuple = ()) -> RoundCostProfile:
   """Profile this machine (module docstring).
 
   Args:
@@ -99,6 +112,7 @@ def measure(target, target_params, sources: dict, prompt_ids, *, k: int, cache_l
       tokens of the timed forwards (the run's typical context).
     repeats: round-robin rounds (the median is kept).
     batch: rows per timed call (the run's batch size; the prompt repeated per row).
+    wide_tokens: forward widths beyond K + 1 to time as well (``forward_wide``).
   """
   import jax
 
@@ -113,8 +127,14 @@ def measure(target, target_params, sources: dict, prompt_ids, *, k: int, cache_l
       raise ValueError(f"source {name!r} must be a chain drafter of K={k} drafts")
   decoded = target.decode_params(target_params)
   tokens, lengths = prepare_prompts([list(prompt_ids)] * batch, target.config.vocab_size)
+  wide = tuple(sorted({int(n) for n in wide_tokens}))
+  if any(n <= k + 1 for n in wide) or (wide and context + wide[-1] > cache_length):
+    raise ValueError(f"wide_tokens={wide_tokens!r} must all exceed K + 1 = {k + 1} and fit "
+                     f"the cache after the context ({context} + n <= {cache_length})")
   timers = {("forward", n): forward_timer(target, decoded, batch, n + 1, context, cache_length,
                                           inner=4) for n in range(k + 1)}
+  for n in wide:
+    timers["wide", n] = forward_timer(target, decoded, batch, n, context, cache_length, inner=4)
   for name, (drafter, params) in sources.items():
     timers["draft", name] = draft_timer(drafter, params, loop_target(target, drafter),
                                         target_params, tokens, lengths, cache_length)
@@ -125,4 +145,47 @@ def measure(target, target_params, sources: dict, prompt_ids, *, k: int, cache_l
       k, int(context), int(cache_length), float(step), tuple(float(f) for f in forward),
       {name: max(0.0, float(med["draft", name] / step)) for name in sources},  # noise < 0
       {name: bool(d.gates_drafting) for name, (d, _) in sources.items()},
-      jax.devices()[0].device_kind, int(batch))
+      jax.devices()[0].device_kind, int(batch),
+      {n: float(med["wide", n] / step) for n in wide})
+
+
+def loop_overhead(profile: RoundCostProfile, modelled_plain: float, target, target_params,
+                  drafter, draft_params, prompt_ids, *, plain_policy, plain_params,
+                  new_tokens: int = 16, repeats: int = 5) -> float:
+  """What a round of the speculative loop costs beyond the profile's model, in steps:
+  the loop run with ``plain_policy`` / ``plain_params`` (a policy that never offers a
+  draft, so every round is a plain step through the whole loop: drafting up to its
+  first gate, the verify over one token, the rule, the commits) against target-only
+  decoding, over ``new_tokens - 1`` decode steps of ``profile.batch`` copies of
+  ``prompt_ids`` at ``profile.cache_length``, greedy, round-robin medians of
+  ``repeats``:
+
+      real c(0) = (spec(m) - spec(1)) / (gen(m) - gen(1)),  m = new_tokens,
+
+  (one token each per row and step; the m = 1 calls are the prefill and the first
+  token), minus ``modelled_plain``, the profile's own ``c(0)`` of the source that
+  drafts such a round (before any overhead).  Kept at 0 when noise makes it negative.
+  """
+  from specjax import verifiers
+  from specjax.decoding.autoregressive import generate
+  from specjax.decoding.speculative import speculative_generate
+  from specjax.policies.timers import call_timer, interleaved_medians
+  check_int("new_tokens", new_tokens, low=2)
+  check_int("repeats", repeats, low=1)
+  prompts = [list(prompt_ids)] * profile.batch
+  kw = dict(eos_token_id=None, cache_length=profile.cache_length)
+
+  def spec(m):
+    return lambda: speculative_generate(target, target_params, drafter, draft_params,
+                                        verifiers.get("lossless"), prompts, max_new_tokens=m,
+                                        policy=plain_policy, policy_params=plain_params, **kw)
+
+  def gen(m):
+    return lambda: generate(target, target_params, prompts, max_new_tokens=m, **kw)
+
+  med = interleaved_medians({(name, m): call_timer(make(m)) for name, make in
+                             (("spec", spec), ("gen", gen)) for m in (1, new_tokens)}, repeats)
+  real = ((med["spec", new_tokens] - med["spec", 1])
+          / max(med["gen", new_tokens] - med["gen", 1], 1e-9))
+  return max(0.0, float(real - modelled_plain))
+

@@ -177,6 +177,32 @@ def test_a_flat_accelerator_cost_curve_drafts_longer_than_this_cpu():
   assert np.all(n_acc >= n_cpu) and n_acc.mean() > n_cpu.mean() + 1
 
 
+def test_prior_rate_by_hand():
+  """The best fixed length at the prior: E(n) / c(n) with E(n) = 1 + sum of the
+  prior's running products, over both sources of a choosing drafter; below 1 on a
+  steep curve (no length pays), above on a flat one."""
+  table = acceptance.constant_table([0.5, 0.5, 0.5, 0.5])  # E = 1, 1.5, 1.75, 1.875, 1.9375
+  steep = cost_aware.make_params(table, [1.1, 1.6, 2.0, 2.4, 2.8])
+  rate, source, n = cost_aware.prior_rate(steep, (0, 1, 2, 3, 4))
+  assert (source, n) == (0, 1) and rate == pytest.approx(1.5 / 1.6)
+  flat = cost_aware.make_params(table, [1.0, 1.05, 1.1, 1.15, 1.2])
+  both = cost_aware.make_source_params(steep, flat)
+  rate, source, n = cost_aware.prior_rate(both, (0, 1, 2, 3, 4))
+  assert (source, n) == (1, 3) and rate == pytest.approx(1.875 / 1.15)
+  # a length between buckets is costed at its bucket: n = 3 pays n = 4's cost
+  rate, _, n = cost_aware.prior_rate(flat, (0, 1, 2, 4))
+  assert n == 4 and rate == pytest.approx(1.9375 / 1.2)
+
+
+def test_plain_stats_count_every_round_as_a_plain_step():
+  from specjax.decoding.loop_state import SpecStats
+  st = SpecStats.plain(jnp.asarray([3, 0, 5]), K, K + 1, 2)
+  assert st.target_calls.tolist() == [3, 0, 5] == st.processed_tokens.tolist()
+  assert st.gamma_counts.tolist() == [[3, 0, 0, 0, 0], [0] * 5, [5, 0, 0, 0, 0]]
+  assert int(st.accepted.sum()) == int(st.verified_tokens.sum()) == 0
+  assert st.accept_counts.shape == (3, K) and st.source_rounds.shape == (3, 2)
+
+
 def test_rate_and_bucket_cost_by_hand():
   tok, cost = fold_round(jnp.asarray([4.0, 4.0]), jnp.asarray([4.0, 4.0]),
                          jnp.asarray([3, 0]), jnp.asarray([1.5, 1.5]), 0.5)

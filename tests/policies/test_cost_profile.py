@@ -34,6 +34,12 @@ def test_round_costs_by_hand():
   np.testing.assert_allclose(chain, [1.22, 1.52, 1.82, 2.07, 2.32])
   with pytest.raises(ValueError, match="was not profiled"):
     p.round_cost("suffix_tree")
+  # the loop's own work per round, once measured, is in every c(n) of every curve
+  busy = _profile(overhead=0.25)
+  np.testing.assert_allclose(busy.round_cost("eagle_chain"), p.round_cost("eagle_chain") + 0.25)
+  for got, want in zip(busy.source_costs("lookup_chain", "eagle_chain"), (lookup, chain)):
+    np.testing.assert_allclose(got, want + 0.25)
+  assert RoundCostProfile(**busy.to_json()) == busy
   # curves a policy takes (non-decreasing, positive)
   cost_aware.make_source_params(
       *[cost_aware.make_params(acceptance.constant_table([0.5] * K), c) for c in (lookup, chain)])
@@ -129,6 +135,7 @@ class _Ctx:
   model_name: str
   model_sources: dict
   cache: dict = dataclasses.field(default_factory=dict)
+  mesh: object = None
 
 
 @pytest.mark.slow  # profiles the default models (~20 s)
@@ -155,10 +162,47 @@ def test_a_cost_aware_row_is_built_from_the_profile_and_the_shipped_tables(tmp_p
                          reliability={"ece": 0.05}))
   policy, params, info = adaptive.cost_aware(ctx, row, 64)
   assert isinstance(params, cost_aware.SourceParams) and policy.num_draft == K
+  assert policy.group_size is None and info["group_size"] == "batch"  # one data device
   assert len(info["round_cost"]) == 2 and info["calibration_ece"] == [0.05, 0.05]
+  assert info["cost_profile"]["overhead"] >= 0 and info["speculation"] in ("on", "off")
+  rate = info["prior_rate"]
+  assert (rate["rate"] > 1) == (info["speculation"] == "on") and rate["source"] in (
+      "lookup_chain", "eagle_chain")
   _, again, _ = adaptive.cost_aware(ctx, dict(row, drafter="eagle_chain"), 64)
   assert isinstance(again, cost_aware.CostAwareParams)  # the profile measured once, reused
   assert len([k for k in ctx.cache if k[0] == "cost_profile"]) == 1
+  # the loop's overhead: once per drafter kind
+  assert sorted(k[1] for k in ctx.cache if k[0] == "loop_overhead") == ["eagle_chain",
+                                                                        "lookup_eagle_chain"]
+
+
+def test_loop_overhead_is_the_real_plain_round_less_the_model(monkeypatch):
+  """``loop_overhead`` = (spec(m) - spec(1)) / (gen(m) - gen(1)) - the modelled c(0),
+  from the medians of its four timers (replaced here by fixed ones: no timing is
+  asserted), and never below 0; the timed calls run (tiny models)."""
+  from specjax.decoding.drafters import LMDrafter
+  from specjax.distributions import SamplingConfig
+  from specjax.policies import cost_profile
+  from tests.helpers import sharpened_noisy_pair
+  target, tp, dp = sharpened_noisy_pair()
+  seen = {}
+
+  def medians(timers, rounds):
+    for once in timers.values():
+      once()  # the real calls run
+    seen.update(timers)
+    return {("spec", 1): 1.0, ("spec", 9): 3.6, ("gen", 1): 0.9, ("gen", 9): 2.9}
+
+  monkeypatch.setattr("specjax.policies.timers.interleaved_medians", medians)
+  prof = _profile(cache_length=40, batch=2)
+  never = cost_aware.make_params(acceptance.constant_table([0.0] * K), prof.round_cost(
+      "eagle_chain"))
+  kw = dict(plain_policy=cost_aware.CostAwareLength(K), plain_params=never, new_tokens=9)
+  drafter = LMDrafter(K, SamplingConfig(temperature=0.0), target)
+  got = cost_profile.loop_overhead(prof, 1.2, target, tp, drafter, dp, [3, 4, 5], **kw)
+  assert got == pytest.approx(2.6 / 2.0 - 1.2) and set(seen) == {
+      ("spec", 1), ("spec", 9), ("gen", 1), ("gen", 9)}
+  assert cost_profile.loop_overhead(prof, 1.5, target, tp, drafter, dp, [3, 4, 5], **kw) == 0.0
 
 
 def test_fit_held_out_reads_the_error_on_the_second_half_and_refits_on_all():

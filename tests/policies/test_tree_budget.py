@@ -177,5 +177,12 @@ def test_benchmark_profiles_and_shapes():
   assert acc["best"]["nodes"] > cpu["best"]["nodes"]
   assert all(s["nodes"] <= s["budget"] for s in acc["per_budget"])
   assert set(cpu["best_chain"]["widths"]) == {1}
+  # one timer set: the forwards up to K + 1 tokens and the wider ones of one profile
+  wide = RoundCostProfile(**{**prof.to_json(), "forward_wide": {"8": 1.9, "16": 1.8}})
+  assert bench.wide_steps(wide, sizes) == (1.0, 1.3, 1.3, 1.9, 1.9)
+  assert bench.profiles(sizes, steps, wide)["accelerator_like"][1].forward_wide == {8: 1.0,
+                                                                                      16: 1.0}
+  with pytest.raises(ValueError, match=r"no forward over \[32\] tokens"):
+    bench.wide_steps(wide, sizes + (32,))
   with pytest.raises(knobs.KnobError, match="max_nodes"):
     bench.TreeBudgetSpec(max_nodes=48)
