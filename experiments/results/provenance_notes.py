@@ -134,6 +134,11 @@ def _shipped_acceptance() -> tuple:
   return shipped_acceptance_files()
 
 
+def _adaptive_batch() -> tuple:
+  from experiments.results.speed_profile_tables import ADAPTIVE_BATCH
+  return ADAPTIVE_BATCH
+
+
 def _sv_companion_reports() -> tuple:
   return tuple(sorted(os.path.relpath(p, ROOT) for p in glob.glob(
       os.path.join(ROOT, RESULTS, "sv_companions_smollm2", "*", "report.json"))))
@@ -194,8 +199,7 @@ RECORDS_OF: dict[str, Callable[[], tuple]] = {
     "adaptive_length_smollm2": lambda: (f"{RESULTS}/adaptive_length/smollm2.json",),
     "adaptive_sources_smollm2": lambda: (f"{RESULTS}/adaptive_length/smollm2_sources.json",),
     "tree_budget_smollm2": lambda: (f"{RESULTS}/tree_budget/smollm2.json",),
-    "adaptive_batch_smollm2": lambda: tuple(f"{RESULTS}/benchmark_smollm2_b{b}/benchmark.jsonl"
-                                            for b in (32, 64)),
+    "adaptive_batch_smollm2": _adaptive_batch,
     "shipped_acceptance_smollm2": _shipped_acceptance,
     "verify_matmul": lambda: tuple(sorted(
         os.path.relpath(f, ROOT)

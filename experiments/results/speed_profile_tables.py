@@ -15,6 +15,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import shlex
 
 from experiments.results.markdown import RESULTS, path, table
 
@@ -230,14 +231,47 @@ def tree_budget_table(rel: str = TREE_BUDGET) -> str:
                 f"(E / c), not timings.")
 
 
-ADAPTIVE_BATCH = tuple(f"{RESULTS}/benchmark_smollm2_b{b}/benchmark.jsonl" for b in (32, 64))
+# the adaptive row at batch 32 / 64, by how the policy priced a round: rows alone (each
+# at its own bucket), the batch as one group, then with the loop's own work per round
+# measured and speculation off where no length pays
+ADAPTIVE_BATCH_STAGES = (("rows alone", ""), ("batch as one group", "_grouped"),
+                         ("one group, loop overhead measured", "_costed"))
+ADAPTIVE_BATCH = tuple(f"{RESULTS}/benchmark_smollm2_b{b}{suffix}/benchmark.jsonl"
+                       for _, suffix in ADAPTIVE_BATCH_STAGES for b in (32, 64))
+
+
+def _pricing(rel: str) -> str:
+  for name, suffix in reversed(ADAPTIVE_BATCH_STAGES):
+    if f"{suffix}/benchmark.jsonl" in rel:
+      return name
+  raise ValueError(f"{rel!r} is none of the adaptive-batch records")
+
+
+def real_round_steps(result: dict, batch: int, max_new_tokens: int) -> float:
+  """A batch round's decode-phase seconds over the target-only decode step's, from a
+  benchmark row's record: the speculative decode time (prefill off) over the batch's
+  rounds (each prompt batch runs until its slowest row is done: the most rounds any
+  of its rows took) against the target-only decode time over ``max_new_tokens - 1``
+  steps per prompt batch (a row that reached the cap set it), summed over batches and
+  repeats."""
+  import numpy as np
+  timing, prefill = result["batch_timing"], result["prefill_s"]
+  calls = np.asarray(result["target_calls_per_prompt"], np.float64) / len(timing["spec"])
+  rounds = [calls[i:i + batch].max() for i in range(0, len(calls), batch)]
+  spec = tgt = 0.0
+  for rep_spec, rep_tgt, rep_pre in zip(timing["spec"], timing["target"], prefill):
+    spec += sum(t - p for (_, t), p in zip(rep_spec, rep_pre))
+    tgt += sum(t - p for (_, t), p in zip(rep_tgt, rep_pre))
+  reps = len(timing["spec"])
+  return (spec / (reps * sum(rounds))) / (tgt / (reps * len(rounds) * (max_new_tokens - 1)))
 
 
 def adaptive_batch_table(rels: tuple = ADAPTIVE_BATCH) -> str:
-  """The main job's ``adaptive`` row at large batch sizes (one record per B): the
-  cost profile it measured at that batch size, its decode-phase and end-to-end
-  speedups over target-only in the same run, tau, and its rounds by verify length and
-  by source."""
+  """The main job's ``adaptive`` row at large batch sizes (one record per B and pricing
+  stage, :data:`ADAPTIVE_BATCH_STAGES`): the cost profile it measured at that batch
+  size (and the loop's own work per round, where measured), whether it speculated (the
+  tables' prior rate), its decode-phase and end-to-end speedups over target-only in
+  the same run, tau, and its rounds by verify length and by source."""
   from experiments.results.records import jsonl
   rows = []
   for rel in rels:
@@ -246,14 +280,30 @@ def adaptive_batch_table(rels: tuple = ADAPTIVE_BATCH) -> str:
       if c.get("policy") != "cost_aware":
         continue
       prof = x["cost_profile"]
-      rows.append([str(prof["batch"]), c["method"], f"{c['temperature']:g}",
+      over = prof.get("overhead")
+      prior = x.get("prior_rate")
+      spec = (f"{x['speculation']} ({prior['rate']:.2f})" if prior else "on")
+      cap = int(_command_flag(r["provenance"]["command"], "max_new_tokens"))
+      rows.append([str(prof["batch"]), _pricing(rel),
                    " ".join(f"{v:.2f}" for v in prof["forward"]),
-                   f"{prof['drafting']['eagle_chain']:.2f}", f"{x['tau']:.2f}",
+                   f"{prof['drafting']['eagle_chain']:.2f}",
+                   "-" if over is None else f"{over:.2f}", spec, f"{x['tau']:.2f}",
+                   f"{real_round_steps(x, prof['batch'], cap):.2f}",
                    f"{x['speedup_decode']:.2f}x", f"{x['speedup']:.2f}x",
                    _shares(x["gamma_share"]), _shares(x["source_share"])])
-  return table(["B", "rule", "T", "verify over 1..K+1 tokens, steps (measured at B)",
-                "EAGLE-3 chain's K-draft step, steps", "tau", "decode speedup",
-                "end-to-end speedup", "rounds at n = 0..K", "rounds by lookup / chain"], rows)
+  return table(["B", "pricing", "verify over 1..K+1 tokens, steps (measured at B)",
+                "EAGLE-3 chain's K-draft step, steps", "loop's own work per round, steps",
+                "speculation (prior rate)", "tau", "a batch round in the run, steps",
+                "decode speedup", "end-to-end speedup", "rounds at n = 0..K",
+                "rounds by lookup / chain"], rows)
+
+
+def _command_flag(command: str, name: str) -> str:
+  """The value of ``--name=value`` in a recorded command line."""
+  for arg in shlex.split(command):
+    if arg.startswith(f"--{name}="):
+      return arg.split("=", 1)[1]
+  raise ValueError(f"the command {command!r} has no --{name}=")
 
 
 TABLES = {

@@ -202,6 +202,9 @@ def group_goes_on(value: jax.Array, rows: jax.Array, group_size: Optional[int]) 
   if g == 1:  # a group of one row: its own rule, in floating point
     return (jnp.max(value, axis=-1) > 0) & rows
   scale = 2.0 ** math.floor(math.log2(2.0 ** 30 / (g * VALUE_BOUND)))
+  # lengths below the position are -inf (and 0 * -inf = nan for a row that reaches
+  # nothing): the bound's floor, never an integer out of range
+  value = jnp.nan_to_num(value, nan=-VALUE_BOUND, neginf=-VALUE_BOUND, posinf=VALUE_BOUND)
   fixed = jnp.round(jnp.clip(value, -VALUE_BOUND, VALUE_BOUND) * scale).astype(jnp.int32)
   fixed = jnp.where(rows[:, None], fixed, 0)
   total = jnp.sum(fixed.reshape(b // g, g, -1), axis=1)                   # [B/G, M]

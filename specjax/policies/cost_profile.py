@@ -151,14 +151,15 @@ def measure(target, target_params, sources: dict, prompt_ids, *, k: int, cache_l
 
 def loop_overhead(profile: RoundCostProfile, modelled_plain: float, target, target_params,
                   drafter, draft_params, prompt_ids, *, plain_policy, plain_params,
-                  new_tokens: int = 16, repeats: int = 5) -> float:
+                  new_tokens: int = 16, repeats: int = 3, prompt_tokens: int = 16) -> float:
   """What a round of the speculative loop costs beyond the profile's model, in steps:
   the loop run with ``plain_policy`` / ``plain_params`` (a policy that never offers a
   draft, so every round is a plain step through the whole loop: drafting up to its
   first gate, the verify over one token, the rule, the commits) against target-only
   decoding, over ``new_tokens - 1`` decode steps of ``profile.batch`` copies of
-  ``prompt_ids`` at ``profile.cache_length``, greedy, round-robin medians of
-  ``repeats``:
+  the first ``prompt_tokens`` of ``prompt_ids`` (**our choice**: a short prompt
+  keeps the prefills this subtracts cheap; the cache keeps ``profile.cache_length``
+  slots), greedy, round-robin medians of ``repeats``:
 
       real c(0) = (spec(m) - spec(1)) / (gen(m) - gen(1)),  m = new_tokens,
 
@@ -172,7 +173,8 @@ def loop_overhead(profile: RoundCostProfile, modelled_plain: float, target, targ
   from specjax.policies.timers import call_timer, interleaved_medians
   check_int("new_tokens", new_tokens, low=2)
   check_int("repeats", repeats, low=1)
-  prompts = [list(prompt_ids)] * profile.batch
+  check_int("prompt_tokens", prompt_tokens, low=1)
+  prompts = [list(prompt_ids)[:prompt_tokens]] * profile.batch
   kw = dict(eos_token_id=None, cache_length=profile.cache_length)
 
   def spec(m):
@@ -188,4 +190,3 @@ def loop_overhead(profile: RoundCostProfile, modelled_plain: float, target, targ
   real = ((med["spec", new_tokens] - med["spec", 1])
           / max(med["gen", new_tokens] - med["gen", 1], 1e-9))
   return max(0.0, float(real - modelled_plain))
-

@@ -47,3 +47,40 @@ def test_humaneval_batches_and_summary():
   rows = {r["temperature"]: r for r in summarize(recs)}
   assert rows[1.0]["pass@1"] == pytest.approx(1 / 3) and rows[1.0]["samples_per_problem"] == 3
   assert rows[0.0]["pass@1"] == 0.5 and rows[0.0]["ci95"][0] <= 0.5 <= rows[0.0]["ci95"][1]
+
+
+def test_paired_repeats_alternate_which_side_runs_first():
+  """The main job's paired timing runs target-only first where repeat + batch is even
+  and the speculative row first where it is odd (an order effect then falls on both
+  sides), and pairs each side's own output and time with its batch."""
+  import types
+
+  import jax.numpy as jnp
+  from experiments.common.row_stats import SpecSums
+  from experiments.compare import evaluation
+  from specjax.decoding.loop_state import SpecStats
+  order = []
+
+  class Out:
+    def __init__(self, side, batch):
+      self.side, self.batch = side, batch
+      self.stats = SpecStats.plain(jnp.ones((len(batch),), jnp.int32), 2, 3, 1)
+
+    def to_lists(self):
+      return [[self.side, *row] for row in self.batch]
+
+  def run(side):
+    def call(batch, key, bi):
+      order.append((side, key, bi))
+      return Out(side, batch)
+    return call
+
+  ctx = types.SimpleNamespace(c=types.SimpleNamespace(timing={}), cache={})
+  batches = [[[1]], [[2]]]
+  rep = evaluation._paired_repeats(ctx, ["k0", "k1"], batches, 1, run("t"), run("s"),
+                                   ("target",), SpecSums(2))
+  assert order == [("t", "k0", 0), ("s", "k0", 0), ("s", "k0", 1), ("t", "k0", 1),
+                   ("s", "k1", 0), ("t", "k1", 0), ("t", "k1", 1), ("s", "k1", 1)]
+  assert rep.outs_target == [[["t", 1]], [["t", 2]]] * 2
+  assert rep.outs_spec == [[["s", 1]], [["s", 2]]] * 2
+  assert len(rep.ratios) == 2 and all(r > 0 for r in rep.ratios)

@@ -176,6 +176,7 @@ def test_a_cost_aware_row_is_built_from_the_profile_and_the_shipped_tables(tmp_p
                                                                         "lookup_eagle_chain"]
 
 
+@pytest.mark.slow  # compiles the loop and generate twice each (~12 s; default-suite budget)
 def test_loop_overhead_is_the_real_plain_round_less_the_model(monkeypatch):
   """``loop_overhead`` = (spec(m) - spec(1)) / (gen(m) - gen(1)) - the modelled c(0),
   from the medians of its four timers (replaced here by fixed ones: no timing is
