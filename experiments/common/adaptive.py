@@ -19,9 +19,9 @@ The profile's model of a round (its forward and its drafting) leaves out the loo
 own work -- the rule, the commits, the lookup match, the statistics -- which grows
 with the batch; :func:`with_overhead` measures it once per run through the loop
 itself and adds it to every ``c(n)``.  When no verify length of any source is worth
-its cost at the tables' prior acceptance
-(:func:`specjax.policies.cost_aware.prior_rate` <= 1), the row's ``speculation``
-is ``"off"``: the binary decodes it target-only (docs/spec.md §5, "When
+its cost even at the tables' most confident estimates
+(:func:`specjax.policies.cost_aware.prior_rate` with ``"best"`` <= 1), the row's
+``speculation`` is ``"off"``: the binary decodes it target-only (docs/spec.md §5, "When
 speculation cannot pay").
 
 The rows of a prompt batch are priced together (:func:`price_group`): one verify
@@ -91,13 +91,23 @@ def cost_aware(ctx, row: dict, cache_length: int) -> tuple:
     params = ca.make_params(tables[0][0].table(), costs[0])
   group = price_group(ctx)
   policy = ca.CostAwareLength(k, group_size=group)
-  rate, source, n = ca.prior_rate(params, policy.buckets)
+  rates = {}
+  for estimate in ca.RATE_ESTIMATES:
+    rate, source, n = ca.prior_rate(params, policy.buckets, estimate)
+    rates[estimate] = {"rate": round(rate, 4), "source": sources[source], "n": n}
   info = {"cost_profile": prof.to_json(), "round_cost": [np.round(c, 4).tolist() for c in costs],
           "calibration_ece": [m["reliability"]["ece"] for _, m in tables],
           "group_size": "batch" if group is None else group,
-          "prior_rate": {"rate": round(rate, 4), "source": sources[source], "n": n},
-          "speculation": "on" if rate > 1.0 else "off"}
+          "prior_rate": rates["prior"], "best_rate": rates["best"],
+          "speculation": "on" if rates[SPECULATION_ESTIMATE]["rate"] > 1.0 else "off"}
   return policy, params, info
+
+
+# the estimate the decision to speculate reads (cost_aware.prior_rate): "best", the
+# table's most confident bin per position -- off only where no round could pay; the
+# prior (a fixed length's average) switched off rows the per-step policy ran above
+# target-only (the main job's T = 1 lossless row)
+SPECULATION_ESTIMATE = "best"
 
 
 def plain_costs(prof, d: str) -> float:

@@ -371,18 +371,26 @@ def best_offer(a: jax.Array, cost: jax.Array, lam: jax.Array, offers: jax.Array
   return jnp.max(value, axis=-1), jnp.argmax(value, axis=-1).astype(jnp.int32)
 
 
-def prior_rate(params, buckets: tuple) -> tuple[float, int, int]:
+RATE_ESTIMATES = ("prior", "best")
+
+
+def prior_rate(params, buckets: tuple, estimate: str = "prior") -> tuple[float, int, int]:
   """``(rate, source, n)``: the best rate, tokens per target step, of a fixed verify
-  length at the tables' prior acceptance, ``max_{s, n} E_s(n) / c_s(n)`` with
-  ``E_s(n) = 1 + sum_{i<=n} abar_1 ... abar_i`` and ``c_s`` the bucket costs, and the
-  source and length that attain it.  Below 1, no length of any source beats target-only
-  decoding on average on this machine (the binaries then decode without speculating;
-  docs/spec.md §5, "When speculation cannot pay")."""
+  length, ``max_{s, n} E_s(n) / c_s(n)`` with ``E_s(n) = 1 + sum_{i<=n} a_1 ... a_i``
+  and ``c_s`` the bucket costs, and the source and length that attain it.  ``a_i``:
+  the table's prior acceptance at position i (``estimate="prior"``: what a fixed
+  length earns on average) or its most confident bin's (``"best"``: what the best
+  round the table knows could earn).  Below 1 with ``"best"``, no round of any
+  source can beat target-only decoding on this machine, and the binaries decode
+  without speculating (docs/spec.md §5, "When speculation cannot pay")."""
+  if estimate not in RATE_ESTIMATES:
+    raise ValueError(f"estimate={estimate!r}; choose one of {RATE_ESTIMATES}")
   best = (-np.inf, 0, 0)
   for s, p in enumerate(per_source(params)):
     cost = np.asarray(bucket_cost(p.round_cost, buckets), np.float64)
-    reach = np.cumprod(np.asarray(p.table.prior, np.float64))
-    gain = 1.0 + np.concatenate([[0.0], np.cumsum(reach)])
+    a = (np.asarray(p.table.prior, np.float64) if estimate == "prior"
+         else np.asarray(p.table.p_hat, np.float64).max(axis=1))
+    gain = 1.0 + np.concatenate([[0.0], np.cumsum(np.cumprod(a))])
     rate = gain / cost
     n = int(np.argmax(rate))
     best = max(best, (float(rate[n]), s, n))

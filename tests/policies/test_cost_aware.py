@@ -192,6 +192,15 @@ def test_prior_rate_by_hand():
   # a length between buckets is costed at its bucket: n = 3 pays n = 4's cost
   rate, _, n = cost_aware.prior_rate(flat, (0, 1, 2, 4))
   assert n == 4 and rate == pytest.approx(1.9375 / 1.2)
+  # "best": the most confident bin per position -- a round the table knows can pay
+  sure = acceptance.AcceptanceTable(jnp.asarray([0.0, 0.5, 1.0]),
+                                    jnp.asarray([[0.2, 0.9]] * K), jnp.full((K,), 0.3))
+  on_steep = cost_aware.make_params(sure, [1.1, 1.6, 2.0, 2.4, 2.8])
+  assert cost_aware.prior_rate(on_steep, (0, 1, 2, 3, 4))[0] < 1
+  rate, _, n = cost_aware.prior_rate(on_steep, (0, 1, 2, 3, 4), "best")
+  assert n == 4 and rate == pytest.approx((1 + 0.9 + 0.81 + 0.729 + 0.6561) / 2.8)
+  with pytest.raises(ValueError, match="estimate='mean'"):
+    cost_aware.prior_rate(on_steep, (0, 1, 2, 3, 4), "mean")
 
 
 def test_plain_stats_count_every_round_as_a_plain_step():
