@@ -20,7 +20,7 @@ own work -- the rule, the commits, the lookup match, the statistics -- which gro
 with the batch; :func:`with_overhead` measures it once per run through the loop
 itself and adds it to every ``c(n)``.  When no verify length of any source is worth
 its cost even at the tables' most confident estimates
-(:func:`specjax.policies.cost_aware.prior_rate` with ``"best"`` <= 1), the row's
+(:func:`specjax.policies.cost_aware.fixed_length_rate` with ``"best"`` <= 1), the row's
 ``speculation`` is ``"off"``: the binary decodes it target-only (docs/spec.md §5, "When
 speculation cannot pay").
 
@@ -93,7 +93,7 @@ def cost_aware(ctx, row: dict, cache_length: int) -> tuple:
   policy = ca.CostAwareLength(k, group_size=group)
   rates = {}
   for estimate in ca.RATE_ESTIMATES:
-    rate, source, n = ca.prior_rate(params, policy.buckets, estimate)
+    rate, source, n = ca.fixed_length_rate(params, policy.buckets, estimate)
     rates[estimate] = {"rate": round(rate, 4), "source": sources[source], "n": n}
   info = {"cost_profile": prof.to_json(), "round_cost": [np.round(c, 4).tolist() for c in costs],
           "calibration_ece": [m["reliability"]["ece"] for _, m in tables],
@@ -103,7 +103,7 @@ def cost_aware(ctx, row: dict, cache_length: int) -> tuple:
   return policy, params, info
 
 
-# the estimate the decision to speculate reads (cost_aware.prior_rate): "best", the
+# the estimate the decision to speculate reads (cost_aware.fixed_length_rate): "best", the
 # table's most confident bin per position -- off only where no round could pay; the
 # prior (a fixed length's average) switched off rows the per-step policy ran above
 # target-only (the main job's T = 1 lossless row)

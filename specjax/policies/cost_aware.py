@@ -374,7 +374,7 @@ def best_offer(a: jax.Array, cost: jax.Array, lam: jax.Array, offers: jax.Array
 RATE_ESTIMATES = ("prior", "best")
 
 
-def prior_rate(params, buckets: tuple, estimate: str = "prior") -> tuple[float, int, int]:
+def fixed_length_rate(params, buckets: tuple, estimate: str = "prior") -> tuple[float, int, int]:
   """``(rate, source, n)``: the best rate, tokens per target step, of a fixed verify
   length, ``max_{s, n} E_s(n) / c_s(n)`` with ``E_s(n) = 1 + sum_{i<=n} a_1 ... a_i``
   and ``c_s`` the bucket costs, and the source and length that attain it.  ``a_i``:

@@ -177,30 +177,30 @@ def test_a_flat_accelerator_cost_curve_drafts_longer_than_this_cpu():
   assert np.all(n_acc >= n_cpu) and n_acc.mean() > n_cpu.mean() + 1
 
 
-def test_prior_rate_by_hand():
+def test_fixed_length_rate_by_hand():
   """The best fixed length at the prior: E(n) / c(n) with E(n) = 1 + sum of the
   prior's running products, over both sources of a choosing drafter; below 1 on a
   steep curve (no length pays), above on a flat one."""
   table = acceptance.constant_table([0.5, 0.5, 0.5, 0.5])  # E = 1, 1.5, 1.75, 1.875, 1.9375
   steep = cost_aware.make_params(table, [1.1, 1.6, 2.0, 2.4, 2.8])
-  rate, source, n = cost_aware.prior_rate(steep, (0, 1, 2, 3, 4))
+  rate, source, n = cost_aware.fixed_length_rate(steep, (0, 1, 2, 3, 4))
   assert (source, n) == (0, 1) and rate == pytest.approx(1.5 / 1.6)
   flat = cost_aware.make_params(table, [1.0, 1.05, 1.1, 1.15, 1.2])
   both = cost_aware.make_source_params(steep, flat)
-  rate, source, n = cost_aware.prior_rate(both, (0, 1, 2, 3, 4))
+  rate, source, n = cost_aware.fixed_length_rate(both, (0, 1, 2, 3, 4))
   assert (source, n) == (1, 3) and rate == pytest.approx(1.875 / 1.15)
   # a length between buckets is costed at its bucket: n = 3 pays n = 4's cost
-  rate, _, n = cost_aware.prior_rate(flat, (0, 1, 2, 4))
+  rate, _, n = cost_aware.fixed_length_rate(flat, (0, 1, 2, 4))
   assert n == 4 and rate == pytest.approx(1.9375 / 1.2)
   # "best": the most confident bin per position -- a round the table knows can pay
   sure = acceptance.AcceptanceTable(jnp.asarray([0.0, 0.5, 1.0]),
                                     jnp.asarray([[0.2, 0.9]] * K), jnp.full((K,), 0.3))
   on_steep = cost_aware.make_params(sure, [1.1, 1.6, 2.0, 2.4, 2.8])
-  assert cost_aware.prior_rate(on_steep, (0, 1, 2, 3, 4))[0] < 1
-  rate, _, n = cost_aware.prior_rate(on_steep, (0, 1, 2, 3, 4), "best")
+  assert cost_aware.fixed_length_rate(on_steep, (0, 1, 2, 3, 4))[0] < 1
+  rate, _, n = cost_aware.fixed_length_rate(on_steep, (0, 1, 2, 3, 4), "best")
   assert n == 4 and rate == pytest.approx((1 + 0.9 + 0.81 + 0.729 + 0.6561) / 2.8)
   with pytest.raises(ValueError, match="estimate='mean'"):
-    cost_aware.prior_rate(on_steep, (0, 1, 2, 3, 4), "mean")
+    cost_aware.fixed_length_rate(on_steep, (0, 1, 2, 3, 4), "mean")
 
 
 def test_plain_stats_count_every_round_as_a_plain_step():
