@@ -5,20 +5,24 @@ Each of ``--sessions`` held-out ShareGPT conversations with at least two user tu
 (``specjax.data.eval_prompts.multiturn_prompts``) is replayed: the model answers
 user turn 1, then user turn 2 with its own first answer in context, and so on for
 ``--turns`` turns or until the conversation, rendered through the chat template, no
-longer fits ``--max_context`` tokens with ``--max_new_tokens`` more.  The answers are
-greedy (T = 0), so they are the target's whatever the drafts are: the frozen head,
-the adapting head and target-only decoding see the same sessions (checked token for
-token).  The adapting head carries its state (adapters, Adam's moments, window) from
-one turn to the next, as a served chat would (``SpecResult.adapter``).
+longer fits ``--max_context`` tokens with ``--max_new_tokens`` more.  At
+``--temperature=0`` the answers are greedy, so they are the target's whatever the
+drafts are: the frozen head, the adapting head and target-only decoding see the same
+sessions (checked token for token).  At T > 0 each of the three samples its own
+answer (the same law: lossless verification) under the same key, and **our choice**
+is that the conversation goes on with target-only's answer, so all three read the
+same context every turn (the adapting head has learned from its own answer, a draw
+from the same law).  The adapting head carries its state (adapters, Adam's moments,
+window) from one turn to the next, as a served chat would (``SpecResult.adapter``).
 
 Per turn, batch 1, every call once per round, round-robin, median of ``--repeats``
 rounds: target-only ``generate``, the frozen chain and the adapting chain, each at
 ``n`` and 1 new tokens (the 1-token call is the prefill and first token; decode
 phase = n - 1).  The adapting chain is timed from the state it starts the turn with,
-so every repeat runs the same computation.  The record has per turn: the tokens
-emitted, target calls, tau and accepted drafts per position for both heads, the
-decode-phase seconds of all three, and the tokens served before the turn (the
-learning curve's x axis).
+and every call of a turn uses the turn's key, so every repeat runs the same
+computation.  The record has per turn: the tokens emitted (per run at T > 0), target
+calls, tau and accepted drafts per position for both heads, the decode-phase seconds
+of all three, and the tokens served before the turn (the learning curve's x axis).
 
     python -m benchmarks.online_adaptation --sessions=6 --turns=3 --max_new_tokens=128 \
         --adapt=online:every=4:learning_rate=0.03 \
@@ -52,8 +56,8 @@ class OnlineAdaptationSpec:
 
 SPECS = knobs.Specs(specs.ModelSpec, specs.ChainSpec, specs.AdaptSpec, specs.NewTokensSpec,
                     specs.ContextSpec, specs.TimingSpec, specs.SeedSpec, specs.OutputSpec,
-                    OnlineAdaptationSpec,
-                    presets=dict(model="smollm2-135m-instruct", k=4,
+                    OnlineAdaptationSpec, specs.TemperatureSpec,
+                    presets=dict(model="smollm2-135m-instruct", k=4, temperature=0.0,
                                  adapt="online:every=4:learning_rate=0.03",
                                  max_new_tokens=128, max_context=1024, repeats=3, output=""))
 
@@ -70,6 +74,7 @@ class Run:
   seed: specs.SeedSpec
   output: specs.OutputSpec
   bench: OnlineAdaptationSpec
+  temperature: specs.TemperatureSpec
 
 
 def define_flags() -> None:
@@ -125,24 +130,33 @@ def _position_counts(stats) -> tuple[list, list]:
           np.asarray(stats.offered_counts).sum(0).tolist())
 
 
-def run_turn(r: Run, setup: dict, ids: list, state) -> tuple[dict, object, list]:
+def turn_key(seed: int, session: int, turn: int):
+  """The key every call of one turn samples with (the same for the three runs)."""
+  import jax
+  return jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), session), turn)
+
+
+def run_turn(r: Run, setup: dict, ids: list, state, key) -> tuple[dict, object, list]:
   """One turn: the three calls' outputs and their decode-phase timings
-  (module docstring); returns ``(row, the adapting head's next state, answer ids)``."""
+  (module docstring); returns ``(row, the adapting head's next state, target-only's
+  answer ids)``."""
   from benchmarks.common import call_timer, interleaved_medians
   from specjax.decoding.autoregressive import generate
   from specjax.decoding.speculative import speculative_generate
   ms, n = setup["ms"], r.new_tokens.max_new_tokens
   target, tp, lossless = ms.target, ms.target_params, setup["rule"]
+  kw = dict(sampling=setup["sampling"], key=key)
   aparams = setup["aparams"] if state is None else dict(setup["aparams"], adapter=state)
   calls = {
-      "target": lambda m: generate(target, tp, [ids], max_new_tokens=m),
+      "target": lambda m: generate(target, tp, [ids], max_new_tokens=m, **kw),
       "frozen": lambda m: speculative_generate(target, tp, setup["frozen"], setup["fparams"],
-                                               lossless, [ids], max_new_tokens=m),
+                                               lossless, [ids], max_new_tokens=m, **kw),
       "adapted": lambda m: speculative_generate(target, tp, setup["adapting"], aparams,
-                                                lossless, [ids], max_new_tokens=m)}
+                                                lossless, [ids], max_new_tokens=m, **kw)}
   outs = {name: fn(n) for name, fn in calls.items()}
   answers = {name: o.to_lists()[0] for name, o in outs.items()}
-  if not answers["target"] == answers["frozen"] == answers["adapted"]:
+  greedy = r.temperature.temperature == 0
+  if greedy and not answers["target"] == answers["frozen"] == answers["adapted"]:
     raise RuntimeError("greedy outputs differ between target-only, frozen and adapted runs")
   timers = {(name, m): call_timer(fn, m) for name, fn in calls.items() for m in (n, 1)}
   med = interleaved_medians(timers, r.timing.repeats)
@@ -152,14 +166,16 @@ def run_turn(r: Run, setup: dict, ids: list, state) -> tuple[dict, object, list]
     acc, off = _position_counts(outs[name].stats)
     row[name] = dict(target_calls=s["target_calls"], accepted=s["accepted"], tau=s["tau"],
                      accept_counts=acc, offered_counts=off)
+    if not greedy:  # each run's own answer
+      row[name]["tokens"] = len(answers[name])
   for name in calls:
     row[f"{name}_decode_s"] = med[name, n] - med[name, 1]
   return row, outs["adapted"].adapter, answers["target"]
 
 
-def run_session(r: Run, setup: dict, users: list[dict], served: int) -> list:
-  """Every turn of one session (module docstring); ``served``: tokens served before it
-  by the adapting head (its state starts afresh per session)."""
+def run_session(r: Run, setup: dict, users: list[dict], session: int, served: int) -> list:
+  """Every turn of session number ``session`` (module docstring); ``served``: tokens
+  served before it by the adapting head (its state starts afresh per session)."""
   ms, rows, state = setup["ms"], [], None
   messages = []
   for turn, user in enumerate(users):
@@ -167,9 +183,10 @@ def run_session(r: Run, setup: dict, users: list[dict], served: int) -> list:
     ids = ms.encode_chat(messages)
     if len(ids) + r.new_tokens.max_new_tokens > r.context.max_context:
       break
-    row, state, answer = run_turn(r, setup, ids, state)
+    key = turn_key(r.seed.seed, session, turn)
+    row, state, answer = run_turn(r, setup, ids, state, key)
     rows.append({"turn": turn, "served_before": served, **row})
-    served += row["tokens"]
+    served += row["adapted"].get("tokens", row["tokens"])
     messages.append({"role": "assistant", "content": ms.tokenizer.decode(answer)})
   return rows
 
@@ -181,12 +198,13 @@ def load_setup(r: Run) -> dict:
   from specjax.distributions import SamplingConfig
   cfg = online_adaptation(r.adapt)
   ms = load_model_set(r.model.model, draft="", eagle="eagle3")
-  greedy = SamplingConfig(temperature=0.0)
-  frozen, fparams = make_drafter("eagle_chain", greedy, ms.draft_sources(), num_draft=r.chain.k)
-  adapting, aparams = make_drafter("eagle_chain", greedy, ms.draft_sources(),
+  sampling = SamplingConfig(temperature=r.temperature.temperature)
+  frozen, fparams = make_drafter("eagle_chain", sampling, ms.draft_sources(),
+                                 num_draft=r.chain.k)
+  adapting, aparams = make_drafter("eagle_chain", sampling, ms.draft_sources(),
                                    num_draft=r.chain.k, adapt=cfg)
   return dict(ms=ms, cfg=cfg, rule=verifiers.get("lossless"), frozen=frozen, fparams=fparams,
-              adapting=adapting, aparams=aparams)
+              adapting=adapting, aparams=aparams, sampling=sampling)
 
 
 def summarize(turns: list) -> dict:
@@ -200,11 +218,19 @@ def summarize(turns: list) -> dict:
     rows = [r for r in turns if r["turn"] == t]
     out["by_turn"].append({"turn": t, "rows": len(rows), "tau_frozen": pooled(rows, "frozen"),
                            "tau_adapted": pooled(rows, "adapted")})
-  dec = {k: sum(r[f"{k}_decode_s"] for r in turns) for k in ("target", "frozen", "adapted")}
+  per_token = {k: sum(r[f"{k}_decode_s"] for r in turns) / max(sum(
+      decode_tokens(r, k) for r in turns), 1) for k in ("target", "frozen", "adapted")}
   out.update(tau_frozen=pooled(turns, "frozen"), tau_adapted=pooled(turns, "adapted"),
-             decode_speedup_frozen=dec["target"] / dec["frozen"],
-             decode_speedup_adapted=dec["target"] / dec["adapted"])
+             decode_speedup_frozen=per_token["target"] / per_token["frozen"],
+             decode_speedup_adapted=per_token["target"] / per_token["adapted"])
   return out
+
+
+def decode_tokens(turn: dict, who: str) -> int:
+  """Tokens of ``who``'s decode phase in one turn (the first is the prefill's): its own
+  answer's at T > 0, the shared answer's at T = 0."""
+  own = turn.get(who, {}).get("tokens") if who != "target" else None
+  return (turn["tokens"] if own is None else own) - 1
 
 
 def settings(r: Run, cfg) -> dict:
@@ -213,7 +239,8 @@ def settings(r: Run, cfg) -> dict:
               adapt={f: getattr(cfg, f) for f in ("every", "steps", "window", "rank",
                                                    "learning_rate", "label_top_k")},
               max_new_tokens=r.new_tokens.max_new_tokens, max_context=r.context.max_context,
-              seed=r.seed.seed, turns=r.bench.turns, min_turns=r.bench.min_turns)
+              seed=r.seed.seed, turns=r.bench.turns, min_turns=r.bench.min_turns,
+              temperature=r.temperature.temperature)
 
 
 def _flag(command: str, name: str):
@@ -226,15 +253,16 @@ def _flag(command: str, name: str):
 
 def record_settings(rec: dict) -> dict:
   """:func:`settings` of a stored record (older records name seed / turns /
-  min_turns only in their command line; absent flags take their defaults)."""
+  min_turns only in their command line; absent flags take their defaults; records
+  taken before ``--temperature`` existed are greedy)."""
   if "settings" in rec:
-    return rec["settings"]
+    return {"temperature": 0.0, **rec["settings"]}
   cmd = rec["provenance"]["command"]
   get = lambda name, default: int(_flag(cmd, name) or default)
   return dict(target=rec["target"], k=rec["k"], adapt=rec["adapt"],
               max_new_tokens=rec["max_new_tokens"], max_context=rec["max_context"],
               seed=get("seed", 0), turns=get("turns", OnlineAdaptationSpec.turns),
-              min_turns=get("min_turns", OnlineAdaptationSpec.min_turns))
+              min_turns=get("min_turns", OnlineAdaptationSpec.min_turns), temperature=0.0)
 
 
 def resume_from(path: str, want: dict) -> tuple[list, list]:
@@ -270,7 +298,7 @@ def main(_):
   for s, users in enumerate(sessions(r, setup["ms"].encode_chat)):
     if s in done:
       continue
-    rows = run_session(r, setup, users, 0)
+    rows = run_session(r, setup, users, s, 0)
     turns += [{"session": s, **row} for row in rows]
     ran.append(s)
     print(f"session {s}: " + ", ".join(

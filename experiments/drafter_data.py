@@ -60,7 +60,8 @@ class DrafterDataSpec:
                                    "<model>-<sha12>)")
   onpolicy_store: str = knobs.knob("", "on-policy store (default <cache>/features/"
                                    "onpolicy-<model>-<sha12>)")
-  arms: tuple[str, ...] = knobs.knob(ARMS, f"training data arms, from {ARMS}")
+  arms: tuple[str, ...] = knobs.knob(ARMS, f"training data arms, from {ARMS}; none (--arms=) "
+                                     "to measure only --reference and --extra_heads")
   phases: tuple[str, ...] = knobs.knob(PHASES, f"what to run, from {PHASES}")
   budget: int = knobs.knob(96_000, "target tokens each arm trains on")
   steps: int = knobs.knob(400, "training steps per arm")
@@ -78,14 +79,21 @@ class DrafterDataSpec:
                                             "(e.g. continued=<a head continued from the "
                                             "shipped one on on-policy text>)")
   tau_batch_size: int = knobs.knob(8, "rows per call (phase tau)")
+  prompts_after: int = knobs.knob(0, "phase tau measures each prompt set's prompts after "
+                                  "its first N: fresh prompts, for replicating a decision "
+                                  "that read the first N")
 
   def __post_init__(self):
-    knobs.check_subset(self, "arms", ARMS)
+    knobs.check_subset(self, "arms", ARMS, nonempty=False)
+    if not (self.arms or self.reference or self.extra_heads):
+      raise knobs.KnobError("arms", self.arms, "at least one head to train or measure: an "
+                            "arm, --reference or --extra_heads")
     knobs.check_subset(self, "phases", PHASES)
     for name in ("budget", "steps", "window", "train_batch_size", "ttt_steps",
                  "heldout_batches", "tau_batch_size"):
       knobs.check_int(self, name, 1)
     knobs.check_int(self, "warmup_steps", 0)
+    knobs.check_int(self, "prompts_after", 0)
     bad = [h for h in self.extra_heads if h.count("=") != 1 or not all(h.split("="))
            or h.split("=")[0] in ARMS + ("reference",)]
     if bad:
@@ -250,6 +258,8 @@ def tau_cells(r: Run, runs_dir: str) -> list:
                  "budget": r.data.budget, "steps": r.data.steps}
           if r.prompts.max_prompt_tokens != RECORDED_MAX_PROMPT_TOKENS:
             row["max_prompt_tokens"] = r.prompts.max_prompt_tokens
+          if r.data.prompts_after:  # rows of the first prompts keep their keys (resume)
+            row["prompts_after"] = r.data.prompts_after
           rows.append(row)
   return rows
 
@@ -257,7 +267,7 @@ def tau_cells(r: Run, runs_dir: str) -> list:
 def run_tau(r: Run, runs_dir: str) -> list:
   from experiments.common import sweep
   from experiments.common.model_sets import load_model_set
-  from experiments.common.prompts import load_chat_prompts
+  from experiments.common.prompts import held_out_chat_prompts
   from experiments.compare.acceptance import CellSettings, run_cell
   e = r.eagle_tree
   settings = CellSettings(k=r.chain.k, depth=e.eagle_depth, top_k=e.eagle_top_k,
@@ -271,9 +281,9 @@ def run_tau(r: Run, runs_dir: str) -> list:
       loaded.clear()
       ms = load_model_set(r.model.model, draft="", eagle=row["head_dir"])
       loaded.update(head=row["head"], ms=ms, sources=ms.draft_sources(), prompts={
-          s: [list(p.ids) for p in load_chat_prompts(
-              ms.encode_chat, r.num_prompts.num_prompts, sets=(s,),
-              max_tokens=r.prompts.max_prompt_tokens)]
+          s: [list(p.ids) for p in held_out_chat_prompts(
+              ms.encode_chat, r.num_prompts.num_prompts, after=r.data.prompts_after,
+              sets=(s,), max_tokens=r.prompts.max_prompt_tokens)]
           for s in r.prompts.prompt_sets})
     res = run_cell(loaded["ms"], loaded["sources"], row["kind"], row["temperature"],
                    loaded["prompts"][row["prompt_set"]], settings)

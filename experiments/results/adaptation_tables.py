@@ -36,11 +36,13 @@ def _tau_pairs(turns: list, head: str) -> np.ndarray:
 
 
 def _time_pairs(turns: list, who: str) -> np.ndarray:
-  """``[n, 2]`` (tokens, decode-phase seconds of ``who``) per session."""
+  """``[n, 2]`` (tokens, decode-phase seconds of ``who``) per session: at T > 0 each
+  run's own answer (``turn[who]["tokens"]``), else the answer all three emitted."""
   by: dict = {}
   for r in turns:
     acc = by.setdefault(r["session"], [0.0, 0.0])
-    acc[0] += r["tokens"] - 1  # the first token is the prefill's
+    own = r[who].get("tokens") if who in ("frozen", "adapted") else None
+    acc[0] += (r["tokens"] if own is None else own) - 1  # the first is the prefill's
     acc[1] += r[f"{who}_decode_s"]
   return np.array([by[s] for s in sorted(by)], float)
 
@@ -98,15 +100,18 @@ def online_adaptation_table(rel: str = ONLINE_ADAPTATION, served_from: tuple = (
           "adapting / frozen tau - 1 [95% CI, paired over sessions], MDE (80% power): verdict",
           "decode-phase speedup, frozen [95% CI]", "decode-phase speedup, adapting [95% CI]"]
   a = rec["adapt"]
+  t = rec.get("settings", {}).get("temperature", 0.0)
+  answers = ("the three runs of every turn emitted the same tokens" if t == 0 else
+             "each run sampled its own answer under the turn's key, and the next turn's "
+             "context holds target-only's")
   runs = "; ".join(f"conversations {_span([i + 1 for i in p['sessions']])}: `{p['command']}` at commit "
                    f"`{p['git_commit'][:10]}`" for p in rec["parts"]) if rec.get("parts") else (
       f"`{rec['provenance']['command']}` at commit `{rec['provenance']['git_commit'][:10]}`")
   note = (f"\n\nRecord `{rel}`: {runs}; "
           f"adaptation every {a['every']} rounds, {a['steps']} Adam step(s) at learning rate "
           f"{a['learning_rate']:g}, window {a['window']}, rank {a['rank']}, "
-          f"{a['label_top_k']} label token(s); EAGLE-3 chain K = {rec['k']}, T = 0, "
-          f"{rec['max_new_tokens']} new tokens per turn; the three runs of every turn "
-          "emitted the same tokens.")
+          f"{a['label_top_k']} label token(s); EAGLE-3 chain K = {rec['k']}, T = {t:g}, "
+          f"{rec['max_new_tokens']} new tokens per turn; {answers}.")
   return table(head, column.fill(rows)) + note + "\n\n" + family_note(column.family())
 
 

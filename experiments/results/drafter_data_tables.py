@@ -18,6 +18,10 @@ from experiments.results.markdown import table as _table
 from experiments.results.records import jsonl
 
 DRAFTER_DATA = f"{RESULTS}/drafter_data"
+# The shipped-head decision (continued35 over continued23) measured again on fresh
+# prompts from a clean committed tree (``--prompts_after``).
+DRAFTER_DATA_REPLICATION = f"{RESULTS}/drafter_data_replication"
+REPLICATED_DECISION = {"continued35": "continued23"}
 DATA_ARMS = ("sharegpt", "onpolicy", "mix")
 
 
@@ -132,6 +136,14 @@ def drafter_data_continued_shipped_table(rel: str = f"{DRAFTER_DATA}/acceptance.
                  "tau, this head [95% CI]", "this / shipped - 1 [95% CI, paired], MDE "
                  "(80% power): verdict"], column.fill(rows)) + (
                      f"\n\n{family_note(column.family())} {POOLED_NOTE}")
+
+
+def drafter_data_replication_table(
+    rel: str = f"{DRAFTER_DATA_REPLICATION}/acceptance.jsonl") -> str:
+  """The shipped-head decision (:data:`REPLICATED_DECISION`: the shipped head against
+  the head it replaced) replicated on fresh prompts: the columns, families and pooled
+  test of :func:`drafter_data_continued_shipped_table`, from the replication's record."""
+  return drafter_data_continued_shipped_table(rel, REPLICATED_DECISION)
 
 
 def drafter_data_tau_table() -> str:

@@ -178,6 +178,7 @@ RECORDS_OF: dict[str, Callable[[], tuple]] = {
     "drafter_data_heldout": lambda: (f"{_DD}/heldout.jsonl",),
     **{name: (lambda: (f"{_DD}/acceptance.jsonl",)) for name in (
         "drafter_data_tau", "drafter_data_continued", "drafter_data_continued_shipped")},
+    "drafter_data_replication": lambda: (f"{RESULTS}/drafter_data_replication/acceptance.jsonl",),
     "acceptance_smollm2": lambda: (_ACCEPTANCE,),
     "draft_continued_smollm2": lambda: (f"{RESULTS}/draft_continued_smollm2/acceptance.jsonl",
                                         _ACCEPTANCE),

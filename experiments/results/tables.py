@@ -72,6 +72,7 @@ TABLES = {
     "drafter_data_tau": drafter_data_tables.drafter_data_tau_table,
     "drafter_data_continued": drafter_data_tables.drafter_data_continued_table,
     "drafter_data_continued_shipped": drafter_data_tables.drafter_data_continued_shipped_table,
+    "drafter_data_replication": drafter_data_tables.drafter_data_replication_table,
     "acceptance_smollm2": acceptance_tables.acceptance_table,
     "draft_continued_smollm2": acceptance_tables.candidate_table,
 }

@@ -12,7 +12,8 @@ from experiments.results import provenance_notes
 SETTINGS = dict(target="smollm2-135m-instruct", k=4,
                 adapt=dict(every=4, steps=1, window=32, rank=8, learning_rate=0.03,
                            label_top_k=1),
-                max_new_tokens=256, max_context=4096, seed=1, turns=8, min_turns=8)
+                max_new_tokens=256, max_context=4096, seed=1, turns=8, min_turns=8,
+                temperature=0.0)
 
 
 def _old_record(tmp_path):
@@ -36,6 +37,7 @@ def test_an_old_record_resumes_with_its_sessions_as_one_part(tmp_path):
 
 
 @pytest.mark.parametrize("field,value", [("seed", 2), ("turns", 3), ("max_new_tokens", 128),
+                                         ("temperature", 1.0),
                                          ("adapt", dict(SETTINGS["adapt"], every=8))])
 def test_a_record_taken_otherwise_is_refused_naming_the_difference(tmp_path, field, value):
   with pytest.raises(app.UsageError, match=f"{field}: record"):
@@ -69,3 +71,30 @@ def test_a_record_body_keeps_settings_and_turns_apart():
   assert body["settings"] == SETTINGS and body["settings"]["turns"] == 8
   assert [t["session"] for t in body["turns"]] == [0, 1]
   assert oa.record_settings(body) == SETTINGS
+
+
+def test_sampled_turns_time_each_run_by_its_own_answer():
+  """At T > 0 the three runs of a turn emit answers of their own lengths: each run's
+  decode-phase speed is per token of its own answer.  Target-only 0.1 s/token, the
+  frozen run 0.1 s/token, the adapting run 0.05 s/token: speedups 1.0 and 2.0 (timing
+  both by target-only's 10 decode tokens would read 2.0 and 1.0)."""
+  from experiments.results import adaptation_tables
+  row = dict(session=0, turn=0, tokens=11, target_decode_s=1.0, frozen_decode_s=0.5,
+             adapted_decode_s=1.0, frozen=dict(accepted=2, target_calls=3, tokens=6),
+             adapted=dict(accepted=3, target_calls=2, tokens=21))
+  summary = oa.summarize([row])
+  assert summary["decode_speedup_frozen"] == pytest.approx(1.0)
+  assert summary["decode_speedup_adapted"] == pytest.approx(2.0)
+  assert adaptation_tables._time_pairs([row], "adapted").tolist() == [[20.0, 1.0]]
+  assert adaptation_tables._time_pairs([row], "target").tolist() == [[10.0, 1.0]]
+  greedy = dict(row, frozen=dict(accepted=2, target_calls=3),
+                adapted=dict(accepted=3, target_calls=2))
+  assert oa.summarize([greedy])["decode_speedup_adapted"] == pytest.approx(1.0)
+
+
+def test_a_turns_key_is_the_same_for_its_three_runs_and_differs_across_turns():
+  import jax
+  same = [jax.random.key_data(oa.turn_key(1, 2, 3)) for _ in range(2)]
+  assert (same[0] == same[1]).all()
+  other = jax.random.key_data(oa.turn_key(1, 2, 4))
+  assert not (same[0] == other).all()

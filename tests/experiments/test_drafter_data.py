@@ -23,7 +23,27 @@ def test_bad_command_lines_name_the_flag():
   msgs = usage_errors("experiments.drafter_data", [
       ["--arms=sharegpt,foo"], ["--phases=train,eval"], ["--temperatures=0,-1"],
       ["--budget=0"], ["--eval_permille=1000"], ["--extra_heads=mix=/x"],
-      ["--prompt_sets=code"]], define="define_flags")
+      ["--prompt_sets=code"], ["--prompts_after=-1"], ["--arms=", "--reference="]],
+      define="define_flags")
   for flag, msg in zip(["--arms", "--phases", "--temperatures", "--budget", "--eval_permille",
-                        "--extra_heads", "--prompt_sets"], msgs):
+                        "--extra_heads", "--prompt_sets", "--prompts_after", "--arms"], msgs):
     assert flag in msg, (flag, msg)
+
+
+def test_fresh_prompts_have_their_own_rows():
+  """A replication on the prompts after the first N (``--prompts_after``) writes rows
+  of its own; without it the rows keep the committed records' keys (they resume)."""
+  from absl import flags
+  rows = {}
+  for after, arms in ((0, "sharegpt"), (16, "")):
+    fv = flags.FlagValues()
+    drafter_data.SPECS.define(fv)
+    fv(["prog", f"--arms={arms}", "--reference=", "--extra_heads=a=/h,b=/g",
+        f"--prompts_after={after}"])
+    r = drafter_data.Run(*drafter_data.SPECS.build(fv))
+    rows[after] = drafter_data.tau_cells(r, "/runs")
+  per_head = 8  # chain and tree x 2 prompt sets x 2 temperatures
+  assert [row["head"] for row in rows[0][::per_head]] == ["sharegpt", "a", "b"]
+  assert [row["head"] for row in rows[16][::per_head]] == ["a", "b"]  # --arms=: no arm
+  assert all("prompts_after" not in row for row in rows[0])
+  assert all(row["prompts_after"] == 16 for row in rows[16])
