@@ -55,6 +55,7 @@ class Run:
 
 def main():
   r = Run(*SPECS.build())
+  cli.apply_decision_flag()
   c = _CONFIG.value
   output_dir = r.output.output_dir or c.output_dir
   models = r.props.checkpoint_dir or c.models
@@ -75,6 +76,7 @@ def _define_flags():
       "config", os.path.join(os.path.dirname(__file__), "configs", "propositions.py"),
       "Propositions config file.", lock_config=True)
   SPECS.define()
+  cli.define_decision_flag()
 
 
 if __name__ == "__main__":

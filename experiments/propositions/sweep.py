@@ -143,6 +143,11 @@ class Sources:
     self.get("real")
     return self._cache["real_contexts"]
 
+  def windows(self, source: str):
+    """``[N]`` the conversation (held-out window) each real context comes from, for
+    intervals over conversations; None for synthetic contexts (independent draws)."""
+    return self.real_contexts().window if source == "real" else None
+
 
 # --- configurations ------------------------------------------------------------------
 
@@ -151,6 +156,22 @@ def _mean(x):
   import numpy as np
   x = np.asarray(x, np.float64)
   return [float(v) for v in x.mean(axis=-1)] if x.ndim > 1 else float(x.mean())
+
+
+def window_sums(x, windows) -> dict:
+  """Per-conversation sums of per-context values ``x [..., N]`` for the contexts'
+  conversations ``windows [N]``: ``{"counts": [W], "sums": [..., W]}`` over the W
+  conversations that hold a context (a record keeps them so that its readings get an
+  interval over conversations, not only a mean over contexts)."""
+  import numpy as np
+  w = np.asarray(windows)
+  ids, inverse, counts = np.unique(w, return_inverse=True, return_counts=True)
+  x = np.asarray(x, np.float64)
+  if x.shape[-1] != len(w):
+    raise ValueError(f"values [..., {x.shape[-1]}] and windows [{len(w)}] differ in length")
+  onehot = np.zeros((len(w), len(ids)))
+  onehot[np.arange(len(w)), inverse] = 1.0
+  return {"counts": counts.tolist(), "sums": (x @ onehot).tolist()}
 
 
 def _median(x):
@@ -250,8 +271,9 @@ def _kl_part(cfg: dict, c, z, p, q, n_sd: int) -> dict:
               allowed_mass_mean=float(jnp.mean(dv.allowed_mass(pp, mask))))
 
 
-def _truncation_part(cfg: dict, c, p, q) -> dict:
-  """Part (c): block efficiency under truncation of the target and / or the draft."""
+def _truncation_part(cfg: dict, c, p, q, windows=None) -> dict:
+  """Part (c): block efficiency under truncation of the target and / or the draft; with
+  the contexts' conversations ``windows``, their per-conversation acceptance sums."""
   import numpy as np
   from specjax.analysis import propositions as props
   values = list(c.p_base_values if cfg["kind"] == "min_p" else c.eta_values)
@@ -266,7 +288,10 @@ def _truncation_part(cfg: dict, c, p, q) -> dict:
               delta_be_paq=d_paq.tolist(), delta_be_paqa=d_paqa.tolist(),
               delta_be_gate=(np.asarray(sw.be_gate) - float(sw.be_pq)).tolist(),
               sign_delta_be_paq=np.sign(d_paq).astype(int).tolist(),
-              sign_delta_be_paqa=np.sign(d_paqa).astype(int).tolist())
+              sign_delta_be_paqa=np.sign(d_paqa).astype(int).tolist(),
+              **({} if windows is None else {"by_window": {
+                  "alpha_pq": window_sums(sw.alpha_pq, windows),
+                  "alpha_paqa": window_sums(sw.alpha_paqa, windows)}}))
 
 
 def _alignment_part(cfg: dict, c, p, q) -> dict:
@@ -285,8 +310,9 @@ def _alignment_part(cfg: dict, c, p, q) -> dict:
               sign_delta_be=np.sign(np.asarray(sw.delta_be)).astype(int).tolist())
 
 
-def _mars_part(cfg: dict, c, z, p, q, n_sd: int) -> dict:
-  """Part (d): the MARS theta sweep against lossless verification."""
+def _mars_part(cfg: dict, c, z, p, q, n_sd: int, windows=None) -> dict:
+  """Part (d): the MARS theta sweep against lossless verification; with the contexts'
+  conversations ``windows``, the per-conversation acceptance sums of both."""
   import jax.numpy as jnp
   from specjax.analysis import propositions as props
   cb = c.context_batch
@@ -304,7 +330,10 @@ def _mars_part(cfg: dict, c, z, p, q, n_sd: int) -> dict:
   kw = (dict(draft="sampled", chunk_size=c.chunk_size, sampled_form=sampled_form(c))
         if cfg["draft"] == "sampled" else dict(draft="topk", top_k=1))
   base = induced_parts(Lossless(), zz, pp, qq, context_batch=cb, **kw)
-  return dict(n=int(zz.shape[0]), thetas=[float(t) for t in sw.thetas],
+  by_window = {} if windows is None else {"by_window": {
+      "accept": window_sums(sw.accept_rate, windows[:zz.shape[0]]),
+      "lossless_accept": window_sums(base.accept_rate, windows[:zz.shape[0]])}}
+  return dict(n=int(zz.shape[0]), thetas=[float(t) for t in sw.thetas], **by_window,
               kl_mean=_mean(sw.kl), kl_median=_median(sw.kl), tv_mean=_mean(sw.tv),
               accept_mean=_mean(sw.accept_rate), relaxed_mean=_mean(sw.relaxed_rate),
               active_frac=_mean(sw.active.astype(jnp.float32)),
@@ -341,11 +370,11 @@ def run_config(cfg: dict, c, sources: Sources, output_dir: str) -> dict:
   if part in ("sd", "eagle"):
     rec.update(_kl_part(cfg, c, z, p, q, n_sd))
   elif part == "truncation":
-    rec.update(_truncation_part(cfg, c, p, q))
+    rec.update(_truncation_part(cfg, c, p, q, sources.windows(cfg["source"])))
   elif part == "alignment":
     rec.update(_alignment_part(cfg, c, p, q))
   elif part == "mars":
-    rec.update(_mars_part(cfg, c, z, p, q, n_sd))
+    rec.update(_mars_part(cfg, c, z, p, q, n_sd, sources.windows(cfg["source"])))
   elif part == "margins":
     rec.update(_margins_part(cfg, c, z, p, q, output_dir))
   else:

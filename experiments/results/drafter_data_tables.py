@@ -141,9 +141,18 @@ def drafter_data_continued_shipped_table(rel: str = f"{DRAFTER_DATA}/acceptance.
 def drafter_data_replication_table(
     rel: str = f"{DRAFTER_DATA_REPLICATION}/acceptance.jsonl") -> str:
   """The shipped-head decision (:data:`REPLICATED_DECISION`: the shipped head against
-  the head it replaced) replicated on fresh prompts: the columns, families and pooled
-  test of :func:`drafter_data_continued_shipped_table`, from the replication's record."""
-  return drafter_data_continued_shipped_table(rel, REPLICATED_DECISION)
+  the head it replaced) measured again on fresh prompts, paired over prompts: the
+  cells, their family and the pooled test the replacement rule reads, as in
+  :func:`drafter_data_continued_shipped_table`."""
+  cell = _acceptance_cells(rel)
+  heads = sorted(h for h in REPLICATED_DECISION if any(k[0] == h for k in cell))
+  column = VerdictColumn("replication cells", "every cell of the shipped head against the "
+                         "head it replaced, on the fresh prompts")
+  rows = _continued_rows(cell, heads, REPLICATED_DECISION.__getitem__, column)
+  return _table(["head", "drafter", "prompts", "T", "tau, the head it replaced [95% CI]",
+                 "tau, this head [95% CI]", "this / replaced - 1 [95% CI, paired], MDE "
+                 "(80% power): verdict"], column.fill(rows)) + (
+                     f"\n\n{family_note(column.family())} {POOLED_NOTE}")
 
 
 def drafter_data_tau_table() -> str:

@@ -6,11 +6,14 @@ draft-target alignment.
 
 Every number is an exact per-context quantity averaged over the record's held-out
 assistant positions (SmolLM2 at T = 0.7, its shipped draft LM at T = 0.7): there is no
-sampling, so no interval over draws; but the contexts are a sample of conversations and
-the record keeps only their means, so a reading that rests on a mean (a sign, a trend)
-has no interval over conversations and is marked exploratory (:data:`NO_INTERVAL`); where
-a claim compares a proportion with the paper's, positions are treated as independent and
-the interval says so.
+sampling, so no interval over draws; but the contexts are a sample of conversations (one
+held-out window each). Where the record keeps per-conversation sums (``by_window``,
+:func:`experiments.propositions.sweep.window_sums`), a reading that rests on a mean (a
+sign, a trend) gets a 95% percentile-bootstrap interval over conversations and its
+verdict is read from it (:func:`sign_verdict`); a record that keeps only the means leaves
+it without one, marked exploratory (:data:`NO_INTERVAL`). Where a claim compares a
+proportion with the paper's, positions are treated as independent and the interval says
+so.
 
 Record: ``benchmarks/results/lossy_propositions_smollm2/records.jsonl``
 (``experiments.lossy_propositions``, ``experiments/configs/propositions.py:smollm2``).
@@ -21,6 +24,9 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
+
+from experiments.common.bootstrap import bootstrap_ci
 from experiments.humaneval import summary as hs
 from experiments.propositions.reports import latest
 from experiments.results import paper_claims as pc
@@ -33,6 +39,42 @@ PROPOSITIONS = f"{RESULTS}/lossy_propositions_smollm2/records.jsonl"
 # there is no interval over conversations and the reading stays exploratory.
 NO_INTERVAL = (", exploratory (means of exact per-context values over sampled contexts; "
                "no interval over conversations)")
+
+
+def window_pairs(by: dict, row=None) -> np.ndarray:
+  """``[W, 2]`` (sum, contexts) per conversation of a ``window_sums`` record entry (``row``:
+  the index of a swept value, for sums kept per value)."""
+  sums = np.asarray(by["sums"], np.float64)
+  return np.stack([sums if row is None else sums[row], np.asarray(by["counts"], np.float64)], 1)
+
+
+def block_efficiency(alpha, gamma: int):
+  """``sum_{i=0..gamma} alpha^i`` (Leviathan et al., Eq. 1): expected tokens per target
+  call at draft length gamma, as ``specjax.analysis.divergences.block_efficiency``."""
+  return sum(np.asarray(alpha, np.float64) ** i for i in range(gamma + 1))
+
+
+def conversation_interval(columns: list, statistic, seed: int = 0) -> dict:
+  """``statistic`` of per-conversation ``[W, 2]`` (sum, contexts) columns -- each a ratio
+  of sums over conversations -- and its 95% percentile-bootstrap interval, resampling
+  conversations once for every column: ``{"value", "ci95", "conversations"}``."""
+  both = np.concatenate(columns, 1)
+  ratios = lambda a: [a[:, i].sum() / a[:, i + 1].sum() for i in range(0, a.shape[1], 2)]
+  stat = lambda a: statistic(*ratios(a))
+  return {"value": float(stat(both)), "ci95": list(bootstrap_ci(both, stat, seed=seed)),
+          "conversations": len(both)}
+
+
+def sign_verdict(cis: list, claim: str) -> str:
+  """``agree in sign`` when every interval excludes 0 on the claim's side (``claim``:
+  "positive" or "negative"), ``differ in sign`` when one excludes it on the other side,
+  else ``inconclusive``."""
+  side = 1 if claim == "positive" else -1
+  if all(side * lo > 0 and side * hi > 0 for lo, hi in cis):
+    return "agree in sign"
+  if any(side * lo < 0 and side * hi < 0 for lo, hi in cis):
+    return "differ in sign"
+  return "inconclusive"
 
 
 def load(rel: str = PROPOSITIONS) -> list[dict]:
@@ -73,19 +115,28 @@ def _fig1d_row(recs: list[dict]) -> list[str]:
 
 
 def _mars_row(recs: list[dict], theta: float = 0.9) -> list[str]:
-  cells = []
+  cells, cis = [], []
   raises = True
   for draft, name in (("sampled", "sampled drafts"), ("top1", "greedy drafts")):
     r = _one(recs, part="mars", draft=draft)
     i = _nearest(r["thetas"], theta)
     raises &= r["accept_mean"][i] > r["lossless_accept_mean"]
+    gain = ""
+    if "by_window" in r:
+      by = r["by_window"]
+      d = conversation_interval([window_pairs(by["accept"], i),
+                                 window_pairs(by["lossless_accept"])], lambda a, b: a - b)
+      cis.append(d["ci95"])
+      gain = (f", gain {d['value']:+.3f} {ci(d['ci95'], '+.3f')} over "
+              f"{d['conversations']} conversations")
     cells.append(f"{name}: acceptance {r['lossless_accept_mean']:.3f} -> "
-                 f"{r['accept_mean'][i]:.3f}, KL(P_MARS ‖ p) {_kl(r['kl_mean'][i])} nats, TV "
-                 f"{r['tv_mean'][i]:.4f} ({r['n']} contexts)")
+                 f"{r['accept_mean'][i]:.3f}{gain}, KL(P_MARS ‖ p) {_kl(r['kl_mean'][i])} nats, "
+                 f"TV {r['tv_mean'][i]:.4f} ({r['n']} contexts)")
   lo, hi = pc.mars_tau_gain_range()
+  verdict = (sign_verdict(cis, "positive") if len(cis) == 2 else
+             ("agree in sign" if raises else "differ in sign") + NO_INTERVAL)
   return [f"MARS at theta {theta:g} raises first-token acceptance (exact)",
-          f"tau {100 * lo:+.0f}% to {100 * hi:+.0f}% (Table 1)", "; ".join(cells),
-          ("agree in sign" if raises else "differ in sign") + NO_INTERVAL]
+          f"tau {100 * lo:+.0f}% to {100 * hi:+.0f}% (Table 1)", "; ".join(cells), verdict]
 
 
 def _prop1_rows(recs: list[dict]) -> list[list[str]]:
@@ -119,7 +170,9 @@ def _lemma1_rows(recs: list[dict]) -> list[list[str]]:
     r = _one(recs, part="truncation", kind=kind)
     d = r["delta_be_paqa"]
     cells = ", ".join(f"{x:+.3f} ({v:g})" for v, x in zip(r["values"], d))
-    if kind == "eta":
+    if "by_window" in r:
+      cells, verdict = _lemma1_by_conversation(r, kind)
+    elif kind == "eta":
       verdict = ("agree in sign" if min(d) > 0 else "differ") + NO_INTERVAL
     else:
       verdict = ("agree" if abs(d[-1]) < abs(d[0]) else
@@ -129,6 +182,29 @@ def _lemma1_rows(recs: list[dict]) -> list[list[str]]:
                  f"{cells}; BE(p, q) = {r['be_pq']:.3f}", verdict + "; changes of "
                  f"{100 * max(map(abs, d)) / r['be_pq']:.1f}% of BE at most"])
   return rows
+
+
+def _lemma1_by_conversation(r: dict, kind: str) -> tuple[str, str]:
+  """The block-efficiency changes of one truncation record with their intervals over
+  conversations, and the verdict read from them: eta, every change above 0; min-p, the
+  change at the last p_base below the change at the first (the gain shrinks)."""
+  by, g = r["by_window"], r["gamma"]
+  base = window_pairs(by["alpha_pq"])
+  change = lambda trunc, pq: block_efficiency(trunc, g) - block_efficiency(pq, g)
+  ds = [conversation_interval([window_pairs(by["alpha_paqa"], j), base], change)
+        for j in range(len(r["values"]))]
+  n = ds[0]["conversations"]
+  cells = ", ".join(f"{d['value']:+.3f} {ci(d['ci95'], '+.3f')} ({v:g})"
+                    for v, d in zip(r["values"], ds)) + f" over {n} conversations"
+  if kind == "eta":
+    return cells, sign_verdict([d["ci95"] for d in ds], "positive")
+  shrink = conversation_interval(
+      [window_pairs(by["alpha_paqa"], len(r["values"]) - 1), window_pairs(by["alpha_paqa"], 0),
+       base], lambda last, first, pq: change(last, pq) - change(first, pq))
+  cells += (f"; last minus first {shrink['value']:+.3f} {ci(shrink['ci95'], '+.3f')}")
+  return cells, {"agree in sign": "agree", "differ in sign": "differ: the gain does not "
+                 "shrink towards p_base 0.9"}.get(sign_verdict([shrink["ci95"]], "negative"),
+                                                  "inconclusive")
 
 
 def _alignment_row(recs: list[dict], value: float = 0.1) -> list[str]:

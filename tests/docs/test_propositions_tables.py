@@ -89,3 +89,62 @@ def test_a_missing_configuration_is_named(tmp_path):
   recs = [r for r in _records() if r["config"]["part"] != "margins"]
   with pytest.raises(ValueError, match="part.*margins.*found 0"):
     _table(tmp_path, recs)
+
+
+def _by_window(per_conversation: list, contexts: int = 5) -> dict:
+  """A ``window_sums`` entry: each conversation's per-context mean times its contexts
+  (``per_conversation``: [W] or [n values][W])."""
+  import numpy as np
+  v = np.asarray(per_conversation, float)
+  return {"counts": [contexts] * v.shape[-1], "sums": (v * contexts).tolist()}
+
+
+def _with_conversations(recs, mars_gain, eta_gain=0.01):
+  """``_records()`` with per-conversation sums: MARS's acceptance gain over lossless per
+  conversation (``mars_gain`` [W]), Lemma 1's truncated acceptance ``eta_gain`` above the
+  untruncated 0.25 in every conversation (its change grows with eta) and min-p's growing
+  with p_base."""
+  w = len(mars_gain)
+  for r in recs:
+    c, res = r["config"], r["result"]
+    if c["part"] == "mars":
+      res["by_window"] = {"lossless_accept": _by_window([0.24] * w),
+                          "accept": _by_window([[0.3] * w, [0.24 + g for g in mars_gain]])}
+    elif c["part"] == "truncation":
+      grow = [eta_gain * (j + 1) for j in range(3)]
+      res["by_window"] = {"alpha_pq": _by_window([0.25] * w),
+                          "alpha_paqa": _by_window([[0.25 + g] * w for g in grow])}
+  return recs
+
+
+def test_readings_over_conversations_get_intervals_and_their_verdicts(tmp_path):
+  """With per-conversation sums the sign readings carry a bootstrap interval over the
+  conversations and drop "exploratory": MARS's gain of +0.03 in each of 10 conversations
+  agrees in sign; so does eta's block-efficiency change; min-p's grows with p_base, so the
+  paper's "vanishes" differs."""
+  lines = _table(tmp_path, _with_conversations(_records(), [0.03] * 10))
+  assert "gain +0.030 [+0.030, +0.030] over 10 conversations" in lines[3]
+  assert lines[3].endswith("| agree in sign |")
+  assert "over 10 conversations" in lines[7] and "| agree in sign;" in lines[7]
+  assert "last minus first +" in lines[8] and "| differ: the gain does not shrink" in lines[8]
+  assert "exploratory" not in lines[3] + lines[7] + lines[8]
+
+
+def test_one_conversation_cannot_carry_a_sign(tmp_path):
+  """The broken reading the interval catches: one conversation gains +0.5 and nine lose
+  0.01 each. The mean over contexts is +0.041, so the mean-only verdict says "agree in
+  sign"; resampling conversations leaves the big one out about a third of the time
+  (0.9^10), so the interval holds 0 and the verdict is inconclusive."""
+  gains = [0.5] + [-0.01] * 9
+  mean_only = _table(tmp_path, _records(mars_accept=0.24 + (0.5 - 0.09) / 10))
+  assert "agree in sign, exploratory" in mean_only[3]
+  lines = _table(tmp_path, _with_conversations(_records(), gains))
+  assert "gain +0.041 [" in lines[3] and lines[3].endswith("| inconclusive |")
+
+
+def test_window_sums_per_conversation():
+  from experiments.propositions.sweep import window_sums
+  out = window_sums([[1.0, 2.0, 3.0, 4.0], [0.0, 1.0, 0.0, 1.0]], [7, 3, 7, 9])
+  assert out == {"counts": [1, 2, 1], "sums": [[2.0, 4.0, 4.0], [1.0, 0.0, 1.0]]}
+  with pytest.raises(ValueError, match="differ in length"):
+    window_sums([1.0, 2.0], [0, 1, 2])

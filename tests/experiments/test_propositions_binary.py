@@ -72,6 +72,10 @@ def test_binary_end_to_end_and_restart(tmp_path):
       assert r["kl_mean"][-1] < 1e-4
     if r["part"] == "eagle":  # EAGLE drafts: the KL at t = 0 is the closed-form limit
       assert abs(r["kl_mean"][-1] - r["limit"]) < 1e-4
+    if r["part"] in ("truncation", "mars"):  # per-conversation sums on real contexts only
+      sums = r.get("by_window", {})
+      assert bool(sums) == (r["source"] == "real"), r["key"]
+      assert all(sum(v["counts"]) == r.get("n", sum(v["counts"])) for v in sums.values())
   pngs = sorted(f for f in os.listdir(out) if f.endswith(".png"))
   for name in ("kl_vs_t_synthetic.png", "kl_vs_t_real.png", "truncation_be_real.png",
                "alignment_be_real.png", "alignment_be_synthetic.png",
