@@ -88,7 +88,7 @@ FIGURES = {f.name: f for f in (
                _theta),
     FigureSpec("sweep_k_smollm2", f"{RESULTS}/sweep_k_smollm2/sweep_k_smollm2.jsonl", _k),
     FigureSpec("sv_smollm2", f"{RESULTS}/sv_batch_sweep_smollm2.json", _sv),
-    FigureSpec("lossy_smollm2", f"{RESULTS}/lossy_propositions_smollm2/records.jsonl", _lossy),
+    FigureSpec("lossy_smollm2", f"{RESULTS}/lossy_propositions_smollm2_conversations/records.jsonl", _lossy),
     *(FigureSpec(f"{d}_benchmark", f"{RESULTS}/{d}/benchmark.jsonl", _benchmark)
       for d in ("benchmark_smollm2", "speed_smollm2", "speed_smollm2_onpolicy_head")),
 )}

@@ -1,6 +1,7 @@
 """Online adaptation of the EAGLE-3 head over multi-turn sessions
 (``benchmarks/online_adaptation.py``): per turn of the sessions and over all turns,
-tau of the frozen and of the adapting head on the same greedy sessions, the adapted
+tau of the frozen and of the adapting head on the same sessions (greedy: the same
+answers; at T > 0: the same prompts every turn, each run sampling its own answer), the adapted
 head's tau against the frozen one's (paired over sessions, corrected over the
 column), and the decode-phase speedups of both over target-only decoding timed beside
 them.

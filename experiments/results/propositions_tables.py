@@ -15,7 +15,7 @@ it without one, marked exploratory (:data:`NO_INTERVAL`). Where a claim compares
 proportion with the paper's, positions are treated as independent and the interval says
 so.
 
-Record: ``benchmarks/results/lossy_propositions_smollm2/records.jsonl``
+Record: ``benchmarks/results/lossy_propositions_smollm2_conversations/records.jsonl``
 (``experiments.lossy_propositions``, ``experiments/configs/propositions.py:smollm2``).
 """
 
@@ -33,7 +33,7 @@ from experiments.results import paper_claims as pc
 from experiments.results.markdown import RESULTS, ci, path, table
 from experiments.results.proportions import two_proportions
 
-PROPOSITIONS = f"{RESULTS}/lossy_propositions_smollm2/records.jsonl"
+PROPOSITIONS = f"{RESULTS}/lossy_propositions_smollm2_conversations/records.jsonl"
 # A reading of means over the record's sampled contexts: exact per context, but the
 # contexts come from a sample of conversations and the record keeps only the means, so
 # there is no interval over conversations and the reading stays exploratory.
@@ -68,7 +68,9 @@ def conversation_interval(columns: list, statistic, seed: int = 0) -> dict:
 def sign_verdict(cis: list, claim: str) -> str:
   """``agree in sign`` when every interval excludes 0 on the claim's side (``claim``:
   "positive" or "negative"), ``differ in sign`` when one excludes it on the other side,
-  else ``inconclusive``."""
+  else ``inconclusive``. Agreeing needs every interval (an intersection-union test: its
+  level is each interval's, no correction); differing needs one, uncorrected over the
+  claim's few intervals -- so a "differ" over many intervals is the weaker reading."""
   side = 1 if claim == "positive" else -1
   if all(side * lo > 0 and side * hi > 0 for lo, hi in cis):
     return "agree in sign"

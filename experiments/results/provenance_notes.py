@@ -189,7 +189,7 @@ RECORDS_OF: dict[str, Callable[[], tuple]] = {
     "sweep_theta_smollm2": lambda: (f"{RESULTS}/sweep_theta_smollm2/sweep_theta_smollm2.jsonl",),
     "sweep_k_smollm2": lambda: (f"{RESULTS}/sweep_k_smollm2/sweep_k_smollm2.jsonl",),
     "compare_smollm2": lambda: (f"{RESULTS}/compare_smollm2/compare_verifiers_smollm2.jsonl",),
-    "lossy_propositions_smollm2": lambda: (f"{RESULTS}/lossy_propositions_smollm2/records.jsonl",),
+    "lossy_propositions_smollm2": lambda: (f"{RESULTS}/lossy_propositions_smollm2_conversations/records.jsonl",),
     "sv_companions_smollm2": _sv_companion_reports,
     "bucketed_rule_ab": lambda: (f"{RESULTS}/bucketed_rule_ab/lookup_chain.json",),
     "online_adaptation_smollm2": lambda: (f"{RESULTS}/online_adaptation/smollm2.json",),
