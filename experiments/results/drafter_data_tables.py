@@ -121,38 +121,41 @@ def drafter_data_continued_table(rel: str = f"{DRAFTER_DATA}/acceptance.jsonl",
                      f"\n\n{family_note(column.family())} {POOLED_NOTE}")
 
 
+def _against_baselines(rel: str, baselines: dict, column: VerdictColumn, base: str,
+                       short: str) -> str:
+  """Each head of ``baselines`` found in the record at ``rel`` against its baseline
+  (``baselines[head]``), paired over prompts, with the pooled test: the table of
+  :func:`drafter_data_continued_shipped_table` and :func:`drafter_data_replication_table`
+  (``base`` names the baseline's tau column, ``short`` it in the gain column)."""
+  cell = _acceptance_cells(rel)
+  heads = sorted(h for h in baselines if any(k[0] == h for k in cell))
+  rows = _continued_rows(cell, heads, baselines.__getitem__, column)
+  return _table(["head", "drafter", "prompts", "T", f"tau, {base} [95% CI]",
+                 "tau, this head [95% CI]", f"this / {short} - 1 [95% CI, paired], MDE "
+                 "(80% power): verdict"], column.fill(rows)) + (
+                     f"\n\n{family_note(column.family())} {POOLED_NOTE}")
+
+
 def drafter_data_continued_shipped_table(rel: str = f"{DRAFTER_DATA}/acceptance.jsonl",
                                          baselines: dict | None = None) -> str:
   """Heads measured after a continued head was shipped (:data:`CONTINUED_BASELINES`: head
   -> the head shipped when it was measured) against that head, paired over prompts --
   the comparison docs/results.md §7's replacement rule reads."""
-  baselines = CONTINUED_BASELINES if baselines is None else baselines
-  cell = _acceptance_cells(rel)
-  heads = sorted(h for h in baselines if any(k[0] == h for k in cell))
   column = VerdictColumn("cells vs shipped head", "every cell of every head in this table "
                          "against the head shipped when it was measured")
-  rows = _continued_rows(cell, heads, baselines.__getitem__, column)
-  return _table(["head", "drafter", "prompts", "T", "tau, shipped head [95% CI]",
-                 "tau, this head [95% CI]", "this / shipped - 1 [95% CI, paired], MDE "
-                 "(80% power): verdict"], column.fill(rows)) + (
-                     f"\n\n{family_note(column.family())} {POOLED_NOTE}")
+  return _against_baselines(rel, CONTINUED_BASELINES if baselines is None else baselines,
+                            column, "shipped head", "shipped")
 
 
 def drafter_data_replication_table(
     rel: str = f"{DRAFTER_DATA_REPLICATION}/acceptance.jsonl") -> str:
   """The shipped-head decision (:data:`REPLICATED_DECISION`: the shipped head against
-  the head it replaced) measured again on fresh prompts, paired over prompts: the
-  cells, their family and the pooled test the replacement rule reads, as in
-  :func:`drafter_data_continued_shipped_table`."""
-  cell = _acceptance_cells(rel)
-  heads = sorted(h for h in REPLICATED_DECISION if any(k[0] == h for k in cell))
+  the head it replaced) measured again on fresh prompts: the cells, their family and
+  the pooled test the replacement rule reads."""
   column = VerdictColumn("replication cells", "every cell of the shipped head against the "
                          "head it replaced, on the fresh prompts")
-  rows = _continued_rows(cell, heads, REPLICATED_DECISION.__getitem__, column)
-  return _table(["head", "drafter", "prompts", "T", "tau, the head it replaced [95% CI]",
-                 "tau, this head [95% CI]", "this / replaced - 1 [95% CI, paired], MDE "
-                 "(80% power): verdict"], column.fill(rows)) + (
-                     f"\n\n{family_note(column.family())} {POOLED_NOTE}")
+  return _against_baselines(rel, REPLICATED_DECISION, column, "the head it replaced",
+                            "replaced")
 
 
 def drafter_data_tau_table() -> str:
