@@ -18,11 +18,12 @@ with the tables' calibration errors.
 The profile's model of a round (its forward and its drafting) leaves out the loop's
 own work -- the rule, the commits, the lookup match, the statistics -- which grows
 with the batch; :func:`with_overhead` measures it once per run through the loop
-itself and adds it to every ``c(n)``.  When no verify length of any source is worth
-its cost even at the tables' most confident estimates
-(:func:`specjax.policies.cost_aware.fixed_length_rate` with ``"best"`` <= 1), the row's
-``speculation`` is ``"off"``: the binary decodes it target-only (docs/spec.md §5, "When
-speculation cannot pay").
+itself and adds it to every ``c(n)``.  When the best fixed verify length's rate
+(:func:`specjax.policies.cost_aware.fixed_length_rate`) does not clear the run's
+:func:`specjax.policies.cost_aware.speculation_rule` -- one row reads the tables' most
+confident bins against 1, a batch their prior against 1 plus a margin -- the row's
+``speculation`` is ``"off"``: the binary decodes it target-only
+(docs/spec.md §5, "When speculation cannot pay").
 
 The rows of a prompt batch are priced together (:func:`price_group`): one verify
 length per step for the batch, every row paying its cost -- the batch's forward
@@ -95,19 +96,14 @@ def cost_aware(ctx, row: dict, cache_length: int) -> tuple:
   for estimate in ca.RATE_ESTIMATES:
     rate, source, n = ca.fixed_length_rate(params, policy.buckets, estimate)
     rates[estimate] = {"rate": round(rate, 4), "source": sources[source], "n": n}
+  rule = ca.speculation_rule(prof.batch)
   info = {"cost_profile": prof.to_json(), "round_cost": [np.round(c, 4).tolist() for c in costs],
           "calibration_ece": [m["reliability"]["ece"] for _, m in tables],
           "group_size": "batch" if group is None else group,
           "prior_rate": rates["prior"], "best_rate": rates["best"],
-          "speculation": "on" if rates[SPECULATION_ESTIMATE]["rate"] > 1.0 else "off"}
+          "speculation_rule": rule.to_json(),
+          "speculation": "on" if rule.speculates(rates[rule.estimate]["rate"]) else "off"}
   return policy, params, info
-
-
-# the estimate the decision to speculate reads (cost_aware.fixed_length_rate): "best", the
-# table's most confident bin per position -- off only where no round could pay; the
-# prior (a fixed length's average) switched off rows the per-step policy ran above
-# target-only (the main job's T = 1 lossless row)
-SPECULATION_ESTIMATE = "best"
 
 
 def plain_costs(prof, d: str) -> float:

@@ -276,10 +276,10 @@ def adaptive_batch_table(rels: tuple = ADAPTIVE_BATCH) -> str:
   """The main job's ``adaptive`` row at large batch sizes (one record per B and pricing
   stage, :data:`ADAPTIVE_BATCH_STAGES`): the cost profile it measured at that batch
   size (and the loop's own work per round, where measured), whether it speculated (and
-  the rate that decided it: the tables' prior in records that hold only that, else their
-  most confident bins), its decode-phase (with each repeat's where the run repeated its
-  timing) and end-to-end speedups over target-only in the same run, tau, and its
-  rounds by verify length and by source."""
+  the rate that decided it, against its threshold: :func:`_deciding_rate`), its
+  decode-phase (with each repeat's where the run repeated its timing) and end-to-end
+  speedups over target-only in the same run, tau, and its rounds by verify length and
+  by source."""
   from experiments.results.records import jsonl
   rows = []
   for rel in rels:
@@ -289,8 +289,7 @@ def adaptive_batch_table(rels: tuple = ADAPTIVE_BATCH) -> str:
         continue
       prof = x["cost_profile"]
       over = prof.get("overhead")
-      rate = x.get("best_rate") or x.get("prior_rate")  # the rate that decided
-      spec = (f"{x['speculation']} ({rate['rate']:.2f})" if rate else "on")
+      spec = f"{x['speculation']} ({_deciding_rate(x)})" if "prior_rate" in x else "on"
       cap = int(_command_flag(r["provenance"]["command"], "max_new_tokens"))
       rows.append([str(prof["batch"]), _pricing(rel),
                    " ".join(f"{v:.2f}" for v in prof["forward"]),
@@ -304,6 +303,18 @@ def adaptive_batch_table(rels: tuple = ADAPTIVE_BATCH) -> str:
                 "speculation (rate that decided)", "tau", "a batch round in the run, steps",
                 "decode speedup", "end-to-end speedup", "rounds at n = 0..K",
                 "rounds by lookup / chain"], rows)
+
+
+def _deciding_rate(result: dict) -> str:
+  """The rate that decided whether a cost-aware row speculated, against its threshold:
+  the record's own rule where it holds one, else (older records) the tables' most
+  confident bins where recorded, else their prior, against 1."""
+  rule = result.get("speculation_rule")
+  if rule is None:
+    estimate = "best" if "best_rate" in result else "prior"
+    rule = {"estimate": estimate, "threshold": 1.0}
+  rate = result[f"{rule['estimate']}_rate"]["rate"]
+  return f"{rule['estimate']} {rate:.2f} against {rule['threshold']:.2f}"
 
 
 def _decode_speedup(result: dict) -> str:

@@ -90,7 +90,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax.checks import check_range
+from specjax.checks import check_int, check_range
 from specjax.decoding.buckets import covering
 from specjax.policies.acceptance import AcceptanceTable, draft_confidence, proposal_confidence
 from specjax.policies.base import BucketedPolicy, check_group_size, check_row_groups
@@ -395,6 +395,46 @@ def fixed_length_rate(params, buckets: tuple, estimate: str = "prior") -> tuple[
     n = int(np.argmax(rate))
     best = max(best, (float(rate[n]), s, n))
   return best
+
+
+# How far above 1 a batch's prior rate must be before a batch of rows speculates
+# (speculation_rule): run to run, the cost profiles at batch 32 measured a two-token
+# verify at 1.21 to 1.54 steps (benchmarks/results/benchmark_smollm2_b32*), a spread
+# of about a tenth around their mean.
+BATCH_RATE_MARGIN = 0.1
+
+
+@dataclasses.dataclass(frozen=True)
+class SpeculationRule:
+  """Whether a run speculates at all: iff :func:`fixed_length_rate` under ``estimate``
+  exceeds ``threshold`` tokens per target step (docs/spec.md §5, "When speculation
+  cannot pay")."""
+
+  estimate: str
+  threshold: float
+
+  def speculates(self, rate: float) -> bool:
+    return rate > self.threshold
+
+  def to_json(self) -> dict:
+    return dataclasses.asdict(self)
+
+
+def speculation_rule(batch: int, margin: float = BATCH_RATE_MARGIN) -> SpeculationRule:
+  """The :class:`SpeculationRule` of ``batch`` rows per forward.
+
+  **Our choice.**  One row (``batch == 1``) speculates unless even its tables' most
+  confident bins cannot pay (``"best"`` against 1): the per-step policy earns its rate
+  from the confident rounds, which the prior averages away.  A batch of rows pays
+  every round for the batch's one forward, whose drafts are worth what its rows earn
+  together -- their average acceptance, which over many rows is the prior's, not the
+  most confident bin's -- so a batch speculates only when the prior rate exceeds 1 by
+  ``margin`` (the profile's own run-to-run error: :data:`BATCH_RATE_MARGIN`)."""
+  batch = check_int("batch", batch, low=1)
+  check_range("margin", margin, low=0.0)
+  if batch == 1:
+    return SpeculationRule("best", 1.0)
+  return SpeculationRule("prior", 1.0 + float(margin))
 
 
 @jax.tree_util.register_dataclass

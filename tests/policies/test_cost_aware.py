@@ -203,6 +203,35 @@ def test_fixed_length_rate_by_hand():
     cost_aware.fixed_length_rate(on_steep, (0, 1, 2, 3, 4), "mean")
 
 
+def test_one_row_reads_its_best_bins_a_batch_its_prior_with_a_margin():
+  """The run-level switch: at batch 1 the best bins against 1; at batch > 1 the prior
+  against 1 + margin.  The batch-32 case of the committed records: best bins 1.02 and
+  prior 0.70 (speculating ran at 0.77x) is off at batch 32 and on at batch 1; a prior of
+  1.05 -- inside the profile's run-to-run error -- is off at batch 2, 1.15 is on.  A rule
+  that reads the best bins at every batch size (the previous one) would speculate at
+  batch 32 on 1.02."""
+  one, many = cost_aware.speculation_rule(1), cost_aware.speculation_rule(32)
+  assert (one.estimate, one.threshold) == ("best", 1.0)
+  assert (many.estimate, many.threshold) == ("prior", 1.0 + cost_aware.BATCH_RATE_MARGIN)
+  rates = {"best": 1.02, "prior": 0.70}
+  assert one.speculates(rates[one.estimate]) and not many.speculates(rates[many.estimate])
+  pair = cost_aware.speculation_rule(2)
+  assert not pair.speculates(1.05) and pair.speculates(1.15)
+  assert cost_aware.speculation_rule(2, margin=0.0).speculates(1.05)
+  assert many.to_json() == {"estimate": "prior", "threshold": pytest.approx(1.1)}
+  for bad, match in ((0, "batch=0"), (2.0, "batch=2.0")):
+    with pytest.raises((ValueError, TypeError), match=match):
+      cost_aware.speculation_rule(bad)
+  with pytest.raises(ValueError, match="margin=-0.1"):
+    cost_aware.speculation_rule(4, margin=-0.1)
+  # the batch table reads the rule a record holds, else the estimate older records decided by
+  from experiments.results.speed_profile_tables import _deciding_rate
+  rates = dict(prior_rate={"rate": 0.7}, best_rate={"rate": 1.02})
+  assert _deciding_rate(dict(rates, speculation_rule=many.to_json())) == "prior 0.70 against 1.10"
+  assert _deciding_rate(rates) == "best 1.02 against 1.00"
+  assert _deciding_rate({"prior_rate": {"rate": 0.88}}) == "prior 0.88 against 1.00"
+
+
 def test_plain_stats_count_every_round_as_a_plain_step():
   from specjax.decoding.loop_state import SpecStats
   st = SpecStats.plain(jnp.asarray([3, 0, 5]), K, K + 1, 2)

@@ -165,7 +165,8 @@ def test_a_cost_aware_row_is_built_from_the_profile_and_the_shipped_tables(tmp_p
   assert policy.group_size is None and info["group_size"] == "batch"  # one data device
   assert len(info["round_cost"]) == 2 and info["calibration_ece"] == [0.05, 0.05]
   assert info["cost_profile"]["overhead"] >= 0 and info["speculation"] in ("on", "off")
-  rate = info[f"{adaptive.SPECULATION_ESTIMATE}_rate"]
+  assert info["speculation_rule"] == {"estimate": "best", "threshold": 1.0}  # one prompt
+  rate = info["best_rate"]
   assert (rate["rate"] > 1) == (info["speculation"] == "on") and rate["source"] in (
       "lookup_chain", "eagle_chain")
   assert info["best_rate"]["rate"] >= info["prior_rate"]["rate"]
