@@ -5,7 +5,9 @@ calibrated and evaluated per prompt set.  The work is
 held-out prompts of each set with target-only, fixed K = 1..K and SV (row mode,
 the paper's gamma search; tables on (S, A) and on S alone) at each batch size,
 T = 1, lossless.  Writes ``--output`` (JSON), the same name with ``.md`` (the
-tables) and figures to ``--figure_dir``; ``--output=''`` (this binary's preset) is
+tables), the calibration's report and per-draft records to ``<output>_calibration/``
+(:func:`keep_calibration`) and figures to ``--figure_dir``; ``--output=''`` (this
+binary's preset) is
 ``benchmarks/results/sv_batch_sweep.json`` for the default models, else
 ``benchmarks/results/sv_batch_sweep_<model>.json``.  ``--max_prompt_tokens`` is the
 longest chat prompt (default / tiny models: the prompt window).
@@ -103,6 +105,7 @@ def define_flags() -> None:
   """The flags of this binary, defined on its main path only (never at import:
   several binaries share one process in the tests; experiments/common/cli.py)."""
   SPECS.define()
+  cli.define_decision_flag()
 
 
 def model_suffix(model: str) -> str:
@@ -133,6 +136,27 @@ def sweep_config(r: Run):
   return cfg
 
 
+CALIBRATION_FILES = ("report.json", "records.npz")
+
+
+def calibration_copy_dir(output: str) -> str:
+  """Where the sweep keeps its calibration's report and records beside ``output``:
+  ``<output without .json>_calibration``."""
+  return os.path.splitext(output)[0] + "_calibration"
+
+
+def keep_calibration(calibration_dir: str, output: str) -> str:
+  """Copy the calibration's ``report.json`` and ``records.npz`` (the per-draft (S, A,
+  accepted) records, a few tens of KB) beside ``output``, so the information gains get
+  their intervals over prompts from committed files; returns the directory."""
+  import shutil
+  dest = calibration_copy_dir(output)
+  os.makedirs(dest, exist_ok=True)
+  for name in CALIBRATION_FILES:
+    shutil.copyfile(os.path.join(calibration_dir, name), os.path.join(dest, name))
+  return dest
+
+
 def build_run() -> Run:
   """The validated specs of the parsed flags (a bad value is ``app.UsageError``)."""
   return Run(*SPECS.build())
@@ -143,6 +167,7 @@ def run() -> None:
   from experiments.sv.evaluation import run as run_sweep, write_figures
   r = build_run()
   cfg = sweep_config(r)
+  cli.apply_decision_flag()  # --decision: refuse a dirty tree, before anything is measured
   if r.sweep.compile_cache_dir:
     import jax
     jax.config.update("jax_compilation_cache_dir", r.sweep.compile_cache_dir)
@@ -156,6 +181,7 @@ def run() -> None:
   report = run_sweep(cfg)
   report["figures"] = write_figures(report, fig_dir, suffix)
   os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+  report["calibration_records"] = keep_calibration(report["calibration_dir"], output)
   with open(output, "w") as f:
     json.dump(report, f, indent=2, default=str)
   md = os.path.splitext(output)[0] + ".md"

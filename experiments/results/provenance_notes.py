@@ -157,7 +157,8 @@ RECORDS_OF: dict[str, Callable[[], tuple]] = {
     "claims_notebooks": lambda: (f"{RESULTS}/notebooks/02_mars_margins.json",
                                  f"{RESULTS}/notebooks/03_lossy_verification.json"),
     **{name: (lambda: (_SV,)) for name in ("sv_smollm2", "sv_run_smollm2",
-                                            "sv_information_bias", "claims_sv")},
+                                            "sv_information_bias")},
+    "claims_sv": lambda: (_SV, f"{RESULTS}/sv_batch_sweep_smollm2_calibration/report.json"),
     "batch_sweep_smollm2": lambda: (f"{RESULTS}/batch_sweep_smollm2.json",),
     "sv_large_batch_smollm2": lambda: (f"{RESULTS}/sv_large_batch/smollm2.json",),
     "tree_shapes_smollm2": lambda: (f"{RESULTS}/tree_shapes_smollm2.json",),
@@ -194,6 +195,7 @@ RECORDS_OF: dict[str, Callable[[], tuple]] = {
     "bucketed_rule_ab": lambda: (f"{RESULTS}/bucketed_rule_ab/lookup_chain.json",),
     "online_adaptation_smollm2": lambda: (f"{RESULTS}/online_adaptation/smollm2.json",),
     "online_adaptation_long_smollm2": lambda: (f"{RESULTS}/online_adaptation/smollm2_long.json",),
+    "adapter_transfer_smollm2": lambda: (f"{RESULTS}/online_adaptation/smollm2_transfer.json",),
     "forward_cost_b1": lambda: (f"{RESULTS}/forward_cost/smollm2_b1.json",),
     "round_cost_smollm2": lambda: tuple(f"{RESULTS}/round_cost/smollm2_{w}.json"
                                         for w in ("float32", "bfloat16")),

@@ -51,7 +51,7 @@ BINNING = "fixed"  # the paper's 5 x 5 grid; the report also fits quantile bins
 PAPER_SET = {"sharegpt": "chat", "humaneval": "code"}
 
 
-def _run(root: str, run: str) -> tuple[dict, object]:
+def load_run(root: str, run: str) -> tuple[dict, object]:
   """(report, records) of the calibration run ``run`` under ``root``."""
   from experiments.sv.information import CalibrationRecords
   d = path(f"{root}/{run}")
@@ -60,7 +60,7 @@ def _run(root: str, run: str) -> tuple[dict, object]:
   return report, CalibrationRecords.load(os.path.join(d, "records.npz"))
 
 
-def _paper_frac(set_name: str) -> float | None:
+def paper_frac(set_name: str) -> float | None:
   from experiments.sv.evaluation import PAPER_IG
   key = PAPER_SET.get(set_name)
   if key is None:
@@ -98,7 +98,7 @@ def companions_table(root: str = SV_COMPANIONS, companions=COMPANIONS,
   grid, the paired difference in IG(S, A) / H(X) from the drafter's first companion and
   the verdict against the paper."""
   from experiments.sv.information import by_prompt_set, gain_with_interval, paired_gain_difference
-  runs = {run: _run(root, run) for _, _, run in companions}
+  runs = {run: load_run(root, run) for _, _, run in companions}
   bases = {}  # drafter -> (companion label, run, records by prompt set)
   for drafter, label, run in companions:
     if drafter not in bases:
@@ -123,7 +123,7 @@ def companions_table(root: str = SV_COMPANIONS, companions=COMPANIONS,
         d = paired_gain_difference(rec, base_sets[set_name], se, ae, "SA", num_resamples)
         diff = (f"{100 * d['corrected']:+.1f} {ci([100 * v for v in d['ci']], '+.1f')} "
                 f"(vs {base_label})")
-      paper = _paper_frac(set_name)
+      paper = paper_frac(set_name)
       key = (drafter, label, set_name)
       if paper is not None:
         lo, hi = sa["ig_frac_ci"]

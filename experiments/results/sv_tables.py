@@ -1,10 +1,10 @@
 """The Speculative Verification tables: the SV sweep's tables, its calibration and the
 latency profile that steered its gamma search, and the information gains beside the
 plug-in bias of their bins (``benchmarks/RESULTS.md``), and the SV claims (section 4
-of ``docs/results.md``), from the SV sweep's report
+of ``docs/results.md``) with intervals over prompts, from the SV sweep's report
 ``benchmarks/results/sv_batch_sweep_smollm2.json`` (:data:`SV_JSON`,
-``benchmarks/sv_batch_sweep.py``) and the committed outputs of
-``notebooks/04_speculative_verification.ipynb``. The tables of the SV companions'
+``benchmarks/sv_batch_sweep.py``: its per-prompt counts) and its calibration's committed
+records (:data:`SV_CALIBRATION`). The tables of the SV companions'
 calibration records are in :mod:`experiments.results.sv_companion_tables`."""
 
 from __future__ import annotations
@@ -13,12 +13,11 @@ import os
 
 import numpy as np
 
-from experiments.results.markdown import RESULTS, path, span
+from experiments.results.markdown import RESULTS, ci, path, span
 from experiments.results.markdown import table as _table
-from experiments.results.records import find, load_json, notebook_text
+from experiments.results.records import load_json
 from experiments.sv.information import plugin_bias_bits
 
-NB04 = "notebooks/04_speculative_verification.ipynb"
 SV_JSON = f"{RESULTS}/sv_batch_sweep_smollm2.json"
 
 
@@ -137,61 +136,133 @@ def _sv_rows(method: str, batches) -> list[dict]:
   return [r for r in load_json(SV_JSON)["rows"] if r["method"] == method and r["batch"] in batches]
 
 
-def claims_sv() -> str:
-  """Section 4 of docs/results.md, from the SV sweep's report and notebook 04."""
+SV_CALIBRATION = f"{RESULTS}/sv_batch_sweep_smollm2_calibration"  # benchmarks/sv_batch_sweep
+NUM_RESAMPLES = 2000
+
+
+def _three_way(interval) -> str:
+  """agree (above 0) / differ (below 0) / inconclusive of a claim that a quantity is
+  positive, read from its interval."""
+  lo, hi = interval
+  return "agree" if lo > 0 else "differ" if hi < 0 else "inconclusive"
+
+
+def _ig_claims(cal_report: dict, records, binning: str) -> tuple[list, list]:
+  """The two information claims' rows (SV Table 1), each set's gain with its 95% interval
+  over the calibration's prompts (:mod:`experiments.sv.information`), on the bins the sweep's
+  SV tables used; each claim's sets are one family (:class:`PaperFamily`)."""
+  from experiments.results.families import PaperFamily
+  from experiments.results.sv_companion_tables import paper_frac, paper_verdict
+  from experiments.sv.information import a_signal_against_s, by_prompt_set, gain_with_interval
+  grid = cal_report["tables"][binning]
+  se, ae = grid["s_edges"], grid["a_edges"]
+  sets = {k: v for k, v in by_prompt_set(records, cal_report["prompt_sets"]).items()
+          if k != "all"}
+  pct = lambda x: f"{100 * x:.1f}%"
+  pct_ci = lambda iv: ci([100 * v for v in iv], ".1f")
+  gains = {k: gain_with_interval(rec, se, ae, "SA", NUM_RESAMPLES) for k, rec in sets.items()}
+  ig = PaperFamily("information gain", "", tuple(
+      (k, g["ig_frac_corrected"], g["ig_frac_ci"],
+       lambda iv, paper=paper_frac(k): paper_verdict(iv, paper)) for k, g in gains.items()))
+  splits = {k: a_signal_against_s(rec, se, ae, NUM_RESAMPLES) for k, rec in sets.items()}
+  a_most = PaperFamily("A over S", "", tuple((k, d["corrected"], d["ci"], _three_way)
+                                             for k, d in splits.items()))
+  ig_row = ["information gain of (S, A) about acceptance", _paper_ig(),
+            "; ".join(f"{k} {pct(g['ig_frac'])} (bias-corrected {pct(g['ig_frac_corrected'])} "
+                      f"{pct_ci(g['ig_frac_ci'])}, {g['prompts']} prompts)"
+                      for k, g in gains.items()),
+            "; ".join(f"{k}: {ig.verdict(k)}" for k in gains)
+            + f" (95% basic intervals over prompts; the {len(gains)} sets one family, "
+            "Bonferroni)"]
+  a_row = ["A carries most of it; S alone 4-13%", "yes",
+           "; ".join(f"{k}: S alone {pct(d['s_gain'])}, A adds {pct(d['a_gain'])}, A's part "
+                     f"minus S's {pct(d['corrected'])} {pct_ci(d['ci'])}"
+                     for k, d in splits.items()),
+           "; ".join(f"{k}: {a_most.verdict(k)}" for k in splits)
+           + " (agree: A's part exceeds S's, the interval above 0)"]
+  return ig_row, a_row
+
+
+def _paper_ig() -> str:
   from experiments.sv.evaluation import PAPER_IG
   paper = {k: 1 - b / a for k, (a, b) in PAPER_IG.items()}
-  sh, he = _info("sharegpt", "SA"), _info("humaneval", "SA")
-  bias = {r["set"]: plugin_bias_bits(r["n"], int(np.prod(r["num_bins"]))) / r["H_X"]
-          for r in (sh, he)}
-  a_bias = {s: _a_signal(s)[1] for s in ("sharegpt", "humaneval")}
-  a_ratio = [_a_signal(s)[0] / _a_signal(s)[1] for s in ("sharegpt", "humaneval")]
-  t4 = notebook_text(NB04)
-  nrec = int(find(r"(\d+) records in", t4, "records").group(1))
-  q = find(r"quantile bins \[(\d+), (\d+)\]:.*IG\(S\)=([\d.]+)\s+IG\(S,A\)=([\d.]+) \(([\d.]+)% of",
-            t4, "quantile")
-  fx = find(r"fixed\s+bins \[(\d+), (\d+)\]:.*IG\(S\)=([\d.]+)\s+IG\(S,A\)=([\d.]+) \(([\d.]+)% of",
-             t4, "fixed")
+  return f"chat {100 * paper['chat']:.0f}% of H(X), code {100 * paper['code']:.0f}%"
+
+
+def _per_prompt(rows: list, method: str, batch: int, num: str, den: str) -> np.ndarray:
+  """``[prompts, 2]`` (numerator, denominator) per prompt of ``method`` at ``batch``, the
+  prompt sets in the record's order (the same prompts in the same order for every
+  method: pairs)."""
+  out = []
+  for r in rows:
+    if r["method"] == method and r["batch"] == batch:
+      pp = dict(r["per_prompt"], seconds=r["call_seconds"])  # seconds: per prompt at B = 1
+      if len(pp[num]) != len(pp[den]):
+        raise ValueError(f"{method} at B = {batch}: {num} and {den} are not per prompt")
+      out += list(zip(pp[num], pp[den]))
+  return np.asarray(out, np.float64)
+
+
+def _acceptance_claim(rows: list, k: int, batches) -> list:
+  """Acceptance among verified drafts, SV (the paper's table) against fixed K: per B the
+  paired difference over the held-out prompts of accepted / verified drafts, the batch
+  sizes one family."""
+  from experiments.common.bootstrap import paired_ratio_difference
+  from experiments.results.families import PaperFamily
+  diffs = {b: paired_ratio_difference(_per_prompt(rows, "sv_SA", b, "accepted", "verified"),
+                                      _per_prompt(rows, f"fixed_{k}", b, "accepted", "verified"),
+                                      NUM_RESAMPLES) for b in batches}
+  fam = PaperFamily("acceptance", "", tuple((b, d["diff"], d["ci95"], _three_way)
+                                            for b, d in diffs.items()))
+  rate = lambda m, b: (lambda x: x[:, 0].sum() / x[:, 1].sum())(
+      _per_prompt(rows, m, b, "accepted", "verified"))
+  return ["acceptance among verified drafts rises", "e.g. 0.56 -> 0.62",
+          "accepted / verified drafts, fixed K = 7 -> SV: " + "; ".join(
+              f"B = {b}: {rate(f'fixed_{k}', b):.2f} -> {rate('sv_SA', b):.2f}, "
+              f"{d['diff']:+.2f} {ci(d['ci95'], '+.2f')}" for b, d in diffs.items())
+          + f" ({diffs[batches[0]]['prompts']} prompts, paired)",
+          "; ".join(f"B = {b}: {fam.verdict(b)}" for b in diffs)
+          + f" (the {len(diffs)} batch sizes one family, Bonferroni)"]
+
+
+def _goodput_at_one(rows: list, k: int) -> tuple[str, str]:
+  """(the cell, the verdict) of SV's goodput against fixed K at batch 1, where every
+  prompt is its own timed call: the paired gain over prompts of emitted tokens per
+  second."""
+  from experiments.common.bootstrap import paired_ratio_gain
+  g = paired_ratio_gain(_per_prompt(rows, "sv_SA", 1, "emitted", "seconds"),
+                        _per_prompt(rows, f"fixed_{k}", 1, "emitted", "seconds"), NUM_RESAMPLES)
+  verdict = {"agree": "faster", "differ": "slower", "inconclusive": "inconclusive"}[
+      _three_way(g["ci95"])]
+  return (f"at B = 1 SV over fixed K = {k}: {g['diff']:+.2f} {ci(g['ci95'], '+.2f')} "
+          f"({g['prompts']} prompts, each its own timed call)", f"B = 1: {verdict}")
+
+
+def claims_sv() -> str:
+  """Section 4 of docs/results.md, from the SV sweep's report and its calibration's
+  committed records (:data:`SV_CALIBRATION`)."""
+  from experiments.results.sv_companion_tables import load_run
+  rep = load_json(SV_JSON)
+  cal_report, records = load_run(os.path.dirname(SV_CALIBRATION),
+                                 os.path.basename(SV_CALIBRATION))
+  k, rows = rep["config"]["k"], rep["rows"]
   sv = _sv_rows("sv_SA", (4, 8)) + _sv_rows("sv_S", (4, 8))
   sv1 = _sv_rows("sv_SA", (1,)) + _sv_rows("sv_S", (1,))
-  k7 = _sv_rows("fixed_7", (1, 4, 8))
-  acc = lambda r: (r["tau"] - 1) / r["verified_per_call"]
-  sh_rows = {(r["method"], r["batch"]): r for r in load_json(SV_JSON)["rows"]
-             if r["set"] == "sharegpt"}
+  k7 = _sv_rows(f"fixed_{k}", (1, 4, 8))
   good_sv = [r["speedup"] for r in _sv_rows("sv_SA", (1, 4, 8)) + _sv_rows("sv_S", (1, 4, 8))]
   good_k1 = [r["speedup"] for r in _sv_rows("fixed_1", (1, 4, 8))]
-  rows = [
-      ["information gain of (S, A) about acceptance",
-       f"chat {100 * paper['chat']:.0f}% of H(X), code {100 * paper['code']:.0f}%",
-       f"ShareGPT {100 * sh['ig_frac']:.1f}%, HumanEval {100 * he['ig_frac']:.1f}% "
-       f"(plug-in bias of the {int(np.prod(sh['num_bins']))} bins: {100 * bias['sharegpt']:.1f}% "
-       f"/ {100 * bias['humaneval']:.1f}%)",
-       f"differ, exploratory (no interval for this run, whose calibration records are not committed; the "
-       f"committed records of the same companion, section 4's depth table, put every interval "
-       f"below the paper; the paper's gain is "
-       f"{paper['chat'] / sh['ig_frac']:.1f}x ours on chat, {paper['code'] / he['ig_frac']:.1f}x "
-       f"on code, and the plug-in estimate errs upwards, away from the paper)"],
-      ["A carries most of it; S alone 4-13%", "yes",
-       f"S alone {100 * sh['ig_S_frac']:.1f}% / {100 * he['ig_S_frac']:.1f}%; the A signal adds "
-       f"{100 * (sh['ig_frac'] - sh['ig_S_frac']):.1f}% / {100 * (he['ig_frac'] - he['ig_S_frac']):.1f}%"
-       f" at a plug-in bias of its extra bins of ~{100 * a_bias['sharegpt']:.1f}% / "
-       f"~{100 * a_bias['humaneval']:.1f}% (table in benchmarks/RESULTS.md); notebook 04 "
-       f"({nrec} records): quantile bins [{q.group(1)}, {q.group(2)}] IG(S) = IG(S,A) = "
-       f"{q.group(5)}% of H(X), fixed bins [{fx.group(1)}, {fx.group(2)}] IG(S,A) "
-       f"{fx.group(5)}%", f"inconclusive (the A gain is {span(a_ratio, '.1f')}x the bias of its "
-       f"bins in one binning and absent in another; no interval)"],
+  ig_row, a_row = _ig_claims(cal_report, records, rep["config"]["binning"])
+  good_cell, good_verdict = _goodput_at_one(rows, k)
+  large = _large_batch_claim(good_sv, good_k1)
+  rows_out = [
+      ig_row, a_row,
       ["SV verifies fewer drafts than its K", "SD -> SV: net -18% / -45% FLOPs",
        f"processed tokens per emitted token: SV {span([r['processed_per_emitted'] for r in sv], '.1f')}"
        f" at B = 4 / 8 and {span([r['processed_per_emitted'] for r in sv1], '.1f')} at B = 1, "
-       f"fixed K = 7 {span([r['processed_per_emitted'] for r in k7], '.1f')}",
-       "no verdict: true by construction (SV verifies at most K), counts of one run, "
-       "no interval"],
-      ["acceptance among verified drafts rises", "e.g. 0.56 -> 0.62",
-       f"(tau - 1) / verified per call, ShareGPT: fixed K = 7 "
-       f"{acc(sh_rows[('fixed_7', 4)]):.2f} -> SV {acc(sh_rows[('sv_SA', 4)]):.2f} (B = 4) / "
-       f"{acc(sh_rows[('sv_SA', 1)]):.2f} (B = 1)", "inconclusive (one run of 8 prompts; no "
-       "interval)"],
-      _large_batch_claim(good_sv, good_k1),
+       f"fixed K = {k} {span([r['processed_per_emitted'] for r in k7], '.1f')}",
+       "no verdict: true by construction (SV verifies at most K)"],
+      _acceptance_claim(rows, k, tuple(sorted({r["batch"] for r in rows}))),
+      [large[0], large[1], f"{good_cell}; {large[2]}", f"{good_verdict}; {large[3]}"],
   ]
-  return _table(["claim", "paper", "SmolLM2 (`benchmarks/results/sv_batch_sweep_smollm2.json`, "
-                 "notebook 04)", "verdict"], rows)
+  return _table(["claim", "paper", "SmolLM2 (`benchmarks/results/sv_batch_sweep_smollm2.json` "
+                 "and its calibration records)", "verdict"], rows_out)

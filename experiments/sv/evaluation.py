@@ -20,7 +20,9 @@ One run (:func:`run`):
    the paper's table; "S", exact under lossless) -- one warm-up call (compile),
    then every batch of B prompts of every set timed once.  Per (set, B,
    method): tau, verified drafts per target call, target tokens processed per
-   emitted token, goodput (emitted tokens / s, prefill included), the
+   emitted token, goodput (emitted tokens / s, prefill included), the seconds of
+   every timed call (``call_seconds``; at B = 1 one per prompt) and every prompt's
+   counts (``per_prompt``: emitted, target calls, accepted, verified), the
    distribution of chosen gammas (``SpecStats.gamma_counts``), the
    companion's share of an SV step, and ``timed_lowerings``: programs JAX
    built inside the timed calls (0 unless something recompiled there;
@@ -306,6 +308,25 @@ def _stats_fields(method: str, stats: list, steps: int, calls: int) -> dict:
   return out
 
 
+# the per-prompt counts a row keeps (``per_prompt``; target-only verifies nothing): emitted
+# tokens, target calls, accepted drafts and drafts offered to the target
+PER_PROMPT = ("emitted", "target_calls", "accepted", "verified")
+
+
+def _per_prompt(res, method: str) -> dict:
+  """``{count: [one value per row of the call]}`` (:data:`PER_PROMPT`)."""
+  import jax
+  emitted = np.asarray(jax.device_get(res.lengths)).astype(int).tolist()
+  if method == "target":
+    calls = np.asarray(jax.device_get(res.target_calls)).astype(int).tolist()
+    return dict(emitted=emitted, target_calls=calls, accepted=[0] * len(calls),
+                verified=[0] * len(calls))
+  st = jax.device_get(res.stats)
+  return dict(emitted=emitted, target_calls=np.asarray(st.target_calls).astype(int).tolist(),
+              accepted=np.asarray(st.accepted).astype(int).tolist(),
+              verified=np.asarray(st.verified_tokens).astype(int).tolist())
+
+
 def _timed_rows(call, method: str, b: int, padded: dict, log) -> list:
   """Warm ``call`` up (compile), then time it over every set's prompts in batches of
   ``b``; one row per set."""
@@ -318,23 +339,28 @@ def _timed_rows(call, method: str, b: int, padded: dict, log) -> list:
   rows = []
   for s, (toks, lens) in padded.items():
     wall, emitted, steps, stats, calls = 0.0, 0, 0, [], 0
+    per_prompt, call_seconds = {name: [] for name in PER_PROMPT}, []
     with compiled_code.count_lowerings() as built:  # the timed calls build no program
       for i in range(0, toks.shape[0], b):
         t0 = time.perf_counter()
         res = jax.block_until_ready(call(toks[i:i + b], lens[i:i + b], i))
-        wall += time.perf_counter() - t0
+        call_seconds.append(time.perf_counter() - t0)
+        wall += call_seconds[-1]
         emitted += int(np.sum(np.asarray(res.lengths)))
         if method == "target":
           calls += int(np.sum(np.asarray(res.target_calls)))
         else:
           stats.append(res.stats)
           steps += int(np.max(np.asarray(res.stats.target_calls)))
+        for name, values in _per_prompt(res, method).items():
+          per_prompt[name] += values
     if built.count:
       log(f"warning: {s} B={b} {method}: {built.count} program(s) built inside the timed "
           "calls; the timing includes compilation")
     row = dict(set=s, batch=b, method=method, prompts=int(toks.shape[0]),
                emitted=emitted, seconds=wall, goodput=emitted / wall,
-               warmup_seconds=warm, timed_lowerings=built.count)
+               warmup_seconds=warm, timed_lowerings=built.count,
+               call_seconds=call_seconds, per_prompt=per_prompt)
     row.update(_stats_fields(method, stats, steps, calls))
     rows.append(row)
     log(f"{s} B={b} {method}: {row['goodput']:.1f} tok/s, tau {row['tau']:.2f}, "

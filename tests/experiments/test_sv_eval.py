@@ -152,5 +152,15 @@ def test_sweep_on_tiny_models_per_set(tmp_path):
   for r in sv:  # row mode from gamma = 1: never 0; mean gamma = verified drafts per call
     assert r["gamma_dist"][0] == 0
     np.testing.assert_allclose(np.dot(r["gamma_dist"], np.arange(3)), r["verified_per_call"])
+  for r in rep["rows"]:  # per-prompt counts add up to the row's; one time per call
+    pp = r["per_prompt"]
+    assert [len(v) for v in pp.values()] == [4] * 4 and len(r["call_seconds"]) == 2
+    assert sum(pp["emitted"]) == r["emitted"] and sum(r["call_seconds"]) == r["seconds"]
+    if r["method"] != "target":
+      assert (sum(pp["accepted"]) + sum(pp["target_calls"])) / sum(pp["target_calls"]) == \
+          pytest.approx(r["tau"])
+  from benchmarks import sv_batch_sweep
+  kept = sv_batch_sweep.keep_calibration(rep["calibration_dir"], str(tmp_path / "out.json"))
+  assert sorted(os.listdir(kept)) == ["records.npz", "report.json"]
   files = sv_eval.write_figures(rep, str(tmp_path / "fig"), "tiny")
   assert all(os.path.isfile(f) for f in files) and len(files) == 2

@@ -108,6 +108,21 @@ def test_paired_difference_is_zero_for_identical_runs_and_resolves_a_real_one():
   assert d["difference"] < 0 and d["corrected"] < 0 and d["ci"][1] < 0
 
 
+def test_a_against_s_resolves_which_signal_carries_the_gain():
+  """20 prompts x 60 records. A informative, S noise: what A adds exceeds what S carries
+  alone, interval above 0. The same records with S and A swapped: S carries it, interval
+  below 0. A variant that compared IG(S, A) with IG(S) (A's gain not net of S's) would read
+  both cases as positive."""
+  e = cal.fixed_edges(5)
+  rec = _records(seed=4)
+  d = inf.a_signal_against_s(rec, e, e, num_resamples=300)
+  assert d["a_gain"] > 0.05 > d["s_gain"] and d["ci"][0] > 0 and d["prompts"] == 20
+  assert d["difference"] == pytest.approx(d["a_gain"] - d["s_gain"])
+  swapped = inf.CalibrationRecords(rec.a, rec.s, rec.accepted, rec.row, rec.prompt_set)
+  d = inf.a_signal_against_s(swapped, e, e, num_resamples=300)
+  assert d["s_gain"] > 0.05 and d["ci"][1] < 0
+
+
 def test_records_round_trip_and_refusals(tmp_path):
   """calibrate's compact records.npz loads back (compressed, small dtypes, no pickles);
   a file without the needed arrays and an unknown signal set are refused by name."""
