@@ -105,9 +105,18 @@ def build_run() -> Run:
   return r
 
 
-def sessions(r: Run, encode_chat) -> list[list[dict]]:
-  """The user turns (``--turns`` at most) of ``--sessions`` held-out conversations with
-  ``--min_turns`` user turns or more whose first turn fits the context."""
+@dataclasses.dataclass(frozen=True)
+class Conversation:
+  """A held-out conversation replayed as a session: its ShareGPT ``id`` and its user
+  turns (``users``: chat messages, at most ``--turns``)."""
+  id: str
+  users: list
+
+
+def sessions(r, encode_chat) -> list[Conversation]:
+  """``--sessions`` held-out conversations with ``--min_turns`` user turns or more whose
+  first turn fits the context (``r``: a run with this binary's ``bench``, ``new_tokens``,
+  ``context`` and ``seed`` specs)."""
   from specjax.data import eval_prompts
   b, n, ctx = r.bench, r.new_tokens.max_new_tokens, r.context.max_context
   out = []
@@ -115,9 +124,8 @@ def sessions(r: Run, encode_chat) -> list[list[dict]]:
     users = [m for m in prefixes[0].messages if m["role"] == "user"]
     if len(users) < b.min_turns:
       continue
-    users = users[:b.turns]
     if len(encode_chat(users[:1])) + n <= ctx:
-      out.append(users)
+      out.append(Conversation(prefixes[0].id, users[:b.turns]))
     if len(out) == b.sessions:
       return out
   raise app.UsageError(f"--sessions={b.sessions}: only {len(out)} held-out conversations "
@@ -295,10 +303,10 @@ def main(_):
   turns, parts = resume_from(r.output.output, want)
   done = {t["session"] for t in turns}
   ran = []
-  for s, users in enumerate(sessions(r, setup["ms"].encode_chat)):
+  for s, conv in enumerate(sessions(r, setup["ms"].encode_chat)):
     if s in done:
       continue
-    rows = run_session(r, setup, users, s, 0)
+    rows = run_session(r, setup, conv.users, s, 0)
     turns += [{"session": s, **row} for row in rows]
     ran.append(s)
     print(f"session {s}: " + ", ".join(

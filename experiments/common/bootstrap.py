@@ -157,3 +157,39 @@ def _paired(x: Sequence, y: Sequence, contrast: Callable, num_resamples: int, se
   sd = float(np.std(per, ddof=1)) if len(per) > 1 else 0.0
   return {"diff": float(stat(both)), "ci95": [lo, hi], "prompts": len(x), "sd": sd,
           "mde80": mde80(sd, len(x)), "excludes_zero": bool(lo > 0 or hi < 0)}
+
+
+def crossed_ratio_contrast(x: Sequence, y: Sequence, difference: bool = False,
+                           num_resamples: int = 2000, seed: int = 0) -> dict:
+  """``R(x) / R(y) - 1`` (or ``R(x) - R(y)`` with ``difference``) for a crossed design: a
+  method run after each of ``S`` sessions on the same ``P`` prompts, ``x [S, P, 2]``
+  (numerator, denominator) per session and prompt, against a method that does not
+  depend on the session, ``y [P, 2]`` on the same prompts (e.g. an adapter carried from
+  each of S conversations into P problems, against the frozen head).  ``R`` is a ratio
+  of sums, ``R(x)`` over every session and prompt.
+
+  The 95% percentile interval resamples sessions and prompts independently (both are
+  samples: the sessions of adapters, the prompts of text), each resample of prompts
+  shared by both methods.  Returns ``{"diff", "ci95", "sessions", "prompts", "se",
+  "mde80", "excludes_zero"}`` with ``se`` the SD of the bootstrap distribution and
+  ``mde80 = (z_0.975 + z_0.8) se`` (normal approximation)."""
+  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+  if x.ndim != 3 or x.shape[2] != 2 or y.shape != x.shape[1:] or x.size == 0:
+    raise ValueError(f"x must be [S, P, 2] and y [P, 2] of the same prompts; got {x.shape}, "
+                     f"{y.shape}")
+  contrast = (lambda a, b: a - b) if difference else (lambda a, b: a / b - 1.0)
+
+  def stat(si, pi):
+    cx = x[si][:, pi].sum(axis=(0, 1))
+    cy = y[pi].sum(axis=0)
+    return contrast(cx[0] / max(cx[1], 1e-300), cy[0] / max(cy[1], 1e-300))
+
+  s, p = x.shape[:2]
+  rs = np.random.default_rng(seed)
+  draws = np.array([stat(rs.integers(0, s, size=s), rs.integers(0, p, size=p))
+                    for _ in range(num_resamples)])
+  lo, hi = (float(np.quantile(draws, q)) for q in (0.025, 0.975))
+  se = float(np.std(draws, ddof=1)) if num_resamples > 1 else 0.0
+  return {"diff": float(stat(np.arange(s), np.arange(p))), "ci95": [lo, hi], "sessions": s,
+          "prompts": p, "se": se, "mde80": float((Z_ALPHA + Z_POWER) * se),
+          "excludes_zero": bool(lo > 0 or hi < 0)}

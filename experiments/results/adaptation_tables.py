@@ -116,6 +116,90 @@ def online_adaptation_table(rel: str = ONLINE_ADAPTATION, served_from: tuple = (
   return table(head, column.fill(rows)) + note + "\n\n" + family_note(column.family())
 
 
+
+
+ADAPTER_TRANSFER = f"{RESULTS}/online_adaptation/smollm2_transfer.json"
+# how far the carried adapter's agreement with the target's greedy token may fall below
+# the frozen head's on unlike text (the online-adaptation goal: at most 1 point)
+AGREEMENT_TOLERANCE = 0.01
+
+
+def _counts(rows: list, what: str) -> np.ndarray:
+  """``[P, 2]`` per prompt: (accepted + calls, calls) for ``"tau"``; (accepted, offered)
+  at draft position 1 for ``"agreement"``."""
+  if what == "tau":
+    return np.array([[r["accepted"] + r["target_calls"], r["target_calls"]] for r in rows], float)
+  return np.array([[r["accept_counts"][0], r["offered_counts"][0]] for r in rows], float)
+
+
+def _agreement_verdict(d: dict) -> str:
+  """Against the goal that agreement falls by at most :data:`AGREEMENT_TOLERANCE`: holds
+  when the interval lies above minus the tolerance, fails when below it."""
+  lo, hi = d["ci95"]
+  tol = AGREEMENT_TOLERANCE
+  if lo > -tol:
+    return f"within {100 * tol:.0f} point"
+  return f"falls by more than {100 * tol:.0f} point" if hi < -tol else "inconclusive"
+
+
+def adapter_transfer_table(rel: str = ADAPTER_TRANSFER) -> str:
+  """The carried adapter on unlike text (``benchmarks/adapter_transfer.py``): per prompt
+  set and pooled, per arm (the frozen head, a fresh adapting head, the adapter carried
+  from each session) tau and the position-1 acceptance (the head's agreement with the
+  target's greedy token), and the carried arm against each baseline -- tau (relative,
+  Holm over the column) and agreement (points; against the frozen head, the 1-point
+  goal) -- with 95% intervals resampling sessions and prompts
+  (:func:`~experiments.common.bootstrap.crossed_ratio_contrast`)."""
+  with open(path(rel)) as f:
+    rec = json.load(f)
+  base, sessions = rec["baselines"], sorted(rec["sessions"], key=lambda s: s["session"])
+  sets = sorted({p.split(":", 1)[0] for p in rec["prompts"]})
+  column = VerdictColumn("carried adapter", "every prompt set and all pooled, against each "
+                         "baseline: the carried adapter's tau on the unlike prompts against "
+                         "the baseline's, sessions and prompts resampled")
+  rows = []
+  for name in sets + (["all"] if len(sets) > 1 else []):
+    keep = [i for i, p in enumerate(rec["prompts"]) if name == "all" or p.startswith(name + ":")]
+    pick = lambda rows_: [rows_[i] for i in keep]
+    rows += _transfer_rows(name, {a: pick(base[a]) for a in ("frozen", "fresh")},
+                           [pick(x["carried"]) for x in sessions], column)
+  s = rec["settings"]
+  served = [x["served"] for x in sessions]
+  a = s["adapt"]
+  note = (f"\n\n{len(rec['prompts'])} held-out prompts ({', '.join(sets)}), "
+          f"{s['unlike_new_tokens']} greedy tokens each; sessions of up to {s['turns']} user "
+          f"turns ({min(served):,}-{max(served):,} tokens served before the adapter was "
+          f"carried); EAGLE-3 chain K = {s['k']}, adaptation every {a['every']} rounds at "
+          f"learning rate {a['learning_rate']:g}, rank {a['rank']}, window {a['window']}. "
+          f"Agreement verdicts against the goal that it falls by at most "
+          f"{100 * AGREEMENT_TOLERANCE:.0f} point below the frozen head's. Record `{rel}`: "
+          + "; ".join(f"`{p['command']}` at commit `{p['git_commit'][:10]}`"
+                      for p in rec["parts"]) + ".")
+  head = ["prompts", "head", "tau", "agreement (position-1 acceptance)",
+          "carried / this tau - 1 [95% CI, sessions x prompts], MDE (80% power): verdict",
+          "carried minus this agreement, points [95% CI]"]
+  return table(head, column.fill(rows)) + note + "\n\n" + family_note(column.family())
+
+
+def _transfer_rows(name: str, base: dict, carried_rows: list, column) -> list:
+  """The three rows of one prompt set (:func:`adapter_transfer_table`)."""
+  from experiments.common.bootstrap import crossed_ratio_contrast
+  rate = lambda x: x[..., 0].sum() / x[..., 1].sum()
+  carried = {w: np.stack([_counts(c, w) for c in carried_rows]) for w in ("tau", "agreement")}
+  rows = []
+  for arm, label in (("frozen", "the frozen head"), ("fresh", "a fresh adapting head")):
+    ref = {w: _counts(base[arm], w) for w in ("tau", "agreement")}
+    gain = crossed_ratio_contrast(carried["tau"], ref["tau"])
+    agree = crossed_ratio_contrast(carried["agreement"], ref["agreement"], difference=True)
+    rows.append([name, label, f"{rate(ref['tau']):.2f}", f"{rate(ref['agreement']):.3f}",
+                 column.cell((name, arm), gain),
+                 f"{100 * agree['diff']:+.1f} {ci([100 * v for v in agree['ci95']], '+.1f')}"
+                 + (f": {_agreement_verdict(agree)}" if arm == "frozen" else "")])
+  rows.append([name, f"the adapter carried from each of {len(carried_rows)} sessions",
+               f"{rate(carried['tau']):.2f}", f"{rate(carried['agreement']):.3f}", "-", "-"])
+  return rows
+
 TABLES = {"online_adaptation_smollm2": online_adaptation_table,
           "online_adaptation_long_smollm2":
-              lambda: online_adaptation_table(ONLINE_ADAPTATION_LONG, served_from=(1000, 2000))}
+              lambda: online_adaptation_table(ONLINE_ADAPTATION_LONG, served_from=(1000, 2000)),
+          "adapter_transfer_smollm2": adapter_transfer_table}
