@@ -241,6 +241,8 @@ ADAPTIVE_BATCH_STAGES = (("rows alone", "", (32, 64)),
                          ("batch as one group", "_grouped", (32, 64)),
                          ("one group, loop overhead measured", "_costed", (32, 64)),
                          ("the same, off only by the best bins; 3 repeats of 128 tokens", "_repeats",
+                          (32,)),
+                         ("the same, a batch off unless its prior clears 1 + margin", "_margin",
                           (32,)))
 ADAPTIVE_BATCH = tuple(f"{RESULTS}/benchmark_smollm2_b{b}{suffix}/benchmark.jsonl"
                        for _, suffix, sizes in ADAPTIVE_BATCH_STAGES for b in sizes)
