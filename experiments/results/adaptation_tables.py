@@ -6,9 +6,11 @@ head's tau against the frozen one's (paired over sessions, corrected over the
 column), and the decode-phase speedups of both over target-only decoding timed beside
 them.
 
-Records: ``benchmarks/results/online_adaptation/smollm2.json`` (short sessions) and
+Records: ``benchmarks/results/online_adaptation/smollm2.json`` (short sessions),
 ``smollm2_long.json`` (sessions of eight user turns: the learning curve, with rows
-pooling the turns that start after 1,000 and 2,000 served tokens).
+pooling the turns that start after 1,000 and 2,000 served tokens) and
+``smollm2_long_t1.json`` (the same at T = 1); ``smollm2_transfer.json``
+(``benchmarks/adapter_transfer.py``: a session's adapter carried into other text).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from experiments.results.markdown import RESULTS, ci, path, table
 
 ONLINE_ADAPTATION = f"{RESULTS}/online_adaptation/smollm2.json"
 ONLINE_ADAPTATION_LONG = f"{RESULTS}/online_adaptation/smollm2_long.json"
+ONLINE_ADAPTATION_LONG_T1 = f"{RESULTS}/online_adaptation/smollm2_long_t1.json"
 
 
 def _tau_pairs(turns: list, head: str) -> np.ndarray:
@@ -202,4 +205,6 @@ def _transfer_rows(name: str, base: dict, carried_rows: list, column) -> list:
 TABLES = {"online_adaptation_smollm2": online_adaptation_table,
           "online_adaptation_long_smollm2":
               lambda: online_adaptation_table(ONLINE_ADAPTATION_LONG, served_from=(1000, 2000)),
+          "online_adaptation_long_t1_smollm2":
+              lambda: online_adaptation_table(ONLINE_ADAPTATION_LONG_T1, served_from=(1000, 2000)),
           "adapter_transfer_smollm2": adapter_transfer_table}
