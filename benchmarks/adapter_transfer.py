@@ -216,11 +216,7 @@ def resume_from(path: str, want: dict) -> dict | None:
     return None
   with open(path) as f:
     rec = json.load(f)
-  diff = [f"{k}: record {rec['settings'].get(k)!r}, this run {v!r}" for k, v in want.items()
-          if rec["settings"].get(k) != v]
-  if diff:
-    raise app.UsageError(f"--output={path} holds sessions taken with other settings ("
-                         + "; ".join(diff) + "); name a new --output to start afresh")
+  oa.check_same_settings(path, rec["settings"], want)
   return rec
 
 

@@ -273,6 +273,16 @@ def record_settings(rec: dict) -> dict:
               min_turns=get("min_turns", OnlineAdaptationSpec.min_turns), temperature=0.0)
 
 
+def check_same_settings(path: str, have: dict, want: dict) -> None:
+  """UsageError naming every setting in which the record at ``path`` (``have``) differs
+  from this run's (``want``): a resumed record must be taken under one set of them."""
+  diff = [f"{k}: record {have.get(k)!r}, this run {v!r}" for k, v in want.items()
+          if have.get(k) != v]
+  if diff:
+    raise app.UsageError(f"--output={path} holds sessions taken with other settings ("
+                         + "; ".join(diff) + "); name a new --output to start afresh")
+
+
 def resume_from(path: str, want: dict) -> tuple[list, list]:
   """``(turns, parts)`` already in the record at ``path`` (empty when there is none);
   UsageError when its settings differ from this run's (naming each)."""
@@ -281,12 +291,7 @@ def resume_from(path: str, want: dict) -> tuple[list, list]:
   import json
   with open(path) as f:
     rec = json.load(f)
-  have = record_settings(rec)
-  diff = [f"{k}: record {have.get(k)!r}, this run {v!r}" for k, v in want.items()
-          if have.get(k) != v]
-  if diff:
-    raise app.UsageError(f"--output={path} holds sessions taken with other settings ("
-                         + "; ".join(diff) + "); name a new --output to start afresh")
+  check_same_settings(path, record_settings(rec), want)
   parts = rec.get("parts") or [dict(rec["provenance"],
                                     sessions=sorted({t["session"] for t in rec["turns"]}))]
   return rec["turns"], parts

@@ -9,7 +9,8 @@ them.
 Records: ``benchmarks/results/online_adaptation/smollm2.json`` (short sessions),
 ``smollm2_long.json`` (sessions of eight user turns: the learning curve, with rows
 pooling the turns that start after 1,000 and 2,000 served tokens) and
-``smollm2_long_t1.json`` (the same at T = 1); ``smollm2_transfer.json``
+``smollm2_long_t1.json`` (the same at T = 1; ``smollm2_long_t1_top8.json`` with labels of
+the target's 8 most likely tokens); ``smollm2_transfer.json``
 (``benchmarks/adapter_transfer.py``: a session's adapter carried into other text).
 """
 
@@ -26,6 +27,7 @@ from experiments.results.markdown import RESULTS, ci, path, table
 ONLINE_ADAPTATION = f"{RESULTS}/online_adaptation/smollm2.json"
 ONLINE_ADAPTATION_LONG = f"{RESULTS}/online_adaptation/smollm2_long.json"
 ONLINE_ADAPTATION_LONG_T1 = f"{RESULTS}/online_adaptation/smollm2_long_t1.json"
+ONLINE_ADAPTATION_LONG_T1_TOP8 = f"{RESULTS}/online_adaptation/smollm2_long_t1_top8.json"
 
 
 def _tau_pairs(turns: list, head: str) -> np.ndarray:
@@ -207,4 +209,7 @@ TABLES = {"online_adaptation_smollm2": online_adaptation_table,
               lambda: online_adaptation_table(ONLINE_ADAPTATION_LONG, served_from=(1000, 2000)),
           "online_adaptation_long_t1_smollm2":
               lambda: online_adaptation_table(ONLINE_ADAPTATION_LONG_T1, served_from=(1000, 2000)),
+          "online_adaptation_long_t1_top8_smollm2":
+              lambda: online_adaptation_table(ONLINE_ADAPTATION_LONG_T1_TOP8,
+                                              served_from=(1000, 2000)),
           "adapter_transfer_smollm2": adapter_transfer_table}

@@ -123,15 +123,6 @@ def sv_information_bias() -> str:
                 rows)
 
 
-def _a_signal(set_name: str) -> tuple[float, float]:
-  """(IG(S,A) - IG(S), the plug-in bias of the extra bins A adds), as shares of H(X)."""
-  sa, so = _info(set_name, "SA"), _info(set_name, "S")
-  gain = (so["H_X_given_S"] - sa["H_X_given_SA"]) / sa["H_X"]
-  bias = (plugin_bias_bits(sa["n"], int(np.prod(sa["num_bins"])))
-          - plugin_bias_bits(so["n"], int(np.prod(so["num_bins"])))) / sa["H_X"]
-  return gain, bias
-
-
 def _sv_rows(method: str, batches) -> list[dict]:
   return [r for r in load_json(SV_JSON)["rows"] if r["method"] == method and r["batch"] in batches]
 
@@ -224,7 +215,7 @@ def _acceptance_claim(rows: list, k: int, batches) -> list:
   same = ("; every batch size drew the same counts" if len(diffs) == 1 and len(batches) > 1
           else f"; the {len(diffs)} batch sizes one family, Bonferroni")
   return ["acceptance among verified drafts rises", "e.g. 0.56 -> 0.62",
-          "accepted / verified drafts, fixed K = 7 -> SV: " + "; ".join(
+          f"accepted / verified drafts, fixed K = {k} -> SV: " + "; ".join(
               f"B = {b}: {rate(counts[b][1]):.2f} -> {rate(counts[b][0]):.2f}, "
               f"{d['diff']:+.2f} {ci(d['ci95'], '+.2f')}" for b, d in diffs.items())
           + f" ({next(iter(diffs.values()))['prompts']} prompts, paired{same})",
