@@ -101,12 +101,8 @@ def build_run() -> Run:
 
 def settings(r: Run, cfg) -> dict:
   """What a record depends on: a resumed record must match it."""
-  return dict(target=r.model.model, k=r.chain.k,
-              adapt={f: getattr(cfg, f) for f in ("every", "steps", "window", "rank",
-                                                   "learning_rate", "label_top_k")},
-              max_new_tokens=r.new_tokens.max_new_tokens, max_context=r.context.max_context,
-              seed=r.seed.seed, turns=r.bench.turns, min_turns=r.bench.min_turns,
-              unlike_sets=list(r.transfer.unlike_sets), unlike_prompts=r.transfer.unlike_prompts,
+  return dict(oa.session_settings(r, cfg), unlike_sets=list(r.transfer.unlike_sets),
+              unlike_prompts=r.transfer.unlike_prompts,
               unlike_new_tokens=r.transfer.unlike_new_tokens)
 
 
@@ -182,18 +178,17 @@ def tiled(adapter_params, rows: int):
 def run_session(r: Run, setup: dict, users: list[dict]) -> dict:
   """One session answered by the adapting chain, then its adapter carried into the
   unlike prompts: ``{"turns": [...], "served": tokens, "carried": per prompt}``."""
-  ms, state, messages, turns, served = setup["ms"], None, [], [], 0
-  for turn, user in enumerate(users):
-    messages.append(user)
-    ids = ms.encode_chat(messages)
-    if len(ids) + r.new_tokens.max_new_tokens > r.context.max_context:
-      break
+  state, turns = None, []
+
+  def answer(turn: int, ids: list) -> list:
+    nonlocal state
     out = _generate(setup, setup["adapting"], [ids], r.new_tokens.max_new_tokens, state)
-    state, answer = out.adapter, out.to_lists()[0]
-    s = out.stats.summary()
-    turns.append(dict(turn=turn, tokens=len(answer), tau=s["tau"]))
-    served += len(answer)
-    messages.append({"role": "assistant", "content": ms.tokenizer.decode(answer)})
+    state, tokens = out.adapter, out.to_lists()[0]
+    turns.append(dict(turn=turn, tokens=len(tokens), tau=out.stats.summary()["tau"]))
+    return tokens
+
+  oa.replay(r, setup["ms"], users, answer)
+  served = sum(t["tokens"] for t in turns)
   prompts = [list(p.ids) for p in setup["unlike"]]
   carried = _generate(setup, setup["adapting"], prompts, r.transfer.unlike_new_tokens,
                       tiled(state.params, len(prompts)))

@@ -184,19 +184,31 @@ def run_turn(r: Run, setup: dict, ids: list, state, key) -> tuple[dict, object, 
 def run_session(r: Run, setup: dict, users: list[dict], session: int, served: int) -> list:
   """Every turn of session number ``session`` (module docstring); ``served``: tokens
   served before it by the adapting head (its state starts afresh per session)."""
-  ms, rows, state = setup["ms"], [], None
+  rows, state = [], None
+
+  def answer(turn: int, ids: list) -> list:
+    nonlocal state, served
+    row, state, out = run_turn(r, setup, ids, state, turn_key(r.seed.seed, session, turn))
+    rows.append({"turn": turn, "served_before": served, **row})
+    served += row["adapted"].get("tokens", row["tokens"])
+    return out
+
+  replay(r, setup["ms"], users, answer)
+  return rows
+
+
+def replay(r, ms, users: list[dict], answer) -> None:
+  """Replay a conversation turn after turn: each user turn joins the messages, the
+  conversation is rendered (``ms.encode_chat``) and ``answer(turn, ids) -> answer ids``
+  answers it, the answer joining the messages as the assistant's; stops at the first
+  turn whose rendering and ``--max_new_tokens`` more do not fit ``--max_context``."""
   messages = []
   for turn, user in enumerate(users):
     messages.append(user)
     ids = ms.encode_chat(messages)
     if len(ids) + r.new_tokens.max_new_tokens > r.context.max_context:
-      break
-    key = turn_key(r.seed.seed, session, turn)
-    row, state, answer = run_turn(r, setup, ids, state, key)
-    rows.append({"turn": turn, "served_before": served, **row})
-    served += row["adapted"].get("tokens", row["tokens"])
-    messages.append({"role": "assistant", "content": ms.tokenizer.decode(answer)})
-  return rows
+      return
+    messages.append({"role": "assistant", "content": ms.tokenizer.decode(answer(turn, ids))})
 
 
 def load_setup(r: Run) -> dict:
@@ -241,14 +253,19 @@ def decode_tokens(turn: dict, who: str) -> int:
   return (turn["tokens"] if own is None else own) - 1
 
 
-def settings(r: Run, cfg) -> dict:
-  """What a record's sessions depend on: a resumed record must match them all."""
+def session_settings(r, cfg) -> dict:
+  """What the replayed sessions depend on (the model, K, the adapter's settings, the
+  sessions' draw and length): every record of replayed sessions keeps them."""
   return dict(target=r.model.model, k=r.chain.k,
               adapt={f: getattr(cfg, f) for f in ("every", "steps", "window", "rank",
                                                    "learning_rate", "label_top_k")},
               max_new_tokens=r.new_tokens.max_new_tokens, max_context=r.context.max_context,
-              seed=r.seed.seed, turns=r.bench.turns, min_turns=r.bench.min_turns,
-              temperature=r.temperature.temperature)
+              seed=r.seed.seed, turns=r.bench.turns, min_turns=r.bench.min_turns)
+
+
+def settings(r: Run, cfg) -> dict:
+  """What a record's sessions depend on: a resumed record must match them all."""
+  return dict(session_settings(r, cfg), temperature=r.temperature.temperature)
 
 
 def _flag(command: str, name: str):

@@ -338,22 +338,20 @@ def _timed_rows(call, method: str, b: int, padded: dict, log) -> list:
   warm = time.time() - t0
   rows = []
   for s, (toks, lens) in padded.items():
-    wall, emitted, steps, stats, calls = 0.0, 0, 0, [], 0
+    steps, stats = 0, []
     per_prompt, call_seconds = {name: [] for name in PER_PROMPT}, []
     with compiled_code.count_lowerings() as built:  # the timed calls build no program
       for i in range(0, toks.shape[0], b):
         t0 = time.perf_counter()
         res = jax.block_until_ready(call(toks[i:i + b], lens[i:i + b], i))
         call_seconds.append(time.perf_counter() - t0)
-        wall += call_seconds[-1]
-        emitted += int(np.sum(np.asarray(res.lengths)))
-        if method == "target":
-          calls += int(np.sum(np.asarray(res.target_calls)))
-        else:
+        if method != "target":
           stats.append(res.stats)
           steps += int(np.max(np.asarray(res.stats.target_calls)))
         for name, values in _per_prompt(res, method).items():
           per_prompt[name] += values
+    wall, emitted, calls = sum(call_seconds), sum(per_prompt["emitted"]), sum(
+        per_prompt["target_calls"])
     if built.count:
       log(f"warning: {s} B={b} {method}: {built.count} program(s) built inside the timed "
           "calls; the timing includes compilation")
