@@ -23,6 +23,8 @@ and every call of a turn uses the turn's key, so every repeat runs the same
 computation.  The record has per turn: the tokens emitted (per run at T > 0), target
 calls, tau and accepted drafts per position for both heads, the decode-phase seconds
 of all three, and the tokens served before the turn (the learning curve's x axis).
+With ``--notimed`` each run is called once and nothing is timed: tau only, and the
+record has no decode-phase seconds (such a run may share the machine).
 
     python -m benchmarks.online_adaptation --sessions=6 --turns=3 --max_new_tokens=128 \
         --adapt=online:every=4:learning_rate=0.03 \
@@ -47,6 +49,8 @@ class OnlineAdaptationSpec:
   turns: int = knobs.knob(3, "user turns answered per session (at most)")
   min_turns: int = knobs.knob(2, "only conversations with at least this many user turns (a "
                               "long learning curve needs long sessions)")
+  timed: bool = knobs.knob(True, "time the three runs of every turn (--notimed: tau only, "
+                           "each run called once, so the machine may be busy)")
 
   def __post_init__(self):
     knobs.check_int(self, "sessions", 1)
@@ -166,8 +170,6 @@ def run_turn(r: Run, setup: dict, ids: list, state, key) -> tuple[dict, object, 
   greedy = r.temperature.temperature == 0
   if greedy and not answers["target"] == answers["frozen"] == answers["adapted"]:
     raise RuntimeError("greedy outputs differ between target-only, frozen and adapted runs")
-  timers = {(name, m): call_timer(fn, m) for name, fn in calls.items() for m in (n, 1)}
-  med = interleaved_medians(timers, r.timing.repeats)
   row = {"prompt_tokens": len(ids), "tokens": len(answers["target"])}
   for name in ("frozen", "adapted"):
     s = outs[name].stats.summary()
@@ -176,8 +178,11 @@ def run_turn(r: Run, setup: dict, ids: list, state, key) -> tuple[dict, object, 
                      accept_counts=acc, offered_counts=off)
     if not greedy:  # each run's own answer
       row[name]["tokens"] = len(answers[name])
-  for name in calls:
-    row[f"{name}_decode_s"] = med[name, n] - med[name, 1]
+  if r.bench.timed:
+    timers = {(name, m): call_timer(fn, m) for name, fn in calls.items() for m in (n, 1)}
+    med = interleaved_medians(timers, r.timing.repeats)
+    for name in calls:
+      row[f"{name}_decode_s"] = med[name, n] - med[name, 1]
   return row, outs["adapted"].adapter, answers["target"]
 
 
@@ -228,8 +233,8 @@ def load_setup(r: Run) -> dict:
 
 
 def summarize(turns: list) -> dict:
-  """Pooled tau per turn index and over everything, both heads, and the decode-phase
-  speedups over target-only (sums over turns)."""
+  """Pooled tau per turn index and over everything, both heads, and (when the turns
+  were timed) the decode-phase speedups over target-only (sums over turns)."""
   def pooled(rows, name):
     calls = sum(r[name]["target_calls"] for r in rows)
     return (sum(r[name]["accepted"] for r in rows) + calls) / max(calls, 1)
@@ -238,11 +243,12 @@ def summarize(turns: list) -> dict:
     rows = [r for r in turns if r["turn"] == t]
     out["by_turn"].append({"turn": t, "rows": len(rows), "tau_frozen": pooled(rows, "frozen"),
                            "tau_adapted": pooled(rows, "adapted")})
-  per_token = {k: sum(r[f"{k}_decode_s"] for r in turns) / max(sum(
-      decode_tokens(r, k) for r in turns), 1) for k in ("target", "frozen", "adapted")}
-  out.update(tau_frozen=pooled(turns, "frozen"), tau_adapted=pooled(turns, "adapted"),
-             decode_speedup_frozen=per_token["target"] / per_token["frozen"],
-             decode_speedup_adapted=per_token["target"] / per_token["adapted"])
+  out.update(tau_frozen=pooled(turns, "frozen"), tau_adapted=pooled(turns, "adapted"))
+  if all("target_decode_s" in r for r in turns):
+    per_token = {k: sum(r[f"{k}_decode_s"] for r in turns) / max(sum(
+        decode_tokens(r, k) for r in turns), 1) for k in ("target", "frozen", "adapted")}
+    out.update(decode_speedup_frozen=per_token["target"] / per_token["frozen"],
+               decode_speedup_adapted=per_token["target"] / per_token["adapted"])
   return out
 
 
@@ -257,15 +263,22 @@ def session_settings(r, cfg) -> dict:
   """What the replayed sessions depend on (the model, K, the adapter's settings, the
   sessions' draw and length): every record of replayed sessions keeps them."""
   return dict(target=r.model.model, k=r.chain.k,
-              adapt={f: getattr(cfg, f) for f in ("every", "steps", "window", "rank",
-                                                   "learning_rate", "label_top_k")},
+              adapt={f: getattr(cfg, f) for f in ADAPT_SETTINGS},
               max_new_tokens=r.new_tokens.max_new_tokens, max_context=r.context.max_context,
               seed=r.seed.seed, turns=r.bench.turns, min_turns=r.bench.min_turns)
 
 
+# The adapter's settings a record keeps, and the defaults of those that older records
+# were taken before (they ran with them).
+ADAPT_SETTINGS = ("every", "steps", "window", "rank", "learning_rate", "label_top_k", "loss")
+ADAPT_ADDED = {"loss": "ce"}
+SETTINGS_ADDED = {"timed": True}
+
+
 def settings(r: Run, cfg) -> dict:
   """What a record's sessions depend on: a resumed record must match them all."""
-  return dict(session_settings(r, cfg), temperature=r.temperature.temperature)
+  return dict(session_settings(r, cfg), temperature=r.temperature.temperature,
+              timed=r.bench.timed)
 
 
 def _flag(command: str, name: str):
@@ -292,7 +305,12 @@ def record_settings(rec: dict) -> dict:
 
 def check_same_settings(path: str, have: dict, want: dict) -> None:
   """UsageError naming every setting in which the record at ``path`` (``have``) differs
-  from this run's (``want``): a resumed record must be taken under one set of them."""
+  from this run's (``want``): a resumed record must be taken under one set of them (an
+  adapter setting a record predates counts as its default, ``ADAPT_ADDED``, and so
+  does a record setting, ``SETTINGS_ADDED``)."""
+  have = {**{k: v for k, v in SETTINGS_ADDED.items() if k in want}, **have}
+  if isinstance(have.get("adapt"), dict):
+    have = dict(have, adapt={**ADAPT_ADDED, **have["adapt"]})
   diff = [f"{k}: record {have.get(k)!r}, this run {v!r}" for k, v in want.items()
           if have.get(k) != v]
   if diff:

@@ -54,6 +54,8 @@ def _time_pairs(turns: list, who: str) -> np.ndarray:
 
 
 def _speedup(turns: list, who: str) -> str:
+  if not all("target_decode_s" in r for r in turns):
+    return "not timed"
   pairs = _time_pairs(turns, who), _time_pairs(turns, "target")
   g = paired_ratio_gain(*pairs)
   if len(pairs[0]) < MIN_SESSIONS:
@@ -116,7 +118,8 @@ def online_adaptation_table(rel: str = ONLINE_ADAPTATION, served_from: tuple = (
   note = (f"\n\nRecord `{rel}`: {runs}; "
           f"adaptation every {a['every']} rounds, {a['steps']} Adam step(s) at learning rate "
           f"{a['learning_rate']:g}, window {a['window']}, rank {a['rank']}, "
-          f"{a['label_top_k']} label token(s); EAGLE-3 chain K = {rec['k']}, T = {t:g}, "
+          f"{a['label_top_k']} label token(s)"
+          f"{'' if a.get('loss', 'ce') == 'ce' else ', loss ' + a['loss']}; EAGLE-3 chain K = {rec['k']}, T = {t:g}, "
           f"{rec['max_new_tokens']} new tokens per turn; {answers}.")
   return table(head, column.fill(rows)) + note + "\n\n" + family_note(column.family())
 

@@ -14,9 +14,20 @@ which a row committed tokens, it takes ``steps`` Adam steps on that row's small
     draft logits = head logits(h) + bias + rms(h) A B        (bias [Vd], A [H, r], B [r, Vd])
 
 with ``h`` the head's output feature, ``rms(h) = h / sqrt(mean(h^2) + eps)`` and the
-loss the cross-entropy of the window's labels under the adapted logits of the head
-run over the window (causal attention within the window).  The head's own weights
-stay frozen and shared; each row adapts to its own conversation (per-row adapters
+loss, over the window's entries under the adapted logits of the head run over the
+window (causal attention within the window), one of (``loss``):
+
+* ``"ce"``: the cross-entropy of the label (renormalised over its tokens) -- the
+  head's own training loss, the forward KL from the label to the draft distribution;
+* ``"tv"``: minus the label's part of the first draft's acceptance probability,
+  ``-sum_{i in label} min(p_i, q_i)``.  A lossless round accepts its first draft with
+  probability ``sum_i min(p_i, q_i) = 1 - TV(p, q)`` (Leviathan et al. 2023,
+  Theorem 3.5), and the label's tokens bound it from below, so this loss raises
+  sampled acceptance itself; it stops pulling on a token once ``q_i >= p_i``, where
+  cross-entropy goes on sharpening ``q`` towards the label.  DistillSpec (Zhou et
+  al. 2024) distils drafters on total variation for the same reason.
+
+The head's own weights stay frozen and shared; each row adapts to its own conversation (per-row adapters
 keep rows independent, so results do not depend on how rows are batched or split
 over devices).  ``B`` starts at 0, so an adapter that has not learned yet drafts as
 the frozen head does.
@@ -51,6 +62,7 @@ from specjax.hyperparams import Hyperparams
 RMS_EPS = 1e-6
 # A's entries start at N(0, 1 / H) scaled by this, the same for every row (a fixed key).
 A_INIT_SCALE = 1.0
+LOSSES = ("ce", "tv")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +77,7 @@ class OnlineAdaptation(Hyperparams):
     learning_rate: Adam's step size (> 0; traced: a sweep compiles once).
     label_top_k: k, the target tokens each label keeps (>= 1; each one more costs an
       argmax pass over the vocabulary per round, about a millisecond for SmolLM2).
+    loss: ``"ce"`` or ``"tv"`` (module docstring): what an update minimises.
   """
 
   every: int = 8
@@ -73,6 +86,7 @@ class OnlineAdaptation(Hyperparams):
   rank: int = 8
   learning_rate: float = 3e-2
   label_top_k: int = 1
+  loss: str = "ce"
 
   def __post_init__(self):
     for name, low, high in (("every", 1, None), ("steps", 1, 64), ("window", 2, 4096),
@@ -81,6 +95,8 @@ class OnlineAdaptation(Hyperparams):
       if high is not None and value > high:
         raise ValueError(f"{name}={value} must be an integer in [{low}, {high}]")
     check_range("learning_rate", self.learning_rate, low=0.0, low_open=True, high=1.0)
+    if self.loss not in LOSSES:
+      raise ValueError(f"loss={self.loss!r} must be one of {LOSSES}")
 
   def optimizer(self) -> optax.GradientTransformation:
     return optax.adam(self.learning_rate)
@@ -309,18 +325,22 @@ def add_entries(cfg: OnlineAdaptation, state: AdapterState, feats: jax.Array,
 
 
 def window_loss(params: AdapterParams, base_logits: jax.Array, hidden: jax.Array,
-                window: Window, to_draft: jax.Array) -> jax.Array:
-  """``[B]`` mean cross-entropy of each row's valid entries' labels (restricted to the
-  draft vocabulary, ``to_draft`` [V], and renormalised) under the adapted draft logits
-  (``base_logits [B, W, Vd]`` the frozen head's, ``hidden [B, W, H]``)."""
+                window: Window, to_draft: jax.Array, loss: str = "ce") -> jax.Array:
+  """``[B]`` each row's mean loss over its valid entries (module docstring, ``loss``)
+  under the adapted draft logits (``base_logits [B, W, Vd]`` the frozen head's,
+  ``hidden [B, W, H]``); label tokens outside the draft vocabulary (``to_draft`` [V])
+  count for nothing, and an entry with none inside it is skipped."""
   logp = jax.nn.log_softmax(base_logits + logit_delta(params, hidden), -1)  # [B, W, Vd]
   ids = to_draft[window.label_ids]  # [B, W, k]
   probs = jnp.where(ids >= 0, window.label_probs, 0.0)
   mass = jnp.sum(probs, -1)
   picked = jnp.take_along_axis(logp, jnp.maximum(ids, 0), -1)
-  ce = -jnp.sum(probs * picked, -1) / jnp.maximum(mass, 1e-30)
+  if loss == "tv":
+    per_entry = -jnp.sum(jnp.where(ids >= 0, jnp.minimum(probs, jnp.exp(picked)), 0.0), -1)
+  else:
+    per_entry = -jnp.sum(probs * picked, -1) / jnp.maximum(mass, 1e-30)
   w = (window.valid & (mass > 0)).astype(jnp.float32)
-  return jnp.sum(ce * w, -1) / jnp.maximum(jnp.sum(w, -1), 1.0)
+  return jnp.sum(per_entry * w, -1) / jnp.maximum(jnp.sum(w, -1), 1.0)
 
 
 def update(cfg: OnlineAdaptation, state: AdapterState, base_logits: jax.Array,
@@ -336,7 +356,7 @@ def update(cfg: OnlineAdaptation, state: AdapterState, base_logits: jax.Array,
   def one_step(carry, _):
     params, opt_state = carry
     grads = jax.grad(lambda p: jnp.sum(
-        window_loss(p, base_logits, hidden, state.window, to_draft)))(params)
+        window_loss(p, base_logits, hidden, state.window, to_draft, cfg.loss)))(params)
     upd, new_opt = jax.vmap(opt.update)(grads, opt_state, params)
     new_params = optax.apply_updates(params, upd)
     pick = lambda new, old: jnp.where(has.reshape((-1,) + (1,) * (new.ndim - 1)), new, old)

@@ -11,17 +11,19 @@ from experiments.results import provenance_notes
 
 SETTINGS = dict(target="smollm2-135m-instruct", k=4,
                 adapt=dict(every=4, steps=1, window=32, rank=8, learning_rate=0.03,
-                           label_top_k=1),
+                           label_top_k=1, loss="ce"),
                 max_new_tokens=256, max_context=4096, seed=1, turns=8, min_turns=8,
-                temperature=0.0)
+                temperature=0.0, timed=True)
 
 
 def _old_record(tmp_path):
-  """A record as written before resumption existed: settings only in its command."""
+  """A record as written before resumption existed: settings only in its command (and
+  before the adapter's ``loss`` setting: it ran with cross-entropy)."""
   cmd = ("python -m benchmarks.online_adaptation --sessions=3 --turns=8 --min_turns=8 "
          "--max_new_tokens=256 --max_context=4096 --seed=1 --output=x.json")
   rec = dict(benchmark="online_adaptation", target=SETTINGS["target"], k=4,
-             adapt=SETTINGS["adapt"], max_new_tokens=256, max_context=4096,
+             adapt={k: v for k, v in SETTINGS["adapt"].items() if k != "loss"},
+             max_new_tokens=256, max_context=4096,
              turns=[{"session": s, "turn": 0} for s in range(3)],
              provenance=dict(command=cmd, git_commit="a" * 40, git_dirty=False))
   path = tmp_path / "old.json"
@@ -37,8 +39,9 @@ def test_an_old_record_resumes_with_its_sessions_as_one_part(tmp_path):
 
 
 @pytest.mark.parametrize("field,value", [("seed", 2), ("turns", 3), ("max_new_tokens", 128),
-                                         ("temperature", 1.0),
-                                         ("adapt", dict(SETTINGS["adapt"], every=8))])
+                                         ("temperature", 1.0), ("timed", False),
+                                         ("adapt", dict(SETTINGS["adapt"], every=8)),
+                                         ("adapt", dict(SETTINGS["adapt"], loss="tv"))])
 def test_a_record_taken_otherwise_is_refused_naming_the_difference(tmp_path, field, value):
   with pytest.raises(app.UsageError, match=f"{field}: record"):
     oa.resume_from(_old_record(tmp_path), dict(SETTINGS, **{field: value}))
@@ -90,6 +93,18 @@ def test_sampled_turns_time_each_run_by_its_own_answer():
   greedy = dict(row, frozen=dict(accepted=2, target_calls=3),
                 adapted=dict(accepted=3, target_calls=2))
   assert oa.summarize([greedy])["decode_speedup_adapted"] == pytest.approx(1.0)
+
+
+def test_untimed_turns_report_tau_and_no_speed():
+  """``--notimed`` turns have no decode-phase seconds: the summary keeps tau and leaves
+  the speedups out, and the table says "not timed" instead of a speed."""
+  from experiments.results import adaptation_tables
+  row = dict(session=0, turn=0, tokens=11, frozen=dict(accepted=2, target_calls=3),
+             adapted=dict(accepted=3, target_calls=2))
+  summary = oa.summarize([row])
+  assert summary["tau_adapted"] == pytest.approx(2.5)
+  assert "decode_speedup_adapted" not in summary
+  assert adaptation_tables._speedup([row], "adapted") == "not timed"
 
 
 def test_a_turns_key_is_the_same_for_its_three_runs_and_differs_across_turns():
