@@ -175,7 +175,7 @@ def tiled(adapter_params, rows: int):
   return jax.tree.map(lambda x: jnp.repeat(x, rows, axis=0), adapter_params)
 
 
-def run_session(r: Run, setup: dict, users: list[dict]) -> dict:
+def run_session(r: Run, setup: dict, conv) -> dict:
   """One session answered by the adapting chain, then its adapter carried into the
   unlike prompts: ``{"turns": [...], "served": tokens, "carried": per prompt}``."""
   state, turns = None, []
@@ -187,7 +187,7 @@ def run_session(r: Run, setup: dict, users: list[dict]) -> dict:
     turns.append(dict(turn=turn, tokens=len(tokens), tau=out.stats.summary()["tau"]))
     return tokens
 
-  oa.replay(r, setup["ms"], users, answer)
+  oa.replay(r, setup["ms"], conv, answer)
   served = sum(t["tokens"] for t in turns)
   prompts = [list(p.ids) for p in setup["unlike"]]
   carried = _generate(setup, setup["adapting"], prompts, r.transfer.unlike_new_tokens,
@@ -241,7 +241,7 @@ def main(_):
     if s in done:
       continue
     body["sessions"].append(dict(session=s, conversation=conv.id,
-                                 **run_session(r, setup, conv.users)))
+                                 **run_session(r, setup, conv)))
     ran.append(s)
     print(f"session {s}: served {body['sessions'][-1]['served']} tokens", flush=True)
     if r.output.output:  # after every session: a killed run resumes from here

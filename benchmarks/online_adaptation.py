@@ -15,6 +15,12 @@ same context every turn (the adapting head has learned from its own answer, a dr
 from the same law).  The adapting head carries its state (adapters, Adam's moments,
 window) from one turn to the next, as a served chat would (``SpecResult.adapter``).
 
+With ``--session_set=humaneval`` a session is instead a run of ``--turns`` HumanEval
+problems in sequence, each answered in a context of its own, the adapter carried from
+one problem to the next (a coding assistant serving one user's problems).
+``--draft_shape=tree`` drafts with the head's EAGLE-2 dynamic tree instead of its
+chain (frozen and adapting alike).
+
 Per turn, batch 1, every call once per round, round-robin, median of ``--repeats``
 rounds: target-only ``generate``, the frozen chain and the adapting chain, each at
 ``n`` and 1 new tokens (the 1-token call is the prefill and first token; decode
@@ -58,9 +64,26 @@ class OnlineAdaptationSpec:
     knobs.check_int(self, "min_turns", 1)
 
 
+SESSION_SETS = ("sharegpt", "humaneval")
+# --draft_shape -> the EAGLE-3 head's drafter of that shape (drafter_factory names)
+DRAFTERS = {"chain": "eagle_chain", "tree": "eagle_tree"}
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionKindSpec:
+  """What a session is and what drafts for it."""
+  session_set: str = knobs.knob("sharegpt", "sharegpt: held-out multi-turn chats replayed turn "
+                                "after turn; humaneval: --turns HumanEval problems in "
+                                "sequence, each in a context of its own", choices=SESSION_SETS)
+  draft_shape: str = knobs.knob("chain", "the EAGLE-3 head's chain (K = --k) or its EAGLE-2 "
+                                "dynamic tree (--eagle_depth, --eagle_top_k, "
+                                "--eagle_total_tokens)", choices=tuple(DRAFTERS))
+
+
 SPECS = knobs.Specs(specs.ModelSpec, specs.ChainSpec, specs.AdaptSpec, specs.NewTokensSpec,
                     specs.ContextSpec, specs.TimingSpec, specs.SeedSpec, specs.OutputSpec,
-                    OnlineAdaptationSpec, specs.TemperatureSpec,
+                    OnlineAdaptationSpec, specs.TemperatureSpec, SessionKindSpec,
+                    specs.EagleTreeSpec,
                     presets=dict(model="smollm2-135m-instruct", k=4, temperature=0.0,
                                  adapt="online:every=4:learning_rate=0.03",
                                  max_new_tokens=128, max_context=1024, repeats=3, output=""))
@@ -79,6 +102,8 @@ class Run:
   output: specs.OutputSpec
   bench: OnlineAdaptationSpec
   temperature: specs.TemperatureSpec
+  kind: SessionKindSpec
+  eagle_tree: specs.EagleTreeSpec
 
 
 def define_flags() -> None:
@@ -111,18 +136,25 @@ def build_run() -> Run:
 
 @dataclasses.dataclass(frozen=True)
 class Conversation:
-  """A held-out conversation replayed as a session: its ShareGPT ``id`` and its user
-  turns (``users``: chat messages, at most ``--turns``)."""
+  """A session: a held-out conversation's ShareGPT ``id`` and its user turns
+  (``users``: chat messages, at most ``--turns``), each answered after the earlier
+  turns and answers; or, ``independent``, a sequence of problems (``id``: their
+  sources, comma-separated), each answered in a context of its own."""
   id: str
   users: list
+  independent: bool = False
 
 
-def sessions(r, encode_chat) -> list[Conversation]:
-  """``--sessions`` held-out conversations with ``--min_turns`` user turns or more whose
-  first turn fits the context (``r``: a run with this binary's ``bench``, ``new_tokens``,
-  ``context`` and ``seed`` specs)."""
-  from specjax.data import eval_prompts
+def sessions(r, encode_chat, session_set: str = "sharegpt") -> list[Conversation]:
+  """``--sessions`` sessions (``r``: a run with this binary's ``bench``, ``new_tokens``,
+  ``context`` and ``seed`` specs): held-out conversations with ``--min_turns`` user
+  turns or more whose first turn fits the context, or (``session_set="humaneval"``)
+  runs of ``--turns`` HumanEval problems that fit it, in their ``--seed`` order
+  (``experiments.common.prompts.load_chat_prompts``), session s the s-th run."""
   b, n, ctx = r.bench, r.new_tokens.max_new_tokens, r.context.max_context
+  if session_set == "humaneval":
+    return _problem_sessions(r, encode_chat)
+  from specjax.data import eval_prompts
   out = []
   for prefixes in eval_prompts.heldout_multiturn_prompts(seed=r.seed.seed):
     users = [m for m in prefixes[0].messages if m["role"] == "user"]
@@ -135,6 +167,20 @@ def sessions(r, encode_chat) -> list[Conversation]:
   raise app.UsageError(f"--sessions={b.sessions}: only {len(out)} held-out conversations "
                        f"have --min_turns={b.min_turns} user turns and fit "
                        f"--max_context={ctx}")
+
+
+def _problem_sessions(r, encode_chat) -> list[Conversation]:
+  from experiments.common.prompts import load_chat_prompts
+  b, n, ctx = r.bench, r.new_tokens.max_new_tokens, r.context.max_context
+  try:
+    probs = load_chat_prompts(encode_chat, b.sessions * b.turns, sets=("humaneval",),
+                              max_tokens=ctx - n, seed=r.seed.seed)
+  except ValueError as e:
+    raise app.UsageError(f"--sessions={b.sessions} --turns={b.turns}: {e}") from None
+  runs = [probs[i:i + b.turns] for i in range(0, len(probs), b.turns)]
+  return [Conversation(",".join(p.source for p in run),
+                       [{"role": "user", "content": p.text} for p in run], independent=True)
+          for run in runs]
 
 
 def _position_counts(stats) -> tuple[list, list]:
@@ -186,7 +232,7 @@ def run_turn(r: Run, setup: dict, ids: list, state, key) -> tuple[dict, object, 
   return row, outs["adapted"].adapter, answers["target"]
 
 
-def run_session(r: Run, setup: dict, users: list[dict], session: int, served: int) -> list:
+def run_session(r: Run, setup: dict, conv: Conversation, session: int, served: int) -> list:
   """Every turn of session number ``session`` (module docstring); ``served``: tokens
   served before it by the adapting head (its state starts afresh per session)."""
   rows, state = [], None
@@ -198,18 +244,19 @@ def run_session(r: Run, setup: dict, users: list[dict], session: int, served: in
     served += row["adapted"].get("tokens", row["tokens"])
     return out
 
-  replay(r, setup["ms"], users, answer)
+  replay(r, setup["ms"], conv, answer)
   return rows
 
 
-def replay(r, ms, users: list[dict], answer) -> None:
-  """Replay a conversation turn after turn: each user turn joins the messages, the
-  conversation is rendered (``ms.encode_chat``) and ``answer(turn, ids) -> answer ids``
-  answers it, the answer joining the messages as the assistant's; stops at the first
-  turn whose rendering and ``--max_new_tokens`` more do not fit ``--max_context``."""
+def replay(r, ms, conv: Conversation, answer) -> None:
+  """Replay a session turn after turn: each user turn joins the messages (or, for an
+  ``independent`` session, starts them afresh), they are rendered (``ms.encode_chat``)
+  and ``answer(turn, ids) -> answer ids`` answers them, the answer joining the
+  messages as the assistant's; stops at the first turn whose rendering and
+  ``--max_new_tokens`` more do not fit ``--max_context``."""
   messages = []
-  for turn, user in enumerate(users):
-    messages.append(user)
+  for turn, user in enumerate(conv.users):
+    messages = [user] if conv.independent else messages + [user]
     ids = ms.encode_chat(messages)
     if len(ids) + r.new_tokens.max_new_tokens > r.context.max_context:
       return
@@ -224,10 +271,13 @@ def load_setup(r: Run) -> dict:
   cfg = online_adaptation(r.adapt)
   ms = load_model_set(r.model.model, draft="", eagle="eagle3")
   sampling = SamplingConfig(temperature=r.temperature.temperature)
-  frozen, fparams = make_drafter("eagle_chain", sampling, ms.draft_sources(),
-                                 num_draft=r.chain.k)
-  adapting, aparams = make_drafter("eagle_chain", sampling, ms.draft_sources(),
-                                   num_draft=r.chain.k, adapt=cfg)
+  shape = dict(num_draft=r.chain.k)
+  if r.kind.draft_shape == "tree":
+    t = r.eagle_tree
+    shape = dict(depth=t.eagle_depth, top_k=t.eagle_top_k, total_tokens=t.eagle_total_tokens)
+  name = DRAFTERS[r.kind.draft_shape]
+  frozen, fparams = make_drafter(name, sampling, ms.draft_sources(), **shape)
+  adapting, aparams = make_drafter(name, sampling, ms.draft_sources(), adapt=cfg, **shape)
   return dict(ms=ms, cfg=cfg, rule=verifiers.get("lossless"), frozen=frozen, fparams=fparams,
               adapting=adapting, aparams=aparams, sampling=sampling)
 
@@ -272,13 +322,17 @@ def session_settings(r, cfg) -> dict:
 # were taken before (they ran with them).
 ADAPT_SETTINGS = ("every", "steps", "window", "rank", "learning_rate", "label_top_k", "loss")
 ADAPT_ADDED = {"loss": "ce"}
-SETTINGS_ADDED = {"timed": True}
+SETTINGS_ADDED = {"timed": True, "session_set": "sharegpt", "draft_shape": "chain"}
 
 
 def settings(r: Run, cfg) -> dict:
   """What a record's sessions depend on: a resumed record must match them all."""
-  return dict(session_settings(r, cfg), temperature=r.temperature.temperature,
-              timed=r.bench.timed)
+  out = dict(session_settings(r, cfg), temperature=r.temperature.temperature,
+             timed=r.bench.timed, session_set=r.kind.session_set,
+             draft_shape=r.kind.draft_shape)
+  if r.kind.draft_shape == "tree":
+    out["eagle_tree"] = dataclasses.asdict(r.eagle_tree)
+  return out
 
 
 def _flag(command: str, name: str):
@@ -343,10 +397,10 @@ def main(_):
   turns, parts = resume_from(r.output.output, want)
   done = {t["session"] for t in turns}
   ran = []
-  for s, conv in enumerate(sessions(r, setup["ms"].encode_chat)):
+  for s, conv in enumerate(sessions(r, setup["ms"].encode_chat, r.kind.session_set)):
     if s in done:
       continue
-    rows = run_session(r, setup, conv.users, s, 0)
+    rows = run_session(r, setup, conv, s, 0)
     turns += [{"session": s, **row} for row in rows]
     ran.append(s)
     print(f"session {s}: " + ", ".join(

@@ -80,6 +80,23 @@ def _row(label: str, turns: list, column: VerdictColumn) -> list:
           _speedup(turns, "frozen"), _speedup(turns, "adapted")]
 
 
+def _drafts(rec: dict) -> str:
+  """What drafted: the EAGLE-3 chain (K) or its EAGLE-2 dynamic tree (its sizes)."""
+  st = rec.get("settings", {})
+  if st.get("draft_shape", "chain") == "tree":
+    t = st["eagle_tree"]
+    return (f"EAGLE-3 head's EAGLE-2 dynamic tree (depth {t['eagle_depth']}, top-k "
+            f"{t['eagle_top_k']}, {t['eagle_total_tokens']} nodes)")
+  return f"EAGLE-3 chain K = {rec['k']}"
+
+
+def _problems(rec: dict) -> str:
+  """How a HumanEval session's turns are formed (nothing for chats)."""
+  if rec.get("settings", {}).get("session_set", "sharegpt") != "humaneval":
+    return ""
+  return "; each session a run of HumanEval problems, each answered in a context of its own"
+
+
 def _span(sessions: list) -> str:
   """``1-3`` for consecutive (1-based) conversation numbers, else ``1, 3, 6``."""
   s = sorted(sessions)
@@ -110,17 +127,19 @@ def online_adaptation_table(rel: str = ONLINE_ADAPTATION, served_from: tuple = (
   a = rec["adapt"]
   t = rec.get("settings", {}).get("temperature", 0.0)
   answers = ("the three runs of every turn emitted the same tokens" if t == 0 else
-             "each run sampled its own answer under the turn's key, and the next turn's "
-             "context holds target-only's")
-  runs = "; ".join(f"conversations {_span([i + 1 for i in p['sessions']])}: `{p['command']}` at commit "
+             "each run sampled its own answer under the turn's key" + (
+                 "" if _problems(rec) else ", and the next turn's context holds target-only's"))
+  what = "sessions" if _problems(rec) else "conversations"
+  runs = "; ".join(f"{what} {_span([i + 1 for i in p['sessions']])}: `{p['command']}` at commit "
                    f"`{p['git_commit'][:10]}`" for p in rec["parts"]) if rec.get("parts") else (
       f"`{rec['provenance']['command']}` at commit `{rec['provenance']['git_commit'][:10]}`")
   note = (f"\n\nRecord `{rel}`: {runs}; "
           f"adaptation every {a['every']} rounds, {a['steps']} Adam step(s) at learning rate "
           f"{a['learning_rate']:g}, window {a['window']}, rank {a['rank']}, "
           f"{a['label_top_k']} label token(s)"
-          f"{'' if a.get('loss', 'ce') == 'ce' else ', loss ' + a['loss']}; EAGLE-3 chain K = {rec['k']}, T = {t:g}, "
-          f"{rec['max_new_tokens']} new tokens per turn; {answers}.")
+          f"{'' if a.get('loss', 'ce') == 'ce' else ', loss ' + a['loss']}; "
+          f"{_drafts(rec)}, T = {t:g}, {rec['max_new_tokens']} new tokens per turn"
+          f"{_problems(rec)}; {answers}.")
   return table(head, column.fill(rows)) + note + "\n\n" + family_note(column.family())
 
 

@@ -13,7 +13,7 @@ SETTINGS = dict(target="smollm2-135m-instruct", k=4,
                 adapt=dict(every=4, steps=1, window=32, rank=8, learning_rate=0.03,
                            label_top_k=1, loss="ce"),
                 max_new_tokens=256, max_context=4096, seed=1, turns=8, min_turns=8,
-                temperature=0.0, timed=True)
+                temperature=0.0, timed=True, session_set="sharegpt", draft_shape="chain")
 
 
 def _old_record(tmp_path):
@@ -40,6 +40,8 @@ def test_an_old_record_resumes_with_its_sessions_as_one_part(tmp_path):
 
 @pytest.mark.parametrize("field,value", [("seed", 2), ("turns", 3), ("max_new_tokens", 128),
                                          ("temperature", 1.0), ("timed", False),
+                                         ("draft_shape", "tree"),
+                                         ("session_set", "humaneval"),
                                          ("adapt", dict(SETTINGS["adapt"], every=8)),
                                          ("adapt", dict(SETTINGS["adapt"], loss="tv"))])
 def test_a_record_taken_otherwise_is_refused_naming_the_difference(tmp_path, field, value):
@@ -113,3 +115,59 @@ def test_a_turns_key_is_the_same_for_its_three_runs_and_differs_across_turns():
   assert (same[0] == same[1]).all()
   other = jax.random.key_data(oa.turn_key(1, 2, 4))
   assert not (same[0] == other).all()
+
+
+def _run(**kw):
+  """A parsed run of this binary's specs with ``kw`` overriding its presets."""
+  from types import SimpleNamespace as NS
+  bench = oa.OnlineAdaptationSpec(**{k: kw[k] for k in ("sessions", "turns") if k in kw})
+  return NS(bench=bench, new_tokens=NS(max_new_tokens=kw.get("max_new_tokens", 8)),
+            context=NS(max_context=kw.get("max_context", 100)), seed=NS(seed=0))
+
+
+def test_humaneval_sessions_are_runs_of_problems_in_their_seed_order(monkeypatch):
+  """``--session_set=humaneval``: session s holds problems [s * turns, (s + 1) * turns)
+  of one ordered list of prompts that fit the context (asked for sessions x turns),
+  each an independent turn; too few problems is a usage error naming the flags."""
+  from experiments.common.prompts import ChatPrompt
+  asked = {}
+
+  def fake(encode_chat, n, *, sets, max_tokens, seed):
+    asked.update(n=n, sets=sets, max_tokens=max_tokens, seed=seed)
+    if n > 6:
+      raise ValueError("prompt set 'humaneval' has only 6 prompts")
+    return [ChatPrompt(f"problem {i}", (1,), f"humaneval:HumanEval/{i}", "humaneval")
+            for i in range(n)]
+
+  monkeypatch.setattr("experiments.common.prompts.load_chat_prompts", fake)
+  got = oa.sessions(_run(sessions=2, turns=3), None, "humaneval")
+  assert asked == dict(n=6, sets=("humaneval",), max_tokens=92, seed=0)
+  assert [c.independent for c in got] == [True, True]
+  assert [[u["content"] for u in c.users] for c in got] == [
+      ["problem 0", "problem 1", "problem 2"], ["problem 3", "problem 4", "problem 5"]]
+  assert got[1].id == "humaneval:HumanEval/3,humaneval:HumanEval/4,humaneval:HumanEval/5"
+  with pytest.raises(app.UsageError, match="--sessions=3 --turns=3"):
+    oa.sessions(_run(sessions=3, turns=3), None, "humaneval")
+
+
+@pytest.mark.parametrize("independent", [False, True])
+def test_replay_keeps_earlier_turns_only_for_a_conversation(independent):
+  """A chat's turn t is rendered after every earlier user turn and answer; an
+  independent session's turn alone.  The replay stops at the first turn that does not
+  fit ``--max_context`` with ``--max_new_tokens`` more."""
+  from types import SimpleNamespace as NS
+  seen = []
+  ms = NS(encode_chat=lambda msgs: [len(m["content"]) for m in msgs],
+          tokenizer=NS(decode=lambda ids: "a" * len(ids)))
+  users = [{"role": "user", "content": c} for c in ("x", "yy", "zzz")]
+  conv = oa.Conversation("c", users, independent=independent)
+
+  def answer(turn, ids):
+    seen.append(list(ids))
+    return [0] * (turn + 1)
+
+  oa.replay(_run(max_new_tokens=1, max_context=5), ms, conv, answer)
+  if independent:
+    assert seen == [[1], [2], [3]]
+  else:  # turn 3 would need 5 rendered messages + 1 new token > 5
+    assert seen == [[1], [1, 1, 2]]
