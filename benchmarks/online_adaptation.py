@@ -320,8 +320,9 @@ def session_settings(r, cfg) -> dict:
 
 # The adapter's settings a record keeps, and the defaults of those that older records
 # were taken before (they ran with them).
-ADAPT_SETTINGS = ("every", "steps", "window", "rank", "learning_rate", "label_top_k", "loss")
-ADAPT_ADDED = {"loss": "ce"}
+ADAPT_SETTINGS = ("every", "steps", "window", "rank", "learning_rate", "label_top_k", "loss",
+                  "update_vocab")
+ADAPT_ADDED = {"loss": "ce", "update_vocab": "all"}
 SETTINGS_ADDED = {"timed": True, "session_set": "sharegpt", "draft_shape": "chain"}
 
 

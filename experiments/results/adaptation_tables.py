@@ -80,6 +80,9 @@ def _row(label: str, turns: list, column: VerdictColumn) -> list:
           _speedup(turns, "frozen"), _speedup(turns, "adapted")]
 
 
+LABELS_ONLY = ", updates moving only the logits of their labels' tokens"
+
+
 def _drafts(rec: dict) -> str:
   """What drafted: the EAGLE-3 chain (K) or its EAGLE-2 dynamic tree (its sizes)."""
   st = rec.get("settings", {})
@@ -137,7 +140,8 @@ def online_adaptation_table(rel: str = ONLINE_ADAPTATION, served_from: tuple = (
           f"adaptation every {a['every']} rounds, {a['steps']} Adam step(s) at learning rate "
           f"{a['learning_rate']:g}, window {a['window']}, rank {a['rank']}, "
           f"{a['label_top_k']} label token(s)"
-          f"{'' if a.get('loss', 'ce') == 'ce' else ', loss ' + a['loss']}; "
+          f"{'' if a.get('loss', 'ce') == 'ce' else ', loss ' + a['loss']}"
+          f"{'' if a.get('update_vocab', 'all') == 'all' else LABELS_ONLY}; "
           f"{_drafts(rec)}, T = {t:g}, {rec['max_new_tokens']} new tokens per turn"
           f"{_problems(rec)}; {answers}.")
   return table(head, column.fill(rows)) + note + "\n\n" + family_note(column.family())

@@ -27,6 +27,15 @@ window (causal attention within the window), one of (``loss``):
   cross-entropy goes on sharpening ``q`` towards the label.  DistillSpec (Zhou et
   al. 2024) distils drafters on total variation for the same reason.
 
+With ``update_vocab="labels"`` an update moves only the logits of the draft tokens in
+the row's window labels (their ``bias`` and ``B`` columns; every other token keeps the
+frozen head's logit).  Adam scales each coordinate's step by its own gradient's size,
+so with ``"all"`` the tiny gradients of the many tokens no label names -- each pushed
+down by its own probability -- become steps as large as the label tokens': every
+update lowers the whole tail by about the learning rate, sharpening ``q``.  Greedy
+drafting does not mind (the argmax is what counts); sampled drafting is accepted
+with probability ``1 - TV(p, q)`` and does.
+
 The head's own weights stay frozen and shared; each row adapts to its own conversation (per-row adapters
 keep rows independent, so results do not depend on how rows are batched or split
 over devices).  ``B`` starts at 0, so an adapter that has not learned yet drafts as
@@ -63,6 +72,7 @@ RMS_EPS = 1e-6
 # A's entries start at N(0, 1 / H) scaled by this, the same for every row (a fixed key).
 A_INIT_SCALE = 1.0
 LOSSES = ("ce", "tv")
+UPDATE_VOCABS = ("all", "labels")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +88,8 @@ class OnlineAdaptation(Hyperparams):
     label_top_k: k, the target tokens each label keeps (>= 1; each one more costs an
       argmax pass over the vocabulary per round, about a millisecond for SmolLM2).
     loss: ``"ce"`` or ``"tv"`` (module docstring): what an update minimises.
+    update_vocab: ``"all"`` or ``"labels"`` (module docstring): the draft tokens whose
+      logits an update may move.
   """
 
   every: int = 8
@@ -87,6 +99,7 @@ class OnlineAdaptation(Hyperparams):
   learning_rate: float = 3e-2
   label_top_k: int = 1
   loss: str = "ce"
+  update_vocab: str = "all"
 
   def __post_init__(self):
     for name, low, high in (("every", 1, None), ("steps", 1, 64), ("window", 2, 4096),
@@ -97,6 +110,8 @@ class OnlineAdaptation(Hyperparams):
     check_range("learning_rate", self.learning_rate, low=0.0, low_open=True, high=1.0)
     if self.loss not in LOSSES:
       raise ValueError(f"loss={self.loss!r} must be one of {LOSSES}")
+    if self.update_vocab not in UPDATE_VOCABS:
+      raise ValueError(f"update_vocab={self.update_vocab!r} must be one of {UPDATE_VOCABS}")
 
   def optimizer(self) -> optax.GradientTransformation:
     return optax.adam(self.learning_rate)
@@ -352,11 +367,16 @@ def update(cfg: OnlineAdaptation, state: AdapterState, base_logits: jax.Array,
   opt = cfg.optimizer()
   due = due_rows(cfg, state)
   has = jnp.any(state.window.valid, 1) & due  # [B]
+  movable = (label_tokens(state.window, to_draft, base_logits.shape[-1])
+             if cfg.update_vocab == "labels" else None)
 
   def one_step(carry, _):
     params, opt_state = carry
     grads = jax.grad(lambda p: jnp.sum(
         window_loss(p, base_logits, hidden, state.window, to_draft, cfg.loss)))(params)
+    if movable is not None:
+      grads = dataclasses.replace(grads, bias=jnp.where(movable, grads.bias, 0.0),
+                                  b=jnp.where(movable[:, None, :], grads.b, 0.0))
     upd, new_opt = jax.vmap(opt.update)(grads, opt_state, params)
     new_params = optax.apply_updates(params, upd)
     pick = lambda new, old: jnp.where(has.reshape((-1,) + (1,) * (new.ndim - 1)), new, old)
@@ -367,6 +387,15 @@ def update(cfg: OnlineAdaptation, state: AdapterState, base_logits: jax.Array,
   return dataclasses.replace(state, params=params, opt_state=opt_state,
                              updated_at=jnp.where(due, state.rounds, state.updated_at),
                              updates=state.updates + has.astype(jnp.int32))
+
+
+def label_tokens(window: Window, to_draft: jax.Array, draft_vocab: int) -> jax.Array:
+  """``[B, Vd]`` bool: the draft tokens named (with nonzero probability) by a valid label
+  of each row's window."""
+  ids = to_draft[window.label_ids]  # [B, W, k]
+  named = window.valid[..., None] & (ids >= 0) & (window.label_probs > 0)
+  rows = jnp.arange(ids.shape[0])[:, None, None]
+  return jnp.zeros((ids.shape[0], draft_vocab), bool).at[rows, jnp.maximum(ids, 0)].max(named)
 
 
 def due_rows(cfg: OnlineAdaptation, state: AdapterState) -> jax.Array:

@@ -11,18 +11,19 @@ from experiments.results import provenance_notes
 
 SETTINGS = dict(target="smollm2-135m-instruct", k=4,
                 adapt=dict(every=4, steps=1, window=32, rank=8, learning_rate=0.03,
-                           label_top_k=1, loss="ce"),
+                           label_top_k=1, loss="ce", update_vocab="all"),
                 max_new_tokens=256, max_context=4096, seed=1, turns=8, min_turns=8,
                 temperature=0.0, timed=True, session_set="sharegpt", draft_shape="chain")
 
 
 def _old_record(tmp_path):
   """A record as written before resumption existed: settings only in its command (and
-  before the adapter's ``loss`` setting: it ran with cross-entropy)."""
+  before the adapter's ``loss`` and ``update_vocab`` settings: it ran with their
+  defaults)."""
   cmd = ("python -m benchmarks.online_adaptation --sessions=3 --turns=8 --min_turns=8 "
          "--max_new_tokens=256 --max_context=4096 --seed=1 --output=x.json")
   rec = dict(benchmark="online_adaptation", target=SETTINGS["target"], k=4,
-             adapt={k: v for k, v in SETTINGS["adapt"].items() if k != "loss"},
+             adapt={k: v for k, v in SETTINGS["adapt"].items() if k not in oa.ADAPT_ADDED},
              max_new_tokens=256, max_context=4096,
              turns=[{"session": s, "turn": 0} for s in range(3)],
              provenance=dict(command=cmd, git_commit="a" * 40, git_dirty=False))

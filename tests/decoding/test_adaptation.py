@@ -88,6 +88,40 @@ def test_update_learns_its_window_and_leaves_empty_rows_alone(loss):
   assert not np.any(np.asarray(adaptation.due_rows(cfg, new)))  # not again this round
 
 
+def test_a_labels_only_update_moves_only_the_tokens_its_window_names():
+  """``update_vocab="labels"``: after 10 Adam steps the bias and B columns of draft tokens
+  no valid label of the row names (with nonzero probability) are still exactly 0 -- their
+  logits are the frozen head's -- those it names have moved, and the window loss fell;
+  with ``"all"`` every column moves (the mask is what keeps them)."""
+  b, w, h, vd = 1, 4, 6, 12
+  rng = np.random.default_rng(2)
+  ids = jnp.asarray([[[1, 2], [3, 1], [5, 9], [7, 8]]], jnp.int32)
+  probs = jnp.asarray([[[0.6, 0.4], [0.7, 0.3], [1.0, 0.0], [0.5, 0.5]]], jnp.float32)
+  valid = jnp.asarray([[True, True, True, False]])  # 7 and 8: an invalid entry's; 9: p = 0
+  base = jnp.asarray(rng.standard_normal((b, w, vd)), jnp.float32)
+  hidden = jnp.asarray(rng.standard_normal((b, w, h)), jnp.float32)
+  to_draft = jnp.arange(vd, dtype=jnp.int32)
+  moved = {}
+  for vocab in adaptation.UPDATE_VOCABS:
+    cfg = OnlineAdaptation(every=1, steps=10, window=w, rank=2, learning_rate=0.05,
+                           label_top_k=2, update_vocab=vocab)
+    st = adaptation.init_state(cfg, b, (1, h), h, vd)
+    st = dataclasses.replace(st, rounds=jnp.ones((b,), jnp.int32), window=dataclasses.replace(
+        st.window, label_ids=ids, label_probs=probs, valid=valid))
+    new = adaptation.update(cfg, st, base, hidden, to_draft)
+    cols = (np.abs(np.asarray(new.params.bias[0])) + np.abs(np.asarray(new.params.b[0])).sum(0))
+    moved[vocab] = set(np.flatnonzero(cols > 0).tolist())
+    before = adaptation.window_loss(st.params, base, hidden, st.window, to_draft)
+    assert float(adaptation.window_loss(new.params, base, hidden, new.window, to_draft)[0]) < \
+        float(before[0])
+  assert moved["labels"] == {1, 2, 3, 5}
+  assert moved["all"] == set(range(vd))
+  named = adaptation.label_tokens(dataclasses.replace(
+      adaptation.init_state(OnlineAdaptation(window=w, label_top_k=2), b, (1, h), h, vd).window,
+      label_ids=ids, label_probs=probs, valid=valid), to_draft, vd)
+  assert np.flatnonzero(np.asarray(named[0])).tolist() == [1, 2, 3, 5]
+
+
 def test_tv_loss_is_minus_the_labels_part_of_the_acceptance_rate():
   """``loss="tv"``: each entry's loss is ``-sum_{i in label} min(p_i, q_i)`` (a label
   token outside the draft vocabulary counts for nothing), by hand in NumPy; with a label
@@ -208,7 +242,8 @@ def test_bad_adaptation_input_is_refused_before_tracing():
   target, tp, head, params = _setup()
   for kw, match in ((dict(every=0), "every"), (dict(window=1), "window"),
                     (dict(learning_rate=0.0), "learning_rate"), (dict(rank=1000), "rank"),
-                    (dict(steps=2.5), "steps"), (dict(loss="kl"), "loss='kl'.*'tv'")):
+                    (dict(steps=2.5), "steps"), (dict(loss="kl"), "loss='kl'.*'tv'"),
+                    (dict(update_vocab="seen"), "update_vocab='seen'.*'labels'")):
     with pytest.raises((ValueError, TypeError), match=match):
       OnlineAdaptation(**kw)
   with pytest.raises(TypeError, match="adapt"):
