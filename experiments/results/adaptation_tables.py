@@ -10,7 +10,9 @@ Records: ``benchmarks/results/online_adaptation/smollm2.json`` (short sessions),
 ``smollm2_long.json`` (sessions of eight user turns: the learning curve, with rows
 pooling the turns that start after 1,000 and 2,000 served tokens) and
 ``smollm2_long_t1.json`` (the same at T = 1; ``smollm2_long_t1_top8.json`` with labels of
-the target's 8 most likely tokens); ``smollm2_transfer.json``
+the target's 8 most likely tokens, ``smollm2_long_t1_tv8.json`` with them and the
+total-variation loss); ``smollm2_cost.json`` (``benchmarks/adaptation_cost.py``: what
+adaptation costs per round); ``smollm2_transfer.json``
 (``benchmarks/adapter_transfer.py``: a session's adapter carried into other text).
 """
 
@@ -20,7 +22,7 @@ import json
 
 import numpy as np
 
-from experiments.common.bootstrap import paired_ratio_gain
+from experiments.common.bootstrap import bootstrap_ci, paired_ratio_gain
 from experiments.results.families import VerdictColumn, family_note
 from experiments.results.markdown import RESULTS, ci, path, table
 
@@ -28,6 +30,10 @@ ONLINE_ADAPTATION = f"{RESULTS}/online_adaptation/smollm2.json"
 ONLINE_ADAPTATION_LONG = f"{RESULTS}/online_adaptation/smollm2_long.json"
 ONLINE_ADAPTATION_LONG_T1 = f"{RESULTS}/online_adaptation/smollm2_long_t1.json"
 ONLINE_ADAPTATION_LONG_T1_TOP8 = f"{RESULTS}/online_adaptation/smollm2_long_t1_top8.json"
+ONLINE_ADAPTATION_LONG_T1_TV8 = f"{RESULTS}/online_adaptation/smollm2_long_t1_tv8.json"
+ADAPTATION_COST = f"{RESULTS}/online_adaptation/smollm2_cost.json"
+# the online-adaptation goal: adaptation adds at most this share of decode time (batch 1)
+COST_GOAL = 0.05
 
 
 def _tau_pairs(turns: list, head: str) -> np.ndarray:
@@ -230,6 +236,39 @@ def _transfer_rows(name: str, base: dict, carried_rows: list, column) -> list:
                f"{rate(carried['tau']):.2f}", f"{rate(carried['agreement']):.3f}", "-", "-"])
   return rows
 
+def adaptation_cost_table(rel: str = ADAPTATION_COST) -> str:
+  """Per null adapter (``benchmarks/adaptation_cost.py``): the decode-phase time it adds
+  to the frozen chain's, as a share with its interval over prompts (Bonferroni over the
+  adapters) and a verdict against the goal, and in target decode steps per round."""
+  with open(path(rel)) as f:
+    rec = json.load(f)
+  rows_in, summary = rec["prompts"], rec["summary"]
+  m = len(summary)
+  head = ["adapter (learning rate replaced)", "prompts", "rounds", "updates",
+          "same rounds as frozen", f"decode time added [{100 - 5 / m:g}% CI over prompts]: "
+          f"against <= {100 * COST_GOAL:g}%", "added target steps per round"]
+  rows = []
+  for name, s in summary.items():
+    pairs = np.array([[r["decode_s"][name], r["decode_s"]["frozen"]] for r in rows_in])
+    share = lambda a: a[:, 0].sum() / a[:, 1].sum() - 1
+    lo, hi = bootstrap_ci(pairs, share, alpha=0.05 / m)
+    verdict = ("within the goal" if hi <= COST_GOAL else "above the goal" if lo > COST_GOAL
+               else "inconclusive")
+    rows.append([f"`{name}`", f"{len(rows_in)}",
+                 f"{sum(r['calls']['frozen']['target_calls'] for r in rows_in)}",
+                 f"{s['updates']}", "yes" if s["same_rounds"] else "no",
+                 f"{100 * s['share']:+.1f}% [{100 * lo:+.1f}, {100 * hi:+.1f}]: {verdict}",
+                 f"{s['steps_per_round']:.3f}"])
+  prov = rec["provenance"]
+  note = (f"\n\nBatch 1, greedy, EOS off, {rec['max_new_tokens']} new tokens per prompt, "
+          f"EAGLE-3 chain K = {rec['k']}; each null adapter is its mode with learning rate "
+          f"{rec['null_learning_rate']:g}, so its drafts and rounds are the frozen head's and "
+          f"the time between them is the adaptation's own; median of {rec['repeats']} "
+          f"round-robin repeats. Family: the {m} adapters' intervals, Bonferroni at 5%. "
+          f"Record `{rel}`: `{prov['command']}` at commit `{prov['git_commit'][:10]}`.")
+  return table(head, rows) + note
+
+
 TABLES = {"online_adaptation_smollm2": online_adaptation_table,
           "online_adaptation_long_smollm2":
               lambda: online_adaptation_table(ONLINE_ADAPTATION_LONG, served_from=(1000, 2000)),
@@ -237,5 +276,8 @@ TABLES = {"online_adaptation_smollm2": online_adaptation_table,
               lambda: online_adaptation_table(ONLINE_ADAPTATION_LONG_T1, served_from=(1000, 2000)),
           "online_adaptation_long_t1_top8_smollm2":
               lambda: online_adaptation_table(ONLINE_ADAPTATION_LONG_T1_TOP8,
+                                              served_from=(1000, 2000)),
+          "online_adaptation_long_t1_tv8_smollm2":
+              lambda: online_adaptation_table(ONLINE_ADAPTATION_LONG_T1_TV8,
                                               served_from=(1000, 2000)),
           "adapter_transfer_smollm2": adapter_transfer_table}
