@@ -318,12 +318,23 @@ def session_settings(r, cfg) -> dict:
               seed=r.seed.seed, turns=r.bench.turns, min_turns=r.bench.min_turns)
 
 
-# The adapter's settings a record keeps, and the defaults of those that older records
-# were taken before (they ran with them).
+# The adapter's settings a record keeps.  Those added after some records were taken
+# (adapter settings, ADAPT_ADDED, and the record's own, SETTINGS_ADDED): an older
+# record ran with their defaults, so one it lacks reads as its default.
 ADAPT_SETTINGS = ("every", "steps", "window", "rank", "learning_rate", "label_top_k", "loss",
                   "update_vocab")
-ADAPT_ADDED = {"loss": "ce", "update_vocab": "all"}
-SETTINGS_ADDED = {"timed": True, "session_set": "sharegpt", "draft_shape": "chain"}
+ADAPT_ADDED = ("loss", "update_vocab")
+SETTINGS_ADDED = ("timed", "session_set", "draft_shape")
+
+
+def added_defaults() -> tuple[dict, dict]:
+  """``(adapter settings, record settings)``: the defaults of :data:`ADAPT_ADDED` (from
+  ``OnlineAdaptation``) and of :data:`SETTINGS_ADDED` (from this binary's specs)."""
+  from specjax.decoding.adaptation import OnlineAdaptation
+  adapt = {f: getattr(OnlineAdaptation(), f) for f in ADAPT_ADDED}
+  top = {f.name: f.default for spec in (OnlineAdaptationSpec, SessionKindSpec)
+         for f in dataclasses.fields(spec) if f.name in SETTINGS_ADDED}
+  return adapt, top
 
 
 def settings(r: Run, cfg) -> dict:
@@ -361,11 +372,12 @@ def record_settings(rec: dict) -> dict:
 def check_same_settings(path: str, have: dict, want: dict) -> None:
   """UsageError naming every setting in which the record at ``path`` (``have``) differs
   from this run's (``want``): a resumed record must be taken under one set of them (an
-  adapter setting a record predates counts as its default, ``ADAPT_ADDED``, and so
-  does a record setting, ``SETTINGS_ADDED``)."""
-  have = {**{k: v for k, v in SETTINGS_ADDED.items() if k in want}, **have}
+  adapter or record setting the record predates counts as its default:
+  :func:`added_defaults`)."""
+  adapt, top = added_defaults()
+  have = {**{k: v for k, v in top.items() if k in want}, **have}
   if isinstance(have.get("adapt"), dict):
-    have = dict(have, adapt={**ADAPT_ADDED, **have["adapt"]})
+    have = dict(have, adapt={**adapt, **have["adapt"]})
   diff = [f"{k}: record {have.get(k)!r}, this run {v!r}" for k, v in want.items()
           if have.get(k) != v]
   if diff:

@@ -11,7 +11,8 @@ Records: ``benchmarks/results/online_adaptation/smollm2.json`` (short sessions),
 pooling the turns that start after 1,000 and 2,000 served tokens) and
 ``smollm2_long_t1.json`` (the same at T = 1; ``smollm2_long_t1_top8.json`` with labels of
 the target's 8 most likely tokens, ``smollm2_long_t1_tv8.json`` with them and the
-total-variation loss); ``smollm2_cost.json`` (``benchmarks/adaptation_cost.py``: what
+total-variation loss); ``smollm2_humaneval.json`` (HumanEval problems in sequence);
+``smollm2_cost.json`` (``benchmarks/adaptation_cost.py``: what
 adaptation costs per round); ``smollm2_transfer.json``
 (``benchmarks/adapter_transfer.py``: a session's adapter carried into other text).
 """
@@ -31,6 +32,7 @@ ONLINE_ADAPTATION_LONG = f"{RESULTS}/online_adaptation/smollm2_long.json"
 ONLINE_ADAPTATION_LONG_T1 = f"{RESULTS}/online_adaptation/smollm2_long_t1.json"
 ONLINE_ADAPTATION_LONG_T1_TOP8 = f"{RESULTS}/online_adaptation/smollm2_long_t1_top8.json"
 ONLINE_ADAPTATION_LONG_T1_TV8 = f"{RESULTS}/online_adaptation/smollm2_long_t1_tv8.json"
+ONLINE_ADAPTATION_HUMANEVAL = f"{RESULTS}/online_adaptation/smollm2_humaneval.json"
 ADAPTATION_COST = f"{RESULTS}/online_adaptation/smollm2_cost.json"
 # the online-adaptation goal: adaptation adds at most this share of decode time (batch 1)
 COST_GOAL = 0.05
@@ -121,16 +123,17 @@ def online_adaptation_table(rel: str = ONLINE_ADAPTATION, served_from: tuple = (
   with open(path(rel)) as f:
     rec = json.load(f)
   turns = rec["turns"]
+  unit = "problem" if _problems(rec) else "turn"
   column = VerdictColumn("adapted vs frozen", "every turn index and all turns pooled: the "
                          "adapting head's tau against the frozen head's on the same sessions")
-  rows = [_row(f"turn {t + 1}", [r for r in turns if r["turn"] == t], column)
+  rows = [_row(f"{unit} {t + 1}", [r for r in turns if r["turn"] == t], column)
           for t in sorted({r["turn"] for r in turns})]
   for least in served_from:
     later = [r for r in turns if r["served_before"] >= least]
     if later:
-      rows.append(_row(f"turns after >= {least:,} served tokens", later, column))
-  rows.append(_row("all turns", turns, column))
-  head = ["turns", "sessions", "tokens", "tau, frozen", "tau, adapting",
+      rows.append(_row(f"{unit}s after >= {least:,} served tokens", later, column))
+  rows.append(_row(f"all {unit}s", turns, column))
+  head = [f"{unit}s", "sessions", "tokens", "tau, frozen", "tau, adapting",
           "adapting / frozen tau - 1 [95% CI, paired over sessions], MDE (80% power): verdict",
           "decode-phase speedup, frozen [95% CI]", "decode-phase speedup, adapting [95% CI]"]
   a = rec["adapt"]
@@ -138,7 +141,7 @@ def online_adaptation_table(rel: str = ONLINE_ADAPTATION, served_from: tuple = (
   answers = ("the three runs of every turn emitted the same tokens" if t == 0 else
              "each run sampled its own answer under the turn's key" + (
                  "" if _problems(rec) else ", and the next turn's context holds target-only's"))
-  what = "sessions" if _problems(rec) else "conversations"
+  what = "problem runs" if _problems(rec) else "conversations"
   runs = "; ".join(f"{what} {_span([i + 1 for i in p['sessions']])}: `{p['command']}` at commit "
                    f"`{p['git_commit'][:10]}`" for p in rec["parts"]) if rec.get("parts") else (
       f"`{rec['provenance']['command']}` at commit `{rec['provenance']['git_commit'][:10]}`")
@@ -280,4 +283,6 @@ TABLES = {"online_adaptation_smollm2": online_adaptation_table,
           "online_adaptation_long_t1_tv8_smollm2":
               lambda: online_adaptation_table(ONLINE_ADAPTATION_LONG_T1_TV8,
                                               served_from=(1000, 2000)),
+          "online_adaptation_humaneval_smollm2":
+              lambda: online_adaptation_table(ONLINE_ADAPTATION_HUMANEVAL, served_from=(500,)),
           "adapter_transfer_smollm2": adapter_transfer_table}
