@@ -11,7 +11,8 @@ Records: ``benchmarks/results/online_adaptation/smollm2.json`` (short sessions),
 pooling the turns that start after 1,000 and 2,000 served tokens) and
 ``smollm2_long_t1.json`` (the same at T = 1; ``smollm2_long_t1_top8.json`` with labels of
 the target's 8 most likely tokens, ``smollm2_long_t1_tv8.json`` with them and the
-total-variation loss); ``smollm2_humaneval.json`` (HumanEval problems in sequence);
+total-variation loss, ``smollm2_long_t1_top8_labels.json`` with updates moving only
+the labels' tokens); ``smollm2_humaneval.json`` (HumanEval problems in sequence);
 ``smollm2_cost.json`` (``benchmarks/adaptation_cost.py``: what
 adaptation costs per round); ``smollm2_transfer.json``
 (``benchmarks/adapter_transfer.py``: a session's adapter carried into other text).
@@ -32,6 +33,8 @@ ONLINE_ADAPTATION_LONG = f"{RESULTS}/online_adaptation/smollm2_long.json"
 ONLINE_ADAPTATION_LONG_T1 = f"{RESULTS}/online_adaptation/smollm2_long_t1.json"
 ONLINE_ADAPTATION_LONG_T1_TOP8 = f"{RESULTS}/online_adaptation/smollm2_long_t1_top8.json"
 ONLINE_ADAPTATION_LONG_T1_TV8 = f"{RESULTS}/online_adaptation/smollm2_long_t1_tv8.json"
+ONLINE_ADAPTATION_LONG_T1_TOP8_LABELS = (
+    f"{RESULTS}/online_adaptation/smollm2_long_t1_top8_labels.json")
 ONLINE_ADAPTATION_HUMANEVAL = f"{RESULTS}/online_adaptation/smollm2_humaneval.json"
 ADAPTATION_COST = f"{RESULTS}/online_adaptation/smollm2_cost.json"
 # the online-adaptation goal: adaptation adds at most this share of decode time (batch 1)
@@ -150,7 +153,8 @@ def online_adaptation_table(rel: str = ONLINE_ADAPTATION, served_from: tuple = (
           f"{a['learning_rate']:g}, window {a['window']}, rank {a['rank']}, "
           f"{a['label_top_k']} label token(s)"
           f"{'' if a.get('loss', 'ce') == 'ce' else ', loss ' + a['loss']}"
-          f"{'' if a.get('update_vocab', 'all') == 'all' else LABELS_ONLY}; "
+          f"{'' if a.get('update_vocab', 'all') == 'all' else LABELS_ONLY}"
+          f"{'' if not a.get('weight_decay') else ', weight decay %g' % a['weight_decay']}; "
           f"{_drafts(rec)}, T = {t:g}, {rec['max_new_tokens']} new tokens per turn"
           f"{_problems(rec)}; {answers}.")
   return table(head, column.fill(rows)) + note + "\n\n" + family_note(column.family())
@@ -283,6 +287,10 @@ TABLES = {"online_adaptation_smollm2": online_adaptation_table,
           "online_adaptation_long_t1_tv8_smollm2":
               lambda: online_adaptation_table(ONLINE_ADAPTATION_LONG_T1_TV8,
                                               served_from=(1000, 2000)),
+          "online_adaptation_long_t1_top8_labels_smollm2":
+              lambda: online_adaptation_table(ONLINE_ADAPTATION_LONG_T1_TOP8_LABELS,
+                                              served_from=(1000, 2000)),
           "online_adaptation_humaneval_smollm2":
               lambda: online_adaptation_table(ONLINE_ADAPTATION_HUMANEVAL, served_from=(500,)),
-          "adapter_transfer_smollm2": adapter_transfer_table}
+          "adapter_transfer_smollm2": adapter_transfer_table,
+          "adaptation_cost_smollm2": adaptation_cost_table}

@@ -201,9 +201,12 @@ RECORDS_OF: dict[str, Callable[[], tuple]] = {
         lambda: (f"{RESULTS}/online_adaptation/smollm2_long_t1_top8.json",),
     "online_adaptation_long_t1_tv8_smollm2":
         lambda: (f"{RESULTS}/online_adaptation/smollm2_long_t1_tv8.json",),
+    "online_adaptation_long_t1_top8_labels_smollm2":
+        lambda: (f"{RESULTS}/online_adaptation/smollm2_long_t1_top8_labels.json",),
     "online_adaptation_humaneval_smollm2":
         lambda: (f"{RESULTS}/online_adaptation/smollm2_humaneval.json",),
     "adapter_transfer_smollm2": lambda: (f"{RESULTS}/online_adaptation/smollm2_transfer.json",),
+    "adaptation_cost_smollm2": lambda: (f"{RESULTS}/online_adaptation/smollm2_cost.json",),
     "forward_cost_b1": lambda: (f"{RESULTS}/forward_cost/smollm2_b1.json",),
     "round_cost_smollm2": lambda: tuple(f"{RESULTS}/round_cost/smollm2_{w}.json"
                                         for w in ("float32", "bfloat16")),

@@ -90,6 +90,9 @@ class OnlineAdaptation(Hyperparams):
     loss: ``"ce"`` or ``"tv"`` (module docstring): what an update minimises.
     update_vocab: ``"all"`` or ``"labels"`` (module docstring): the draft tokens whose
       logits an update may move.
+    weight_decay: AdamW's decoupled decay of ``bias`` and ``b`` per step (>= 0, and
+      ``learning_rate * weight_decay < 1``; 0: plain Adam): a half-life of about
+      ``0.69 / (learning_rate * weight_decay)`` updates.
   """
 
   every: int = 8
@@ -100,6 +103,10 @@ class OnlineAdaptation(Hyperparams):
   label_top_k: int = 1
   loss: str = "ce"
   update_vocab: str = "all"
+  weight_decay: float = 0.0
+
+  # whether there is decay at all picks the optimiser (a Python branch): static
+  static_fields = ("weight_decay",)
 
   def __post_init__(self):
     for name, low, high in (("every", 1, None), ("steps", 1, 64), ("window", 2, 4096),
@@ -110,11 +117,24 @@ class OnlineAdaptation(Hyperparams):
     check_range("learning_rate", self.learning_rate, low=0.0, low_open=True, high=1.0)
     if self.loss not in LOSSES:
       raise ValueError(f"loss={self.loss!r} must be one of {LOSSES}")
+    check_range("weight_decay", self.weight_decay, low=0.0)
+    if self.learning_rate * self.weight_decay >= 1:
+      raise ValueError(f"weight_decay={self.weight_decay} with learning_rate="
+                       f"{self.learning_rate}: their product must be below 1 (each step "
+                       f"multiplies the adapter by 1 minus it)")
     if self.update_vocab not in UPDATE_VOCABS:
       raise ValueError(f"update_vocab={self.update_vocab!r} must be one of {UPDATE_VOCABS}")
 
   def optimizer(self) -> optax.GradientTransformation:
-    return optax.adam(self.learning_rate)
+    """Adam; with ``weight_decay``, Adam with decoupled weight decay on ``bias`` and
+    ``b`` (AdamW, Loshchilov & Hutter 2019: each step also multiplies them by
+    ``1 - learning_rate * weight_decay``), so what the adapter learned fades unless the
+    window keeps teaching it.  ``a`` is not decayed: with ``b`` at 0 it changes nothing,
+    and decaying it would shrink the low-rank term's input for every later update."""
+    if self.weight_decay == 0:
+      return optax.adam(self.learning_rate)
+    mask = lambda p: AdapterParams(bias=True, a=False, b=True)
+    return optax.adamw(self.learning_rate, weight_decay=self.weight_decay, mask=mask)
 
 
 @jax.tree_util.register_dataclass

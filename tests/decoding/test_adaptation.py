@@ -122,6 +122,43 @@ def test_a_labels_only_update_moves_only_the_tokens_its_window_names():
   assert np.flatnonzero(np.asarray(named[0])).tolist() == [1, 2, 3, 5]
 
 
+def test_weight_decay_fades_what_an_empty_window_no_longer_teaches():
+  """``weight_decay``: a row learns its window (20 AdamW steps); then, with no gradient
+  left (labels outside the draft vocabulary: no entry counts), 20 further steps shrink
+  ``bias`` and ``b`` -- the decay alone multiplies them by ``(1 - 0.05 * 2)^20 = 0.12``;
+  Adam's momentum still carries them on a little, so the check is that less than half
+  of their size is left.  ``a`` is not decayed: zero-gradient steps from a fresh state
+  leave it exactly as it was.  Without decay the optimiser is plain Adam (another
+  state)."""
+  b, w, h, vd = 1, 4, 6, 8
+  rng = np.random.default_rng(3)
+  cfg = OnlineAdaptation(every=1, steps=20, window=w, rank=2, learning_rate=0.05,
+                         label_top_k=1, weight_decay=2.0)
+  st = adaptation.init_state(cfg, b, (1, h), h, vd)
+  st = dataclasses.replace(st, rounds=jnp.ones((b,), jnp.int32), window=dataclasses.replace(
+      st.window, label_ids=jnp.asarray([[[1], [2], [3], [1]]], jnp.int32),
+      label_probs=jnp.ones((b, w, 1)), valid=jnp.ones((b, w), bool)))
+  base = jnp.asarray(rng.standard_normal((b, w, vd)), jnp.float32)
+  hidden = jnp.asarray(rng.standard_normal((b, w, h)), jnp.float32)
+  learned = adaptation.update(cfg, st, base, hidden, jnp.arange(vd, dtype=jnp.int32))
+  outside = jnp.full((vd,), -1, jnp.int32)  # no label token is draftable: zero gradient
+  later = adaptation.update(cfg, dataclasses.replace(learned, rounds=learned.rounds + 1),
+                            base, hidden, outside)
+  bias0, bias1 = np.abs(np.asarray(learned.params.bias)), np.abs(np.asarray(later.params.bias))
+  assert bias0.max() > 0.1 and bias1.sum() < 0.5 * bias0.sum()
+  b0, b1 = np.abs(np.asarray(learned.params.b)).sum(), np.abs(np.asarray(later.params.b)).sum()
+  assert b0 > 0.1 and b1 < 0.5 * b0
+  fresh = adaptation.init_state(cfg, b, (1, h), h, vd)  # no moments yet: only decay acts
+  fresh = dataclasses.replace(fresh, rounds=jnp.ones((b,), jnp.int32), window=dataclasses.replace(
+      fresh.window, valid=jnp.ones((b, w), bool)))
+  still = adaptation.update(cfg, fresh, base, hidden, outside)
+  np.testing.assert_array_equal(np.asarray(still.params.a), np.asarray(fresh.params.a))
+  plain = OnlineAdaptation(every=1, steps=20, window=w, rank=2, learning_rate=0.05,
+                           label_top_k=1)
+  assert jax.tree.structure(plain.optimizer().init(learned.params)) != jax.tree.structure(
+      cfg.optimizer().init(learned.params))
+
+
 def test_tv_loss_is_minus_the_labels_part_of_the_acceptance_rate():
   """``loss="tv"``: each entry's loss is ``-sum_{i in label} min(p_i, q_i)`` (a label
   token outside the draft vocabulary counts for nothing), by hand in NumPy; with a label
@@ -243,7 +280,9 @@ def test_bad_adaptation_input_is_refused_before_tracing():
   for kw, match in ((dict(every=0), "every"), (dict(window=1), "window"),
                     (dict(learning_rate=0.0), "learning_rate"), (dict(rank=1000), "rank"),
                     (dict(steps=2.5), "steps"), (dict(loss="kl"), "loss='kl'.*'tv'"),
-                    (dict(update_vocab="seen"), "update_vocab='seen'.*'labels'")):
+                    (dict(update_vocab="seen"), "update_vocab='seen'.*'labels'"),
+                    (dict(weight_decay=-1.0), "weight_decay"),
+                    (dict(weight_decay=40.0), "weight_decay=40.0 with learning_rate")):
     with pytest.raises((ValueError, TypeError), match=match):
       OnlineAdaptation(**kw)
   with pytest.raises(TypeError, match="adapt"):
