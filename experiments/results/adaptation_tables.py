@@ -13,6 +13,7 @@ pooling the turns that start after 1,000 and 2,000 served tokens) and
 the target's 8 most likely tokens, ``smollm2_long_t1_tv8.json`` with them and the
 total-variation loss, ``smollm2_long_t1_top8_labels.json`` with updates moving only
 the labels' tokens); ``smollm2_humaneval.json`` (HumanEval problems in sequence);
+``smollm2_long_tree.json`` (the long sessions drafted by the head's EAGLE-2 tree);
 ``smollm2_cost.json`` (``benchmarks/adaptation_cost.py``: what
 adaptation costs per round); ``smollm2_transfer.json``
 (``benchmarks/adapter_transfer.py``: a session's adapter carried into other text).
@@ -36,6 +37,8 @@ ONLINE_ADAPTATION_LONG_T1_TV8 = f"{RESULTS}/online_adaptation/smollm2_long_t1_tv
 ONLINE_ADAPTATION_LONG_T1_TOP8_LABELS = (
     f"{RESULTS}/online_adaptation/smollm2_long_t1_top8_labels.json")
 ONLINE_ADAPTATION_HUMANEVAL = f"{RESULTS}/online_adaptation/smollm2_humaneval.json"
+ONLINE_ADAPTATION_TREE = f"{RESULTS}/online_adaptation/smollm2_long_tree.json"
+ONLINE_ADAPTATION_HUMANEVAL_DECAY = f"{RESULTS}/online_adaptation/smollm2_humaneval_decay.json"
 ADAPTATION_COST = f"{RESULTS}/online_adaptation/smollm2_cost.json"
 # the online-adaptation goal: adaptation adds at most this share of decode time (batch 1)
 COST_GOAL = 0.05
@@ -290,6 +293,8 @@ TABLES = {"online_adaptation_smollm2": online_adaptation_table,
           "online_adaptation_long_t1_top8_labels_smollm2":
               lambda: online_adaptation_table(ONLINE_ADAPTATION_LONG_T1_TOP8_LABELS,
                                               served_from=(1000, 2000)),
+          "online_adaptation_long_tree_smollm2":
+              lambda: online_adaptation_table(ONLINE_ADAPTATION_TREE, served_from=(500,)),
           "online_adaptation_humaneval_smollm2":
               lambda: online_adaptation_table(ONLINE_ADAPTATION_HUMANEVAL, served_from=(500,)),
           "adapter_transfer_smollm2": adapter_transfer_table,

@@ -203,6 +203,8 @@ RECORDS_OF: dict[str, Callable[[], tuple]] = {
         lambda: (f"{RESULTS}/online_adaptation/smollm2_long_t1_tv8.json",),
     "online_adaptation_long_t1_top8_labels_smollm2":
         lambda: (f"{RESULTS}/online_adaptation/smollm2_long_t1_top8_labels.json",),
+    "online_adaptation_long_tree_smollm2":
+        lambda: (f"{RESULTS}/online_adaptation/smollm2_long_tree.json",),
     "online_adaptation_humaneval_smollm2":
         lambda: (f"{RESULTS}/online_adaptation/smollm2_humaneval.json",),
     "adapter_transfer_smollm2": lambda: (f"{RESULTS}/online_adaptation/smollm2_transfer.json",),
