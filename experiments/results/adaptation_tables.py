@@ -12,7 +12,8 @@ pooling the turns that start after 1,000 and 2,000 served tokens) and
 ``smollm2_long_t1.json`` (the same at T = 1; ``smollm2_long_t1_top8.json`` with labels of
 the target's 8 most likely tokens, ``smollm2_long_t1_tv8.json`` with them and the
 total-variation loss, ``smollm2_long_t1_top8_labels.json`` with updates moving only
-the labels' tokens); ``smollm2_humaneval.json`` (HumanEval problems in sequence);
+the labels' tokens); ``smollm2_humaneval.json`` (HumanEval problems in sequence;
+``smollm2_humaneval_decay.json`` with weight decay);
 ``smollm2_long_tree.json`` (the long sessions drafted by the head's EAGLE-2 tree);
 ``smollm2_cost.json`` (``benchmarks/adaptation_cost.py``: what
 adaptation costs per round); ``smollm2_transfer.json``
@@ -297,5 +298,8 @@ TABLES = {"online_adaptation_smollm2": online_adaptation_table,
               lambda: online_adaptation_table(ONLINE_ADAPTATION_TREE, served_from=(500,)),
           "online_adaptation_humaneval_smollm2":
               lambda: online_adaptation_table(ONLINE_ADAPTATION_HUMANEVAL, served_from=(500,)),
+          "online_adaptation_humaneval_decay_smollm2":
+              lambda: online_adaptation_table(ONLINE_ADAPTATION_HUMANEVAL_DECAY,
+                                              served_from=(500,)),
           "adapter_transfer_smollm2": adapter_transfer_table,
           "adaptation_cost_smollm2": adaptation_cost_table}

@@ -207,6 +207,8 @@ RECORDS_OF: dict[str, Callable[[], tuple]] = {
         lambda: (f"{RESULTS}/online_adaptation/smollm2_long_tree.json",),
     "online_adaptation_humaneval_smollm2":
         lambda: (f"{RESULTS}/online_adaptation/smollm2_humaneval.json",),
+    "online_adaptation_humaneval_decay_smollm2":
+        lambda: (f"{RESULTS}/online_adaptation/smollm2_humaneval_decay.json",),
     "adapter_transfer_smollm2": lambda: (f"{RESULTS}/online_adaptation/smollm2_transfer.json",),
     "adaptation_cost_smollm2": lambda: (f"{RESULTS}/online_adaptation/smollm2_cost.json",),
     "forward_cost_b1": lambda: (f"{RESULTS}/forward_cost/smollm2_b1.json",),

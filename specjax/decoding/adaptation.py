@@ -25,7 +25,9 @@ window (causal attention within the window), one of (``loss``):
   Theorem 3.5), and the label's tokens bound it from below, so this loss raises
   sampled acceptance itself; it stops pulling on a token once ``q_i >= p_i``, where
   cross-entropy goes on sharpening ``q`` towards the label.  DistillSpec (Zhou et
-  al. 2024) distils drafters on total variation for the same reason.
+  al. 2024) distils drafters on total variation for the same reason.  (Measured on
+  SmolLM2 at T = 1 it drafted worse than cross-entropy on the same labels:
+  benchmarks/RESULTS.md, "Online adaptation".)
 
 With ``update_vocab="labels"`` an update moves only the logits of the draft tokens in
 the row's window labels (their ``bias`` and ``B`` columns; every other token keeps the
@@ -34,12 +36,14 @@ so with ``"all"`` the tiny gradients of the many tokens no label names -- each p
 down by its own probability -- become steps as large as the label tokens': every
 update lowers the whole tail by about the learning rate, sharpening ``q``.  Greedy
 drafting does not mind (the argmax is what counts); sampled drafting is accepted
-with probability ``1 - TV(p, q)`` and does.
+with probability ``1 - TV(p, q)`` and might.  (On SmolLM2 at T = 1 the mask did not
+help: benchmarks/RESULTS.md.)  With ``weight_decay`` what an adapter learned fades
+unless its window keeps teaching it (:meth:`OnlineAdaptation.optimizer`).
 
-The head's own weights stay frozen and shared; each row adapts to its own conversation (per-row adapters
-keep rows independent, so results do not depend on how rows are batched or split
-over devices).  ``B`` starts at 0, so an adapter that has not learned yet drafts as
-the frozen head does.
+The head's own weights stay frozen and shared; each row adapts to its own
+conversation (per-row adapters keep rows independent, so results do not depend on
+how rows are batched or split over devices).  ``B`` starts at 0, so an adapter that
+has not learned yet drafts as the frozen head does.
 
 **Exact by construction** (docs/spec.md §4, "Online adaptation").  The adapter a
 round drafts with is a function of tokens committed before that round and of the
