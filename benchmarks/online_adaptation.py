@@ -19,7 +19,13 @@ With ``--session_set=humaneval`` a session is instead a run of ``--turns`` Human
 problems in sequence, each answered in a context of its own, the adapter carried from
 one problem to the next (a coding assistant serving one user's problems).
 ``--draft_shape=tree`` drafts with the head's EAGLE-2 dynamic tree instead of its
-chain (frozen and adapting alike).
+chain (frozen and adapting alike).  ``--verifier`` names the rule both heads verify
+with (lossless by default); under a lossy rule (``mars:theta=0.9``) the answers'
+law depends on the head, so the runs' answers differ even greedy, the conversation
+goes on with target-only's answer, and each run's answer is scored by the target's
+log-likelihood per token -- the divergence adaptation can move (a lossy rule's exact
+first-token divergence is the frozen head's by construction: the adapter starts at
+zero).
 
 Per turn, batch 1, every call once per round, round-robin, median of ``--repeats``
 rounds: target-only ``generate``, the frozen chain and the adapting chain, each at
@@ -80,10 +86,44 @@ class SessionKindSpec:
                                 "--eagle_total_tokens)", choices=tuple(DRAFTERS))
 
 
+@dataclasses.dataclass(frozen=True)
+class SessionRuleSpec:
+  """How the frozen and the adapting runs verify."""
+  verifier: str = knobs.knob("lossless", "the rule both runs verify with, "
+                             "name[:hparam=value[:...]] (docs/rules.md); under a lossy rule "
+                             "(e.g. mars:theta=0.9) the answers depend on the head, and each "
+                             "run's answer is scored by the target's log-likelihood per token")
+
+  def __post_init__(self):
+    rules = _parsed_rules(self.verifier)
+    if len(rules) != 1:
+      raise knobs.KnobError("verifier", self.verifier, "give exactly one rule, "
+                            "name[:hparam=value[:...]]")
+
+  def rule(self):
+    """The verifier named (its hyperparameters converted)."""
+    from specjax import verifiers
+    name, hp = _parsed_rules(self.verifier)[0]
+    return verifiers.get(name, **hp)
+
+  def canonical(self) -> str:
+    """``name[:hparam=value...]`` with converted values, as records keep it."""
+    name, hp = _parsed_rules(self.verifier)[0]
+    return name + "".join(f":{k}={v}" for k, v in hp.items())
+
+
+def _parsed_rules(spec: str) -> list:
+  from experiments.common.rows import parse_rules
+  try:
+    return parse_rules(spec)
+  except ValueError as e:
+    raise knobs.KnobError("verifier", spec, str(e)) from None
+
+
 SPECS = knobs.Specs(specs.ModelSpec, specs.ChainSpec, specs.AdaptSpec, specs.NewTokensSpec,
                     specs.ContextSpec, specs.TimingSpec, specs.SeedSpec, specs.OutputSpec,
                     OnlineAdaptationSpec, specs.TemperatureSpec, SessionKindSpec,
-                    specs.EagleTreeSpec,
+                    specs.EagleTreeSpec, SessionRuleSpec,
                     presets=dict(model="smollm2-135m-instruct", k=4, temperature=0.0,
                                  adapt="online:every=4:learning_rate=0.03",
                                  max_new_tokens=128, max_context=1024, repeats=3, output=""))
@@ -104,6 +144,7 @@ class Run:
   temperature: specs.TemperatureSpec
   kind: SessionKindSpec
   eagle_tree: specs.EagleTreeSpec
+  rule: SessionRuleSpec
 
 
 def define_flags() -> None:
@@ -202,19 +243,19 @@ def run_turn(r: Run, setup: dict, ids: list, state, key) -> tuple[dict, object, 
   from specjax.decoding.autoregressive import generate
   from specjax.decoding.speculative import speculative_generate
   ms, n = setup["ms"], r.new_tokens.max_new_tokens
-  target, tp, lossless = ms.target, ms.target_params, setup["rule"]
+  target, tp, rule = ms.target, ms.target_params, setup["rule"]
   kw = dict(sampling=setup["sampling"], key=key)
   aparams = setup["aparams"] if state is None else dict(setup["aparams"], adapter=state)
   calls = {
       "target": lambda m: generate(target, tp, [ids], max_new_tokens=m, **kw),
       "frozen": lambda m: speculative_generate(target, tp, setup["frozen"], setup["fparams"],
-                                               lossless, [ids], max_new_tokens=m, **kw),
+                                               rule, [ids], max_new_tokens=m, **kw),
       "adapted": lambda m: speculative_generate(target, tp, setup["adapting"], aparams,
-                                                lossless, [ids], max_new_tokens=m, **kw)}
+                                                rule, [ids], max_new_tokens=m, **kw)}
   outs = {name: fn(n) for name, fn in calls.items()}
   answers = {name: o.to_lists()[0] for name, o in outs.items()}
-  greedy = r.temperature.temperature == 0
-  if greedy and not answers["target"] == answers["frozen"] == answers["adapted"]:
+  same = r.temperature.temperature == 0 and rule.is_lossless  # one answer for all three
+  if same and not answers["target"] == answers["frozen"] == answers["adapted"]:
     raise RuntimeError("greedy outputs differ between target-only, frozen and adapted runs")
   row = {"prompt_tokens": len(ids), "tokens": len(answers["target"])}
   for name in ("frozen", "adapted"):
@@ -222,14 +263,31 @@ def run_turn(r: Run, setup: dict, ids: list, state, key) -> tuple[dict, object, 
     acc, off = _position_counts(outs[name].stats)
     row[name] = dict(target_calls=s["target_calls"], accepted=s["accepted"], tau=s["tau"],
                      accept_counts=acc, offered_counts=off)
-    if not greedy:  # each run's own answer
+    if not same:  # each run's own answer
       row[name]["tokens"] = len(answers[name])
+  if not rule.is_lossless:  # the answers' law depends on the head: score them
+    sums = _logliks(setup, ids, answers)
+    row["target_loglik"] = sums["target"]
+    for name in ("frozen", "adapted"):
+      row[name]["loglik"] = sums[name]
   if r.bench.timed:
     timers = {(name, m): call_timer(fn, m) for name, fn in calls.items() for m in (n, 1)}
     med = interleaved_medians(timers, r.timing.repeats)
     for name in calls:
       row[f"{name}_decode_s"] = med[name, n] - med[name, 1]
   return row, outs["adapted"].adapter, answers["target"]
+
+
+def _logliks(setup: dict, ids: list, answers: dict) -> dict:
+  """The target's log-likelihood (sum over tokens, temperature 1) of each run's answer
+  to ``ids``, by run name."""
+  from experiments.compare.quality import target_loglik
+  ms = setup["ms"]
+  sums = {}
+  for name, answer in answers.items():
+    ll = target_loglik(ms.target, ms.target_params, [ids], [answer])
+    sums[name] = ll["mean"] * ll["num_tokens"] if ll["num_tokens"] else 0.0
+  return sums
 
 
 def run_session(r: Run, setup: dict, conv: Conversation, session: int, served: int) -> list:
@@ -265,7 +323,6 @@ def replay(r, ms, conv: Conversation, answer) -> None:
 
 def load_setup(r: Run) -> dict:
   from experiments.common.model_sets import load_model_set
-  from specjax import verifiers
   from specjax.decoding.drafter_factory import make_drafter
   from specjax.distributions import SamplingConfig
   cfg = online_adaptation(r.adapt)
@@ -278,13 +335,14 @@ def load_setup(r: Run) -> dict:
   name = DRAFTERS[r.kind.draft_shape]
   frozen, fparams = make_drafter(name, sampling, ms.draft_sources(), **shape)
   adapting, aparams = make_drafter(name, sampling, ms.draft_sources(), adapt=cfg, **shape)
-  return dict(ms=ms, cfg=cfg, rule=verifiers.get("lossless"), frozen=frozen, fparams=fparams,
+  return dict(ms=ms, cfg=cfg, rule=r.rule.rule(), frozen=frozen, fparams=fparams,
               adapting=adapting, aparams=aparams, sampling=sampling)
 
 
 def summarize(turns: list) -> dict:
-  """Pooled tau per turn index and over everything, both heads, and (when the turns
-  were timed) the decode-phase speedups over target-only (sums over turns)."""
+  """Pooled tau per turn index and over everything, both heads, (when the turns were
+  timed) the decode-phase speedups over target-only (sums over turns) and (under a
+  lossy rule) the three runs' target log-likelihood per token."""
   def pooled(rows, name):
     calls = sum(r[name]["target_calls"] for r in rows)
     return (sum(r[name]["accepted"] for r in rows) + calls) / max(calls, 1)
@@ -294,6 +352,9 @@ def summarize(turns: list) -> dict:
     out["by_turn"].append({"turn": t, "rows": len(rows), "tau_frozen": pooled(rows, "frozen"),
                            "tau_adapted": pooled(rows, "adapted")})
   out.update(tau_frozen=pooled(turns, "frozen"), tau_adapted=pooled(turns, "adapted"))
+  if all("target_loglik" in r for r in turns):  # a lossy rule: per-token log-likelihoods
+    out["loglik"] = {k: sum(_loglik(r, k) for r in turns) / max(sum(
+        decode_tokens(r, k) + 1 for r in turns), 1) for k in ("target", "frozen", "adapted")}
   if all("target_decode_s" in r for r in turns):
     per_token = {k: sum(r[f"{k}_decode_s"] for r in turns) / max(sum(
         decode_tokens(r, k) for r in turns), 1) for k in ("target", "frozen", "adapted")}
@@ -302,9 +363,14 @@ def summarize(turns: list) -> dict:
   return out
 
 
+def _loglik(turn: dict, who: str) -> float:
+  return turn["target_loglik"] if who == "target" else turn[who]["loglik"]
+
+
 def decode_tokens(turn: dict, who: str) -> int:
   """Tokens of ``who``'s decode phase in one turn (the first is the prefill's): its own
-  answer's at T > 0, the shared answer's at T = 0."""
+  answer's when the runs' answers differ (T > 0, or a lossy rule), else the shared
+  answer's."""
   own = turn.get(who, {}).get("tokens") if who != "target" else None
   return (turn["tokens"] if own is None else own) - 1
 
@@ -324,7 +390,7 @@ def session_settings(r, cfg) -> dict:
 ADAPT_SETTINGS = ("every", "steps", "window", "rank", "learning_rate", "label_top_k", "loss",
                   "update_vocab", "weight_decay")
 ADAPT_ADDED = ("loss", "update_vocab", "weight_decay")
-SETTINGS_ADDED = ("timed", "session_set", "draft_shape")
+SETTINGS_ADDED = ("timed", "session_set", "draft_shape", "verifier")
 
 
 def added_defaults() -> tuple[dict, dict]:
@@ -332,7 +398,7 @@ def added_defaults() -> tuple[dict, dict]:
   ``OnlineAdaptation``) and of :data:`SETTINGS_ADDED` (from this binary's specs)."""
   from specjax.decoding.adaptation import OnlineAdaptation
   adapt = {f: getattr(OnlineAdaptation(), f) for f in ADAPT_ADDED}
-  top = {f.name: f.default for spec in (OnlineAdaptationSpec, SessionKindSpec)
+  top = {f.name: f.default for spec in (OnlineAdaptationSpec, SessionKindSpec, SessionRuleSpec)
          for f in dataclasses.fields(spec) if f.name in SETTINGS_ADDED}
   return adapt, top
 
@@ -341,7 +407,7 @@ def settings(r: Run, cfg) -> dict:
   """What a record's sessions depend on: a resumed record must match them all."""
   out = dict(session_settings(r, cfg), temperature=r.temperature.temperature,
              timed=r.bench.timed, session_set=r.kind.session_set,
-             draft_shape=r.kind.draft_shape)
+             draft_shape=r.kind.draft_shape, verifier=r.rule.canonical())
   if r.kind.draft_shape == "tree":
     out["eagle_tree"] = dataclasses.asdict(r.eagle_tree)
   return out

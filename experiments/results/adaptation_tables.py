@@ -145,8 +145,11 @@ def online_adaptation_table(rel: str = ONLINE_ADAPTATION, served_from: tuple = (
           "decode-phase speedup, frozen [95% CI]", "decode-phase speedup, adapting [95% CI]"]
   a = rec["adapt"]
   t = rec.get("settings", {}).get("temperature", 0.0)
-  answers = ("the three runs of every turn emitted the same tokens" if t == 0 else
-             "each run sampled its own answer under the turn's key" + (
+  rule = rec.get("settings", {}).get("verifier", "lossless")
+  own = ("each run sampled its own answer under the turn's key" if t else
+         f"each run emitted its own answer (verified by `{rule}`, a lossy rule)")
+  answers = ("the three runs of every turn emitted the same tokens" if t == 0 and
+             rule == "lossless" else own + (
                  "" if _problems(rec) else ", and the next turn's context holds target-only's"))
   what = "problem runs" if _problems(rec) else "conversations"
   runs = "; ".join(f"{what} {_span([i + 1 for i in p['sessions']])}: `{p['command']}` at commit "
@@ -164,6 +167,55 @@ def online_adaptation_table(rel: str = ONLINE_ADAPTATION, served_from: tuple = (
   return table(head, column.fill(rows)) + note + "\n\n" + family_note(column.family())
 
 
+
+
+def _loglik_pairs(turns: list, who: str) -> np.ndarray:
+  """``[n, 2]`` (log-likelihood sum, tokens) of ``who``'s answers per session."""
+  by: dict = {}
+  for r in turns:
+    ll, n = ((r["target_loglik"], r["tokens"]) if who == "target" else
+             (r[who]["loglik"], r[who].get("tokens", r["tokens"])))
+    acc = by.setdefault(r["session"], [0.0, 0.0])
+    acc[0] += ll
+    acc[1] += n
+  return np.array([by[s] for s in sorted(by)], float)
+
+
+def lossy_loglik_table(rel: str) -> str:
+  """Under a lossy rule (``online_adaptation --verifier``): per run (target-only, the
+  frozen head's, the adapting head's) the target's log-likelihood per token of its own
+  answers, and each head's against target-only's and the adapting head's against the
+  frozen head's (differences in nats per token, paired over sessions, Holm over the
+  three)."""
+  from experiments.common.bootstrap import paired_ratio_difference
+  with open(path(rel)) as f:
+    rec = json.load(f)
+  turns = rec["turns"]
+  if not all("target_loglik" in r for r in turns):
+    raise ValueError(f"{rel}: turns without log-likelihoods (a lossless record?)")
+  pairs = {who: _loglik_pairs(turns, who) for who in ("target", "frozen", "adapted")}
+  column = VerdictColumn("log-likelihood difference", "each head's answers against "
+                         "target-only's, and the adapting head's against the frozen head's: "
+                         "the target's log-likelihood per token", up="higher", down="lower")
+  rule = rec["settings"]["verifier"]
+  names = {"target": "target-only", "frozen": f"frozen head, `{rule}`",
+           "adapted": f"adapting head, `{rule}`"}
+  rows = []
+  for who, against in (("target", None), ("frozen", "target"), ("adapted", "target"),
+                       ("adapted", "frozen")):
+    x = pairs[who]
+    d = None if against is None else paired_ratio_difference(x, pairs[against])
+    cell = ("-" if d is None else column.cell((who, against), d) if len(x) >= MIN_SESSIONS
+            else f"{d['diff']:+.3f}: no interval or verdict ({len(x)} session(s))")
+    rows.append([names[who], "-" if against is None else names[against], f"{len(x)}",
+                 f"{int(x[:, 1].sum())}", f"{x[:, 0].sum() / x[:, 1].sum():.3f}", cell])
+  head = ["answers", "against", "sessions", "tokens", "log-likelihood per token (nats)",
+          "difference per token [95% CI, paired over sessions], MDE (80% power): verdict"]
+  st = rec["settings"]
+  note = (f"\n\nThe target's log-likelihood (temperature 1) of every run's own answers, "
+          f"T = {st['temperature']:g}; the conversation goes on with target-only's answer. "
+          f"Record `{rel}` (settings and commands under the table of its tau).")
+  return table(head, column.fill(rows)) + note + "\n\n" + family_note(column.family())
 
 
 ADAPTER_TRANSFER = f"{RESULTS}/online_adaptation/smollm2_transfer.json"

@@ -14,7 +14,8 @@ SETTINGS = dict(target="smollm2-135m-instruct", k=4,
                            label_top_k=1, loss="ce", update_vocab="all",
                            weight_decay=0.0),
                 max_new_tokens=256, max_context=4096, seed=1, turns=8, min_turns=8,
-                temperature=0.0, timed=True, session_set="sharegpt", draft_shape="chain")
+                temperature=0.0, timed=True, session_set="sharegpt", draft_shape="chain",
+                verifier="lossless")
 
 
 def _old_record(tmp_path):
@@ -173,3 +174,96 @@ def test_replay_keeps_earlier_turns_only_for_a_conversation(independent):
     assert seen == [[1], [2], [3]]
   else:  # turn 3 would need 5 rendered messages + 1 new token > 5
     assert seen == [[1], [1, 1, 2]]
+
+
+def test_the_verifier_is_one_rule_kept_with_converted_values():
+  spec = oa.SessionRuleSpec("mars:theta=0.9")
+  assert spec.canonical() == "mars:theta=0.9" and not spec.rule().is_lossless
+  assert oa.SessionRuleSpec().canonical() == "lossless" and oa.SessionRuleSpec().rule().is_lossless
+  from experiments.common.knobs import KnobError
+  with pytest.raises(KnobError, match="verifier.*exactly one rule"):
+    oa.SessionRuleSpec("lossless, mars")
+  with pytest.raises(KnobError, match="verifier.*unknown verifier 'nope'"):
+    oa.SessionRuleSpec("nope")
+  with pytest.raises(KnobError, match="verifier.*theta"):
+    oa.SessionRuleSpec("mars:theta=x")
+
+
+def test_a_record_without_a_verifier_resumes_as_lossless_and_not_as_mars(tmp_path):
+  """Records taken before ``--verifier`` verified losslessly."""
+  assert oa.resume_from(_old_record(tmp_path), dict(SETTINGS, verifier="lossless"))[0]
+  with pytest.raises(app.UsageError, match="verifier: record 'lossless'"):
+    oa.resume_from(_old_record(tmp_path), dict(SETTINGS, verifier="mars:theta=0.9"))
+
+
+class _Out:
+  """A fake ``generate`` result: one row's answer, its round counts and adapter."""
+
+  def __init__(self, answer, accepted=0, calls=1):
+    from types import SimpleNamespace as NS
+    self.answer = answer
+    self.stats = NS(summary=lambda: dict(target_calls=calls, accepted=accepted,
+                                         tau=(accepted + calls) / calls),
+                    accept_counts=[[accepted]], offered_counts=[[calls]])
+    self.adapter = "next state"
+
+  def to_lists(self):
+    return [self.answer]
+
+
+@pytest.mark.parametrize("lossy", [False, True])
+def test_a_greedy_turn_checks_identity_only_under_a_lossless_rule(monkeypatch, lossy):
+  """Greedy under lossless verification, the three answers must agree (a difference
+  is an error); under a lossy rule they may differ, each run keeps its own answer's
+  length, and each answer is scored by the target's log-likelihood (here a fake
+  scoring -1 per token, so the sums are minus the lengths)."""
+  from types import SimpleNamespace as NS
+  answers = {"target": [1, 2, 3], "frozen": [1, 2], "adapted": [1, 2, 3, 4]}
+  monkeypatch.setattr("specjax.decoding.autoregressive.generate",
+                      lambda *a, **k: _Out(answers["target"]))
+  order = iter(["frozen", "adapted"])
+  monkeypatch.setattr("specjax.decoding.speculative.speculative_generate",
+                      lambda *a, **k: _Out(answers[next(order)], accepted=1))
+  monkeypatch.setattr("experiments.compare.quality.target_loglik",
+                      lambda m, p, prompts, outs: dict(mean=-1.0, num_tokens=len(outs[0])))
+  rule = oa.SessionRuleSpec("mars:theta=0.9" if lossy else "lossless").rule()
+  r = NS(new_tokens=NS(max_new_tokens=4), temperature=NS(temperature=0.0),
+         bench=oa.OnlineAdaptationSpec(timed=False))
+  setup = dict(ms=NS(target=None, target_params=None), rule=rule, sampling=None,
+               frozen=None, fparams=None, adapting=None, aparams={})
+  if not lossy:
+    with pytest.raises(RuntimeError, match="greedy outputs differ"):
+      oa.run_turn(r, setup, [0], None, None)
+    return
+  row, state, out = oa.run_turn(r, setup, [0], None, None)
+  assert out == answers["target"] and state == "next state"
+  assert (row["frozen"]["tokens"], row["adapted"]["tokens"]) == (2, 4)
+  assert (row["target_loglik"], row["frozen"]["loglik"], row["adapted"]["loglik"]) == (
+      -3.0, -2.0, -4.0)
+  summary = oa.summarize([dict(row, session=0, turn=0)])
+  assert summary["loglik"] == {"target": -1.0, "frozen": -1.0, "adapted": -1.0}
+
+
+def test_the_lossy_table_scores_each_runs_own_answers(tmp_path, monkeypatch):
+  """Per session, target-only's answers score -1 nat per token, the frozen head's -1.5
+  and the adapting head's -1.25 (token-weighted over turns of unequal lengths): the
+  table reads -1.000, -1.500, -1.250 and the differences -0.500, -0.250, +0.250; a
+  lossless record (no log-likelihoods) is refused."""
+  from experiments.results import adaptation_tables, markdown
+  turns = []
+  for s in range(4):
+    for t, n in enumerate((4, 8)):
+      turns.append(dict(session=s, turn=t, tokens=n, target_loglik=-1.0 * n,
+                        frozen=dict(tokens=2 * n, loglik=-3.0 * n),
+                        adapted=dict(tokens=n, loglik=-1.25 * n)))
+  rec = dict(settings=dict(SETTINGS, verifier="mars:theta=0.9"), turns=turns)
+  (tmp_path / "r.json").write_text(json.dumps(rec))
+  monkeypatch.setattr(markdown, "ROOT", str(tmp_path))
+  text = adaptation_tables.lossy_loglik_table("r.json")
+  for cell in ("| -1.000 |", "| -1.500 |", "| -1.250 |", "-0.500 [-0.500, -0.500]",
+               "-0.250 [-0.250, -0.250]", "+0.250 [+0.250, +0.250]"):
+    assert cell in text
+  (tmp_path / "l.json").write_text(json.dumps(dict(rec, turns=[
+      {k: v for k, v in t.items() if k != "target_loglik"} for t in turns])))
+  with pytest.raises(ValueError, match="without log-likelihoods"):
+    adaptation_tables.lossy_loglik_table("l.json")
