@@ -89,8 +89,9 @@ class OnlineAdaptation(Hyperparams):
     window: W, committed entries per row the update learns from (>= 2).
     rank: r, the rank of the adapter's low-rank term (>= 1).
     learning_rate: Adam's step size (> 0; traced: a sweep compiles once).
-    label_top_k: k, the target tokens each label keeps (>= 1; each one more costs an
-      argmax pass over the vocabulary per round, about a millisecond for SmolLM2).
+    label_top_k: k, the target tokens each label keeps (>= 1; k = 1 is one argmax
+      pass over the vocabulary per committed position, k > 1 an exact two-stage
+      top-k of about two passes: :func:`labels`).
     loss: ``"ce"`` or ``"tv"`` (module docstring): what an update minimises.
     update_vocab: ``"all"`` or ``"labels"`` (module docstring): the draft tokens whose
       logits an update may move.
@@ -282,26 +283,43 @@ def logit_delta(params: AdapterParams, h: jax.Array) -> jax.Array:
   return (low + params.bias[:, None, :]).reshape((x.shape[0],) + lead + (params.bias.shape[-1],))
 
 
+# vocabulary entries per chunk of the two-stage top-k in :func:`labels`
+LABEL_CHUNK = 128
+
+
 def labels(logits: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
   """``(ids, probs)`` ``[..., k]``: the target's ``k`` most likely next tokens at
-  temperature 1 (target-vocabulary ids, the first on ties) and their probabilities.
+  temperature 1 (target-vocabulary ids in decreasing probability, the lower id first
+  on ties) and their probabilities.
 
-  ``k`` passes of argmax rather than ``lax.top_k``: inside the decoding loop XLA:CPU
-  lowers ``top_k`` over a vocabulary-sized axis to a full sort (about 50 ms per round
-  for SmolLM2's 49,152 tokens), while one argmax pass costs under a millisecond.  With
-  ``k = 1`` the label is the target's most likely token alone (probability 1 after
-  renormalising, so no softmax is needed)."""
+  ``lax.top_k`` over the whole vocabulary would do, but inside the decoding loop
+  XLA:CPU lowers it to a full sort (about 50 ms per round for SmolLM2's 49,152
+  tokens).  So an exact two-stage top-k: split the vocabulary into chunks of
+  :data:`LABEL_CHUNK`; the ``k`` largest logits lie in the ``k`` chunks with the
+  largest maxima (a token in any other chunk has ``k`` chunk maxima above it), so one
+  pass takes every chunk's maximum, a top-k over those maxima picks ``k`` chunks, and
+  a top-k over their ``k * LABEL_CHUNK`` entries finishes -- about two passes over
+  the vocabulary for any ``k`` (with the log-normaliser), against one per label token
+  for repeated argmax.  With ``k = 1`` the label is the most likely token alone
+  (probability 1 after renormalising: one argmax, no softmax)."""
+  v = logits.shape[-1]
+  if not 1 <= k <= v:
+    raise ValueError(f"k={k} must be in [1, {v}] (the vocabulary's size)")
   if k == 1:
     ids = jnp.argmax(logits, -1)[..., None].astype(jnp.int32)
     return ids, jnp.ones(ids.shape, jnp.float32)
-  logp = jax.nn.log_softmax(logits.astype(jnp.float32), -1)
-  ids, tops = [], []
-  for _ in range(k):
-    i = jnp.argmax(logp, -1)
-    ids.append(i)
-    tops.append(jnp.take_along_axis(logp, i[..., None], -1)[..., 0])
-    logp = jnp.where(jnp.arange(logp.shape[-1]) == i[..., None], -jnp.inf, logp)
-  return jnp.stack(ids, -1).astype(jnp.int32), jnp.exp(jnp.stack(tops, -1))
+  logits = logits.astype(jnp.float32)
+  lead, chunk = logits.shape[:-1], min(LABEL_CHUNK, v)
+  padded = jnp.pad(logits, [(0, 0)] * len(lead) + [(0, -v % chunk)],
+                   constant_values=-jnp.inf)
+  chunks = padded.reshape(*lead, -1, chunk)                        # [..., C, chunk]
+  _, best = jax.lax.top_k(chunks.max(-1), min(k, chunks.shape[-2]))
+  best = jnp.sort(best, -1)  # ascending chunks: ties inside resolve to the lower id
+  cand = jnp.take_along_axis(chunks, best[..., None], -2)          # [..., k, chunk]
+  top, pos = jax.lax.top_k(cand.reshape(*lead, -1), k)
+  ids = jnp.take_along_axis(best, pos // chunk, -1) * chunk + pos % chunk
+  probs = jnp.exp(top - jax.nn.logsumexp(logits, -1, keepdims=True))
+  return ids.astype(jnp.int32), probs
 
 
 def target_to_draft(draft_vocab: int, vocab: int, d2t: Optional[jax.Array]) -> jax.Array:

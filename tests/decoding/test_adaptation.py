@@ -26,6 +26,30 @@ GREEDY = SamplingConfig(temperature=0.0)
 FAST = OnlineAdaptation(every=1, steps=2, window=8, rank=4, learning_rate=0.1, label_top_k=4)
 
 
+@pytest.mark.parametrize("vocab", [50, 128, 300, 1000])
+def test_labels_are_the_exact_top_k_with_lower_ids_first_on_ties(vocab):
+  """The two-stage top-k equals ``lax.top_k`` over the whole vocabulary (ids in order,
+  ties to the lower id) on integer logits in [-3, 3) -- about vocab / 6 tokens share
+  each value, so ties cross chunk boundaries -- for vocabularies below, at and above
+  one chunk, and k up to 50; probabilities are the softmax's.  Picking the k chunks
+  without sorting them (a broken variant) puts the tied 3 of the later chunk first in
+  the last case (for a vocabulary over one chunk)."""
+  rng = np.random.default_rng(vocab)
+  for k in (2, 3, 8, min(50, vocab)):
+    logits = jnp.asarray(rng.integers(-3, 3, size=(4, 5, vocab)), jnp.float32)
+    ids, probs = adaptation.labels(logits, k)
+    want = jax.lax.top_k(logits, k)[1]
+    np.testing.assert_array_equal(ids, want)
+    np.testing.assert_allclose(probs, jnp.take_along_axis(jax.nn.softmax(logits), want, -1),
+                               rtol=1e-6)
+  # chunk 1 holds the top token, chunk 0 the second, both a 3: the lower id comes first
+  tied = np.zeros(vocab, np.float32)
+  tied[[0, 1, vocab - 2, vocab - 1]] = [4, 3, 5, 3]
+  assert adaptation.labels(jnp.asarray(tied), 3)[0].tolist() == [vocab - 2, 0, 1]
+  with pytest.raises(ValueError, match=f"k={vocab + 1} must be in \\[1, {vocab}\\]"):
+    adaptation.labels(logits, vocab + 1)
+
+
 def test_entries_complete_one_round_late_and_in_order():
   """Round 1: row 0 commits ``last`` + 1 accepted draft (one complete entry: the first
   position, paired with the accepted draft, labelled by the target at position 1), row 1
