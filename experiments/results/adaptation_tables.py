@@ -22,6 +22,7 @@ adaptation costs per round); ``smollm2_transfer.json``
 
 from __future__ import annotations
 
+import functools
 import json
 
 import numpy as np
@@ -332,26 +333,28 @@ def adaptation_cost_table(rel: str = ADAPTATION_COST) -> str:
   return table(head, rows) + note
 
 
-TABLES = {"online_adaptation_smollm2": online_adaptation_table,
-          "online_adaptation_long_smollm2":
-              lambda: online_adaptation_table(ONLINE_ADAPTATION_LONG, served_from=(1000, 2000)),
-          "online_adaptation_long_t1_smollm2":
-              lambda: online_adaptation_table(ONLINE_ADAPTATION_LONG_T1, served_from=(1000, 2000)),
-          "online_adaptation_long_t1_top8_smollm2":
-              lambda: online_adaptation_table(ONLINE_ADAPTATION_LONG_T1_TOP8,
-                                              served_from=(1000, 2000)),
-          "online_adaptation_long_t1_tv8_smollm2":
-              lambda: online_adaptation_table(ONLINE_ADAPTATION_LONG_T1_TV8,
-                                              served_from=(1000, 2000)),
-          "online_adaptation_long_t1_top8_labels_smollm2":
-              lambda: online_adaptation_table(ONLINE_ADAPTATION_LONG_T1_TOP8_LABELS,
-                                              served_from=(1000, 2000)),
-          "online_adaptation_long_tree_smollm2":
-              lambda: online_adaptation_table(ONLINE_ADAPTATION_TREE, served_from=(500,)),
-          "online_adaptation_humaneval_smollm2":
-              lambda: online_adaptation_table(ONLINE_ADAPTATION_HUMANEVAL, served_from=(500,)),
-          "online_adaptation_humaneval_decay_smollm2":
-              lambda: online_adaptation_table(ONLINE_ADAPTATION_HUMANEVAL_DECAY,
-                                              served_from=(500,)),
-          "adapter_transfer_smollm2": adapter_transfer_table,
-          "adaptation_cost_smollm2": adaptation_cost_table}
+# table name -> (its record, the served-token thresholds of its pooled rows): the
+# tables of replayed sessions (:func:`online_adaptation_table`)
+SESSION_TABLES = {
+    "online_adaptation_smollm2": (ONLINE_ADAPTATION, ()),
+    "online_adaptation_long_smollm2": (ONLINE_ADAPTATION_LONG, (1000, 2000)),
+    "online_adaptation_long_t1_smollm2": (ONLINE_ADAPTATION_LONG_T1, (1000, 2000)),
+    "online_adaptation_long_t1_top8_smollm2": (ONLINE_ADAPTATION_LONG_T1_TOP8, (1000, 2000)),
+    "online_adaptation_long_t1_tv8_smollm2": (ONLINE_ADAPTATION_LONG_T1_TV8, (1000, 2000)),
+    "online_adaptation_long_t1_top8_labels_smollm2": (ONLINE_ADAPTATION_LONG_T1_TOP8_LABELS,
+                                                      (1000, 2000)),
+    "online_adaptation_long_tree_smollm2": (ONLINE_ADAPTATION_TREE, (500,)),
+    "online_adaptation_humaneval_smollm2": (ONLINE_ADAPTATION_HUMANEVAL, (500,)),
+    "online_adaptation_humaneval_decay_smollm2": (ONLINE_ADAPTATION_HUMANEVAL_DECAY, (500,)),
+}
+# every other table of this module -> (its function, the record it reads)
+OTHER_TABLES = {
+    "adapter_transfer_smollm2": (adapter_transfer_table, ADAPTER_TRANSFER),
+    "adaptation_cost_smollm2": (adaptation_cost_table, ADAPTATION_COST),
+}
+TABLES = {**{name: functools.partial(online_adaptation_table, rel, served)
+             for name, (rel, served) in SESSION_TABLES.items()},
+          **{name: functools.partial(fn, rel) for name, (fn, rel) in OTHER_TABLES.items()}}
+# table name -> the records it reads (for its provenance note)
+RECORDS = {**{name: (rel,) for name, (rel, _) in SESSION_TABLES.items()},
+           **{name: (rel,) for name, (_, rel) in OTHER_TABLES.items()}}

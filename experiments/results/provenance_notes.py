@@ -22,6 +22,7 @@ import json
 import os
 from typing import Callable
 
+from experiments.results import adaptation_tables
 from experiments.results.markdown import RESULTS, ROOT
 
 ASSETS = "specjax/models/assets/smollm2-135m-instruct"
@@ -193,24 +194,7 @@ RECORDS_OF: dict[str, Callable[[], tuple]] = {
     "lossy_propositions_smollm2": lambda: (f"{RESULTS}/lossy_propositions_smollm2_conversations/records.jsonl",),
     "sv_companions_smollm2": _sv_companion_reports,
     "bucketed_rule_ab": lambda: (f"{RESULTS}/bucketed_rule_ab/lookup_chain.json",),
-    "online_adaptation_smollm2": lambda: (f"{RESULTS}/online_adaptation/smollm2.json",),
-    "online_adaptation_long_smollm2": lambda: (f"{RESULTS}/online_adaptation/smollm2_long.json",),
-    "online_adaptation_long_t1_smollm2":
-        lambda: (f"{RESULTS}/online_adaptation/smollm2_long_t1.json",),
-    "online_adaptation_long_t1_top8_smollm2":
-        lambda: (f"{RESULTS}/online_adaptation/smollm2_long_t1_top8.json",),
-    "online_adaptation_long_t1_tv8_smollm2":
-        lambda: (f"{RESULTS}/online_adaptation/smollm2_long_t1_tv8.json",),
-    "online_adaptation_long_t1_top8_labels_smollm2":
-        lambda: (f"{RESULTS}/online_adaptation/smollm2_long_t1_top8_labels.json",),
-    "online_adaptation_long_tree_smollm2":
-        lambda: (f"{RESULTS}/online_adaptation/smollm2_long_tree.json",),
-    "online_adaptation_humaneval_smollm2":
-        lambda: (f"{RESULTS}/online_adaptation/smollm2_humaneval.json",),
-    "online_adaptation_humaneval_decay_smollm2":
-        lambda: (f"{RESULTS}/online_adaptation/smollm2_humaneval_decay.json",),
-    "adapter_transfer_smollm2": lambda: (f"{RESULTS}/online_adaptation/smollm2_transfer.json",),
-    "adaptation_cost_smollm2": lambda: (f"{RESULTS}/online_adaptation/smollm2_cost.json",),
+    **{name: (lambda rels=rels: rels) for name, rels in adaptation_tables.RECORDS.items()},
     "forward_cost_b1": lambda: (f"{RESULTS}/forward_cost/smollm2_b1.json",),
     "round_cost_smollm2": lambda: tuple(f"{RESULTS}/round_cost/smollm2_{w}.json"
                                         for w in ("float32", "bfloat16")),
