@@ -81,6 +81,13 @@ def _lossy(record: str, out_dir: str) -> list:
       out_dir, f"lossy_{os.path.splitext(name)[0]}_smollm2.png"))
 
 
+def _adaptation_curve(record: str, out_dir: str) -> list:
+  from experiments.results.adaptation_figures import plot_learning_curve
+  return [plot_learning_curve(record, os.path.join(out_dir, "online_adaptation_curve_smollm2.png"),
+                              "online adaptation of the EAGLE-3 head, SmolLM2, greedy "
+                              "8-turn chats")]
+
+
 FIGURES = {f.name: f for f in (
     FigureSpec("compare_verifiers_smollm2",
                f"{RESULTS}/compare_smollm2/compare_verifiers_smollm2.jsonl", _compare),
@@ -88,6 +95,8 @@ FIGURES = {f.name: f for f in (
                _theta),
     FigureSpec("sweep_k_smollm2", f"{RESULTS}/sweep_k_smollm2/sweep_k_smollm2.jsonl", _k),
     FigureSpec("sv_smollm2", f"{RESULTS}/sv_batch_sweep_smollm2.json", _sv),
+    FigureSpec("online_adaptation_curve_smollm2",
+               f"{RESULTS}/online_adaptation/smollm2_long.json", _adaptation_curve),
     FigureSpec("lossy_smollm2", f"{RESULTS}/lossy_propositions_smollm2_conversations/records.jsonl", _lossy),
     *(FigureSpec(f"{d}_benchmark", f"{RESULTS}/{d}/benchmark.jsonl", _benchmark)
       for d in ("benchmark_smollm2", "speed_smollm2", "speed_smollm2_onpolicy_head")),

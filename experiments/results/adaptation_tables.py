@@ -170,6 +170,67 @@ def online_adaptation_table(rel: str = ONLINE_ADAPTATION, served_from: tuple = (
 
 
 
+# the served-token bins of the learning curves: turns grouped by the tokens their
+# session served before them
+CURVE_EDGES = (0, 250, 500, 1000, 1500, 2000)
+
+
+def served_bins(turns: list, edges: tuple = CURVE_EDGES) -> list[dict]:
+  """The learning curve: turns grouped by ``served_before`` into ``[edges[i],
+  edges[i + 1])`` (the last bin open-ended), each bin's pooled tau and acceptance rate
+  per draft position (accepted / offered: the position's acceptance given it was
+  reached) for both heads.  Empty bins are left out.  Returns per bin ``{"low",
+  "high" (None: open), "turns", "mean_served" (their mean ``served_before``),
+  "sessions", "tokens", "tau": {head: float},
+  "position": {head: [K floats, nan where never offered]}}``."""
+  out = []
+  for i, low in enumerate(edges):
+    high = edges[i + 1] if i + 1 < len(edges) else None
+    rows = [r for r in turns if low <= r["served_before"] and (high is None or
+                                                                r["served_before"] < high)]
+    if not rows:
+      continue
+    tau, pos = {}, {}
+    for head in ("frozen", "adapted"):
+      calls = sum(r[head]["target_calls"] for r in rows)
+      tau[head] = (sum(r[head]["accepted"] for r in rows) + calls) / max(calls, 1)
+      acc = np.sum([r[head]["accept_counts"] for r in rows], 0)
+      off = np.sum([r[head]["offered_counts"] for r in rows], 0)
+      pos[head] = np.where(off > 0, acc / np.maximum(off, 1), np.nan).tolist()
+    out.append(dict(low=low, high=high, turns=len(rows),
+                    mean_served=float(np.mean([r["served_before"] for r in rows])),
+                    sessions=len({r["session"] for r in rows}),
+                    tokens=sum(r["tokens"] for r in rows), tau=tau, position=pos))
+  return out
+
+
+def _bin_label(b: dict) -> str:
+  return f"{b['low']:,}-{b['high']:,}" if b["high"] is not None else f">= {b['low']:,}"
+
+
+def learning_curve_table(rel: str) -> str:
+  """Per bin of tokens served before a turn (:func:`served_bins`): tau and the
+  acceptance rate at each draft position, frozen -> adapting, pooled over the turns in
+  the bin (descriptive: the verdicts are the per-turn table's)."""
+  with open(path(rel)) as f:
+    rec = json.load(f)
+  bins = served_bins(rec["turns"])
+  k = len(bins[0]["position"]["frozen"])
+  arrow = lambda a, b: "-" if np.isnan(a) else f"{a:.2f} -> {b:.2f}"
+  rows = [[_bin_label(b), f"{b['sessions']}", f"{b['turns']}", f"{b['tokens']:,}",
+           arrow(b["tau"]["frozen"], b["tau"]["adapted"])]
+          + [arrow(b["position"]["frozen"][j], b["position"]["adapted"][j]) for j in range(k)]
+          for b in bins]
+  head = (["tokens served before the turn", "sessions", "turns", "tokens",
+           "tau, frozen -> adapting"]
+          + [f"acceptance at position {j + 1}, frozen -> adapting" for j in range(k)])
+  note = (f"\n\nAcceptance at position j: drafts accepted there over the rounds that "
+          f"reached it (position 1 is the head's agreement with the target's next token). "
+          f"Record `{rel}` (settings and commands under its per-turn table); figure "
+          f"`docs/figures/online_adaptation_curve_smollm2.png`.")
+  return table(head, rows) + note
+
+
 def _loglik_pairs(turns: list, who: str) -> np.ndarray:
   """``[n, 2]`` (log-likelihood sum, tokens) of ``who``'s answers per session."""
   by: dict = {}
@@ -349,6 +410,7 @@ SESSION_TABLES = {
 }
 # every other table of this module -> (its function, the record it reads)
 OTHER_TABLES = {
+    "online_adaptation_long_curve_smollm2": (learning_curve_table, ONLINE_ADAPTATION_LONG),
     "adapter_transfer_smollm2": (adapter_transfer_table, ADAPTER_TRANSFER),
     "adaptation_cost_smollm2": (adaptation_cost_table, ADAPTATION_COST),
 }

@@ -113,7 +113,8 @@ def test_comparison_and_sweep_figures_are_readable(saved, tmp_path):
   _assert_readable(saved, ["compare.png", "theta.png", "k.png"])
 
 
-@pytest.mark.parametrize("name", ["sv_smollm2", "lossy_smollm2"])
+@pytest.mark.parametrize("name", ["sv_smollm2", "lossy_smollm2",
+                                  "online_adaptation_curve_smollm2"])
 def test_committed_records_draw_readable_figures(saved, tmp_path, name):
   from experiments.render_figures import FIGURES
   spec = FIGURES[name]
