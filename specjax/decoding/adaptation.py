@@ -40,6 +40,12 @@ with probability ``1 - TV(p, q)`` and might.  (On SmolLM2 at T = 1 the mask did 
 help: benchmarks/RESULTS.md.)  With ``weight_decay`` what an adapter learned fades
 unless its window keeps teaching it (:meth:`OnlineAdaptation.optimizer`).
 
+Every entry is an example of the *first* draft: the head run on the target's own
+features.  Deeper drafts run the head on its own output features, which no entry
+shows the adapter.  ``depths`` limits the draft depths whose logits the adapter
+changes (1: the first draft only; deeper drafts are the frozen head's); 0, the
+default, adapts every depth.
+
 The head's own weights stay frozen and shared; each row adapts to its own
 conversation (per-row adapters keep rows independent, so results do not depend on
 how rows are batched or split over devices).  ``B`` starts at 0, so an adapter that
@@ -98,6 +104,9 @@ class OnlineAdaptation(Hyperparams):
     weight_decay: AdamW's decoupled decay of ``bias`` and ``b`` per step (>= 0, and
       ``learning_rate * weight_decay < 1``; 0: plain Adam): a half-life of about
       ``0.69 / (learning_rate * weight_decay)`` updates.
+    depths: the draft depths the adapter changes (module docstring): drafts at depth
+      ``<= depths`` (the first draft is depth 1) take the adapted logits, deeper ones
+      the frozen head's; 0 (the default): every depth.
   """
 
   every: int = 8
@@ -109,13 +118,14 @@ class OnlineAdaptation(Hyperparams):
   loss: str = "ce"
   update_vocab: str = "all"
   weight_decay: float = 0.0
+  depths: int = 0
 
   # whether there is decay at all picks the optimiser (a Python branch): static
   static_fields = ("weight_decay",)
 
   def __post_init__(self):
     for name, low, high in (("every", 1, None), ("steps", 1, 64), ("window", 2, 4096),
-                            ("rank", 1, 256), ("label_top_k", 1, 256)):
+                            ("rank", 1, 256), ("label_top_k", 1, 256), ("depths", 0, 64)):
       value = check_int(name, getattr(self, name), low=low)
       if high is not None and value > high:
         raise ValueError(f"{name}={value} must be an integer in [{low}, {high}]")
@@ -129,6 +139,10 @@ class OnlineAdaptation(Hyperparams):
                        f"multiplies the adapter by 1 minus it)")
     if self.update_vocab not in UPDATE_VOCABS:
       raise ValueError(f"update_vocab={self.update_vocab!r} must be one of {UPDATE_VOCABS}")
+
+  def adapts_depth(self, depth: int) -> bool:
+    """Whether drafts at ``depth`` (1 = the first draft) take the adapted logits."""
+    return self.depths == 0 or depth <= self.depths
 
   def optimizer(self) -> optax.GradientTransformation:
     """Adam; with ``weight_decay``, Adam with decoupled weight decay on ``bias`` and

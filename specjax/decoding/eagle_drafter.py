@@ -170,10 +170,16 @@ class EagleHeadDrafter(Drafter):
   def _lm(self, params):
     return params.get("lm_head") if self.head.config.kind == "eagle1" else None
 
-  def _logits(self, params, hidden, adapter=None):
-    """Target-vocabulary logits of the head's output ``hidden [B, ..., H]``, through
-    the row's online adapter when there is one."""
-    delta = None if adapter is None else adaptation.logit_delta(adapter.params, hidden)
+  def _logits(self, params, hidden, adapter=None, depth=1):
+    """Target-vocabulary logits of the head's output ``hidden [B, ..., H]``, the drafts
+    at ``depth`` (1 = the first draft; a Python int, or a traced one inside a scan),
+    through the row's online adapter when there is one and it adapts that depth
+    (``OnlineAdaptation.depths``)."""
+    delta = None
+    if adapter is not None and (not isinstance(depth, int) or self.adapt.adapts_depth(depth)):
+      delta = adaptation.logit_delta(adapter.params, hidden)
+      if not isinstance(depth, int) and self.adapt.depths:
+        delta = jnp.where(depth <= self.adapt.depths, delta, 0.0)
     return self.head.logits(params["head"], hidden, self._lm(params), params.get("d2t"), delta)
 
   def _consume_pending(self, params, state: EagleState, last):
@@ -331,15 +337,17 @@ class EagleDrafter(EagleHeadDrafter):
   def _chain(self, params, state: EagleState, last, keys, gate):
     """K drafts, each feeding the head's output feature back (module docstring)."""
     h, z, cache = self._consume_pending(params, state, last)
+    # the scan's drafts are at depths 2..K: none of them adapted with depths = 1
+    deeper = state.adapter if self.adapt is None or self.adapt.adapts_depth(2) else None
 
     def step(carry, tok):
-      cache, h = carry
+      cache, h, depth = carry  # depth: that of the draft these logits are for
       out = self.head.apply(params["head"], self._embed(params, tok[:, None]), h[:, None],
                             cache.lengths[:, None], cache)
       h = out.hidden[:, 0]
-      return ((kvc.commit(out.cache, jnp.ones_like(tok)), h),
-              self._logits(params, h, state.adapter))
+      return ((kvc.commit(out.cache, jnp.ones_like(tok)), h, depth + 1),
+              self._logits(params, h, deeper, depth))
 
-    proposal, (cache, _) = sample_chain(self.sampling, keys, z, step, (cache, h),
-                                        self.num_draft, gate=gate)
+    proposal, (cache, _, _) = sample_chain(self.sampling, keys, z, step,
+                                           (cache, h, jnp.int32(2)), self.num_draft, gate=gate)
     return proposal, dataclasses.replace(state, cache=cache)

@@ -106,7 +106,7 @@ class EagleTreeDrafter(EagleHeadDrafter):
       own = jax.nn.one_hot(off + jnp.arange(k), region, dtype=bool)  # [k, region]
       anc = f_anc | own[None]
       hid, cache = self._tree_forward(params, cache, base, off, region, f_tok, f_feat, i, anc)
-      logits = self._logits(params, hid, state.adapter)  # [B, k, V]
+      logits = self._logits(params, hid, state.adapter, i + 1)  # [B, k, V], depth i + 1
       exp_idx.append(f_idx)
       exp_dist.append(node_distribution(logits, self.sampling))
       lp = jax.nn.log_softmax(logits, axis=-1)  # [B, k, V]
@@ -221,7 +221,7 @@ class EagleStaticTreeDrafter(EagleHeadDrafter):
       anc = jnp.broadcast_to(jnp.asarray(anc_nodes[level]), (b, len(level), n))
       hid, cache = self._tree_forward(params, cache, base, int(level[0]), n, tokens[:, level],
                                       feats[:, parents[level]], d, anc)
-      logits = self._logits(params, hid, state.adapter)  # [B, T, V]
+      logits = self._logits(params, hid, state.adapter, d + 1)  # [B, T, V], depth d + 1
       return level + 1, logits, (cache, feats.at[:, level + 1].set(hid))
 
     filled = draft_static_tree(self.tree_paths, z, self.sampling, self.children, keys, expand,
