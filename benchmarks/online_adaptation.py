@@ -388,8 +388,8 @@ def session_settings(r, cfg) -> dict:
 # (adapter settings, ADAPT_ADDED, and the record's own, SETTINGS_ADDED): an older
 # record ran with their defaults, so one it lacks reads as its default.
 ADAPT_SETTINGS = ("every", "steps", "window", "rank", "learning_rate", "label_top_k", "loss",
-                  "update_vocab", "weight_decay")
-ADAPT_ADDED = ("loss", "update_vocab", "weight_decay")
+                  "update_vocab", "weight_decay", "depths")
+ADAPT_ADDED = ("loss", "update_vocab", "weight_decay", "depths")
 SETTINGS_ADDED = ("timed", "session_set", "draft_shape", "verifier")
 
 

@@ -99,6 +99,14 @@ def _row(label: str, turns: list, column: VerdictColumn) -> list:
 LABELS_ONLY = ", updates moving only the logits of their labels' tokens"
 
 
+def _depths(depths: int) -> str:
+  """The draft depths the adapter changed, when not all."""
+  if not depths:
+    return ""
+  return (", adapting the first draft only" if depths == 1 else
+          f", adapting the first {depths} draft depths")
+
+
 def _drafts(rec: dict) -> str:
   """What drafted: the EAGLE-3 chain (K) or its EAGLE-2 dynamic tree (its sizes)."""
   st = rec.get("settings", {})
@@ -162,7 +170,8 @@ def online_adaptation_table(rel: str = ONLINE_ADAPTATION, served_from: tuple = (
           f"{a['label_top_k']} label token(s)"
           f"{'' if a.get('loss', 'ce') == 'ce' else ', loss ' + a['loss']}"
           f"{'' if a.get('update_vocab', 'all') == 'all' else LABELS_ONLY}"
-          f"{'' if not a.get('weight_decay') else ', weight decay %g' % a['weight_decay']}; "
+          f"{'' if not a.get('weight_decay') else ', weight decay %g' % a['weight_decay']}"
+          f"{_depths(a.get('depths', 0))}; "
           f"{_drafts(rec)}, T = {t:g}, {rec['max_new_tokens']} new tokens per turn"
           f"{_problems(rec)}; {answers}.")
   return table(head, column.fill(rows)) + note + "\n\n" + family_note(column.family())
