@@ -240,6 +240,30 @@ def learning_curve_table(rel: str) -> str:
   return table(head, rows) + note
 
 
+def position_table(rels: dict) -> str:
+  """Per record (``rels``: row label -> record): the acceptance rate at each draft
+  position over all its turns, frozen -> adapting (:func:`served_bins` with one bin)."""
+  rows, k = [], 0
+  for label, rel in rels.items():
+    with open(path(rel)) as f:
+      rec = json.load(f)
+    b = served_bins(rec["turns"], edges=(0,))[0]
+    pos = b["position"]
+    k = max(k, len(pos["frozen"]))
+    cells = ["-" if np.isnan(f) else f"{f:.2f} -> {a:.2f}"
+             for f, a in zip(pos["frozen"], pos["adapted"])]
+    rows.append([label, f"`{rel.rsplit('/', 1)[-1]}`", f"{b['sessions']}",
+                 f"{b['tau']['frozen']:.2f} -> {b['tau']['adapted']:.2f}"] + cells)
+  rows = [r + ["-"] * (4 + k - len(r)) for r in rows]
+  head = (["setting", "record", "sessions", "tau, frozen -> adapting"]
+          + [f"position {j + 1}" for j in range(k)])
+  return table(head, rows) + ("\n\nAcceptance rate at each draft position over all turns, "
+                              "frozen -> adapting: drafts accepted there over the rounds "
+                              "that reached it (a tree's position j: its depth j). Records "
+                              "under `benchmarks/results/online_adaptation/`; settings and "
+                              "commands under each record's own table.")
+
+
 def _loglik_pairs(turns: list, who: str) -> np.ndarray:
   """``[n, 2]`` (log-likelihood sum, tokens) of ``who``'s answers per session."""
   by: dict = {}
@@ -423,9 +447,22 @@ OTHER_TABLES = {
     "adapter_transfer_smollm2": (adapter_transfer_table, ADAPTER_TRANSFER),
     "adaptation_cost_smollm2": (adaptation_cost_table, ADAPTATION_COST),
 }
+# the records set side by side per draft position (:func:`position_table`)
+POSITION_RECORDS = {
+    "T = 0, chain": ONLINE_ADAPTATION_LONG,
+    "T = 0, EAGLE-2 tree": ONLINE_ADAPTATION_TREE,
+    "T = 0, HumanEval problems in sequence": ONLINE_ADAPTATION_HUMANEVAL,
+    "T = 1, top-token labels": ONLINE_ADAPTATION_LONG_T1,
+    "T = 1, 8 label tokens": ONLINE_ADAPTATION_LONG_T1_TOP8,
+    "T = 1, 8 label tokens, total-variation loss": ONLINE_ADAPTATION_LONG_T1_TV8,
+    "T = 1, 8 label tokens, labels-only update": ONLINE_ADAPTATION_LONG_T1_TOP8_LABELS,
+}
 TABLES = {**{name: functools.partial(online_adaptation_table, rel, served)
              for name, (rel, served) in SESSION_TABLES.items()},
-          **{name: functools.partial(fn, rel) for name, (fn, rel) in OTHER_TABLES.items()}}
+          **{name: functools.partial(fn, rel) for name, (fn, rel) in OTHER_TABLES.items()},
+          "online_adaptation_positions_smollm2": functools.partial(position_table,
+                                                                   POSITION_RECORDS)}
 # table name -> the records it reads (for its provenance note)
 RECORDS = {**{name: (rel,) for name, (rel, _) in SESSION_TABLES.items()},
-           **{name: (rel,) for name, (_, rel) in OTHER_TABLES.items()}}
+           **{name: (rel,) for name, (_, rel) in OTHER_TABLES.items()},
+           "online_adaptation_positions_smollm2": tuple(POSITION_RECORDS.values())}
