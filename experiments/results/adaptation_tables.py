@@ -42,6 +42,10 @@ ONLINE_ADAPTATION_HUMANEVAL = f"{RESULTS}/online_adaptation/smollm2_humaneval.js
 ONLINE_ADAPTATION_TREE = f"{RESULTS}/online_adaptation/smollm2_long_tree.json"
 ONLINE_ADAPTATION_HUMANEVAL_DECAY = f"{RESULTS}/online_adaptation/smollm2_humaneval_decay.json"
 ADAPTATION_COST = f"{RESULTS}/online_adaptation/smollm2_cost.json"
+ONLINE_ADAPTATION_LONGER = f"{RESULTS}/online_adaptation/smollm2_longer.json"
+ONLINE_ADAPTATION_MARS = f"{RESULTS}/online_adaptation/smollm2_long_mars.json"
+ONLINE_ADAPTATION_DEPTH1 = f"{RESULTS}/online_adaptation/smollm2_long_depth1.json"
+ONLINE_ADAPTATION_LONG_T1_DEPTH1 = f"{RESULTS}/online_adaptation/smollm2_long_t1_top8_depth1.json"
 # the online-adaptation goal: adaptation adds at most this share of decode time (batch 1)
 COST_GOAL = 0.05
 
@@ -217,7 +221,7 @@ def _bin_label(b: dict) -> str:
   return f"{b['low']:,}-{b['high']:,}" if b["high"] is not None else f">= {b['low']:,}"
 
 
-def learning_curve_table(rel: str) -> str:
+def learning_curve_table(rel: str, figure: str = "") -> str:
   """Per bin of tokens served before a turn (:func:`served_bins`): tau and the
   acceptance rate at each draft position, frozen -> adapting, pooled over the turns in
   the bin (descriptive: the verdicts are the per-turn table's)."""
@@ -235,8 +239,8 @@ def learning_curve_table(rel: str) -> str:
           + [f"acceptance at position {j + 1}, frozen -> adapting" for j in range(k)])
   note = (f"\n\nAcceptance at position j: drafts accepted there over the rounds that "
           f"reached it (position 1 is the head's agreement with the target's next token). "
-          f"Record `{rel}` (settings and commands under its per-turn table); figure "
-          f"`docs/figures/online_adaptation_curve_smollm2.png`.")
+          f"Record `{rel}` (settings and commands under its per-turn table)"
+          + (f"; figure `{figure}`." if figure else "."))
   return table(head, rows) + note
 
 
@@ -440,10 +444,14 @@ SESSION_TABLES = {
     "online_adaptation_long_tree_smollm2": (ONLINE_ADAPTATION_TREE, (500,)),
     "online_adaptation_humaneval_smollm2": (ONLINE_ADAPTATION_HUMANEVAL, (500,)),
     "online_adaptation_humaneval_decay_smollm2": (ONLINE_ADAPTATION_HUMANEVAL_DECAY, (500,)),
+    "online_adaptation_longer_smollm2": (ONLINE_ADAPTATION_LONGER, (1000, 2000)),
 }
 # every other table of this module -> (its function, the record it reads)
 OTHER_TABLES = {
-    "online_adaptation_long_curve_smollm2": (learning_curve_table, ONLINE_ADAPTATION_LONG),
+    "online_adaptation_long_curve_smollm2": (functools.partial(
+        learning_curve_table, figure="docs/figures/online_adaptation_curve_smollm2.png"),
+        ONLINE_ADAPTATION_LONG),
+    "online_adaptation_longer_curve_smollm2": (learning_curve_table, ONLINE_ADAPTATION_LONGER),
     "adapter_transfer_smollm2": (adapter_transfer_table, ADAPTER_TRANSFER),
     "adaptation_cost_smollm2": (adaptation_cost_table, ADAPTATION_COST),
 }
