@@ -445,6 +445,7 @@ SESSION_TABLES = {
     "online_adaptation_humaneval_smollm2": (ONLINE_ADAPTATION_HUMANEVAL, (500,)),
     "online_adaptation_humaneval_decay_smollm2": (ONLINE_ADAPTATION_HUMANEVAL_DECAY, (500,)),
     "online_adaptation_longer_smollm2": (ONLINE_ADAPTATION_LONGER, (1000, 2000)),
+    "online_adaptation_long_mars_smollm2": (ONLINE_ADAPTATION_MARS, (500,)),
 }
 # every other table of this module -> (its function, the record it reads)
 OTHER_TABLES = {
@@ -452,6 +453,7 @@ OTHER_TABLES = {
         learning_curve_table, figure="docs/figures/online_adaptation_curve_smollm2.png"),
         ONLINE_ADAPTATION_LONG),
     "online_adaptation_longer_curve_smollm2": (learning_curve_table, ONLINE_ADAPTATION_LONGER),
+    "online_adaptation_long_mars_loglik_smollm2": (lossy_loglik_table, ONLINE_ADAPTATION_MARS),
     "adapter_transfer_smollm2": (adapter_transfer_table, ADAPTER_TRANSFER),
     "adaptation_cost_smollm2": (adaptation_cost_table, ADAPTATION_COST),
 }
@@ -460,6 +462,7 @@ POSITION_RECORDS = {
     "T = 0, chain": ONLINE_ADAPTATION_LONG,
     "T = 0, EAGLE-2 tree": ONLINE_ADAPTATION_TREE,
     "T = 0, HumanEval problems in sequence": ONLINE_ADAPTATION_HUMANEVAL,
+    "T = 0, chain verified by MARS (theta 0.9)": ONLINE_ADAPTATION_MARS,
     "T = 1, top-token labels": ONLINE_ADAPTATION_LONG_T1,
     "T = 1, 8 label tokens": ONLINE_ADAPTATION_LONG_T1_TOP8,
     "T = 1, 8 label tokens, total-variation loss": ONLINE_ADAPTATION_LONG_T1_TV8,
