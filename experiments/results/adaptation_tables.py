@@ -446,6 +446,8 @@ SESSION_TABLES = {
     "online_adaptation_humaneval_decay_smollm2": (ONLINE_ADAPTATION_HUMANEVAL_DECAY, (500,)),
     "online_adaptation_longer_smollm2": (ONLINE_ADAPTATION_LONGER, (1000, 2000)),
     "online_adaptation_long_mars_smollm2": (ONLINE_ADAPTATION_MARS, (500,)),
+    "online_adaptation_long_t1_top8_depth1_smollm2": (ONLINE_ADAPTATION_LONG_T1_DEPTH1,
+                                                      (1000, 2000)),
 }
 # every other table of this module -> (its function, the record it reads)
 OTHER_TABLES = {
@@ -467,6 +469,7 @@ POSITION_RECORDS = {
     "T = 1, 8 label tokens": ONLINE_ADAPTATION_LONG_T1_TOP8,
     "T = 1, 8 label tokens, total-variation loss": ONLINE_ADAPTATION_LONG_T1_TV8,
     "T = 1, 8 label tokens, labels-only update": ONLINE_ADAPTATION_LONG_T1_TOP8_LABELS,
+    "T = 1, 8 label tokens, first draft only": ONLINE_ADAPTATION_LONG_T1_DEPTH1,
 }
 TABLES = {**{name: functools.partial(online_adaptation_table, rel, served)
              for name, (rel, served) in SESSION_TABLES.items()},
