@@ -268,6 +268,41 @@ def position_table(rels: dict) -> str:
                               "commands under each record's own table.")
 
 
+def two_settings_table(rel: str, base: str, name: str, base_name: str) -> str:
+  """Two adapter settings on the same greedy sessions (records ``rel`` and ``base``):
+  per turn index and pooled, the adapting head's tau under each and ``rel``'s against
+  ``base``'s, paired over the sessions both hold (Holm over the column).  Greedy
+  lossless sessions are the target's whatever drafts them, so the two records' frozen
+  runs must agree turn by turn (``ValueError`` otherwise: other sessions)."""
+  recs = []
+  for r in (rel, base):
+    with open(path(r)) as f:
+      recs.append(json.load(f))
+  keyed = [{(t["session"], t["turn"]): t for t in rec["turns"]} for rec in recs]
+  common = sorted(set(keyed[0]) & set(keyed[1]))
+  for k in common:
+    a, b = keyed[0][k]["frozen"], keyed[1][k]["frozen"]
+    if (a["accepted"], a["target_calls"]) != (b["accepted"], b["target_calls"]):
+      raise ValueError(f"{rel} and {base} differ at session {k[0]}, turn {k[1]}: the frozen "
+                       f"head's rounds must be the same (greedy, the same sessions)")
+  ours = [keyed[0][k] for k in common]
+  theirs = {k: dict(keyed[1][k], frozen=keyed[1][k]["adapted"]) for k in common}
+  # ``_row`` compares "adapted" against "frozen": put the base setting's adapting run there
+  pairs = [dict(t, frozen=theirs[(t["session"], t["turn"])]["frozen"]) for t in ours]
+  column = VerdictColumn(f"{name} vs {base_name}", f"every turn index and all turns pooled: "
+                         f"the adapting head's tau with {name} against {base_name}, on the "
+                         f"same sessions")
+  rows = [_row(f"turn {t + 1}", [r for r in pairs if r["turn"] == t], column)[:6]
+          for t in sorted({r["turn"] for r in pairs})]
+  rows.append(_row("all turns", pairs, column)[:6])
+  head = ["turns", "sessions", "tokens", f"tau, adapting, {base_name}",
+          f"tau, adapting, {name}", f"{name} / {base_name} tau - 1 [95% CI, paired over "
+          f"sessions], MDE (80% power): verdict"]
+  note = (f"\n\nRecords `{rel}` ({name}) and `{base}` ({base_name}), their common sessions; "
+          f"the frozen head's rounds agree turn by turn (the same greedy sessions).")
+  return table(head, column.fill(rows)) + note + "\n\n" + family_note(column.family())
+
+
 def _loglik_pairs(turns: list, who: str) -> np.ndarray:
   """``[n, 2]`` (log-likelihood sum, tokens) of ``who``'s answers per session."""
   by: dict = {}
@@ -448,6 +483,7 @@ SESSION_TABLES = {
     "online_adaptation_long_mars_smollm2": (ONLINE_ADAPTATION_MARS, (500,)),
     "online_adaptation_long_t1_top8_depth1_smollm2": (ONLINE_ADAPTATION_LONG_T1_DEPTH1,
                                                       (1000, 2000)),
+    "online_adaptation_long_depth1_smollm2": (ONLINE_ADAPTATION_DEPTH1, (1000, 2000)),
 }
 # every other table of this module -> (its function, the record it reads)
 OTHER_TABLES = {
@@ -465,6 +501,7 @@ POSITION_RECORDS = {
     "T = 0, EAGLE-2 tree": ONLINE_ADAPTATION_TREE,
     "T = 0, HumanEval problems in sequence": ONLINE_ADAPTATION_HUMANEVAL,
     "T = 0, chain verified by MARS (theta 0.9)": ONLINE_ADAPTATION_MARS,
+    "T = 0, chain, first draft only": ONLINE_ADAPTATION_DEPTH1,
     "T = 1, top-token labels": ONLINE_ADAPTATION_LONG_T1,
     "T = 1, 8 label tokens": ONLINE_ADAPTATION_LONG_T1_TOP8,
     "T = 1, 8 label tokens, total-variation loss": ONLINE_ADAPTATION_LONG_T1_TV8,
@@ -475,8 +512,13 @@ TABLES = {**{name: functools.partial(online_adaptation_table, rel, served)
              for name, (rel, served) in SESSION_TABLES.items()},
           **{name: functools.partial(fn, rel) for name, (fn, rel) in OTHER_TABLES.items()},
           "online_adaptation_positions_smollm2": functools.partial(position_table,
-                                                                   POSITION_RECORDS)}
+                                                                   POSITION_RECORDS),
+          "online_adaptation_depth1_vs_all_smollm2": functools.partial(
+              two_settings_table, ONLINE_ADAPTATION_DEPTH1, ONLINE_ADAPTATION_LONG,
+              "the first draft adapted", "every depth adapted")}
 # table name -> the records it reads (for its provenance note)
 RECORDS = {**{name: (rel,) for name, (rel, _) in SESSION_TABLES.items()},
            **{name: (rel,) for name, (_, rel) in OTHER_TABLES.items()},
-           "online_adaptation_positions_smollm2": tuple(POSITION_RECORDS.values())}
+           "online_adaptation_positions_smollm2": tuple(POSITION_RECORDS.values()),
+           "online_adaptation_depth1_vs_all_smollm2": (ONLINE_ADAPTATION_DEPTH1,
+                                                       ONLINE_ADAPTATION_LONG)}

@@ -267,3 +267,26 @@ def test_the_lossy_table_scores_each_runs_own_answers(tmp_path, monkeypatch):
       {k: v for k, v in t.items() if k != "target_loglik"} for t in turns])))
   with pytest.raises(ValueError, match="without log-likelihoods"):
     adaptation_tables.lossy_loglik_table("l.json")
+
+
+def test_two_settings_are_compared_only_on_the_same_greedy_sessions(tmp_path, monkeypatch):
+  """The first setting's adapting head reaches tau 3 where the second's reaches 2, on
+  four sessions whose frozen rounds agree: +0.500 on every turn.  A record whose
+  frozen head ran other rounds (other sessions) is refused, naming where."""
+  from experiments.results import adaptation_tables, markdown
+
+  def rec(adapted_accepted, frozen_calls=4):
+    turns = [dict(session=s, turn=t, tokens=8,
+                  frozen=dict(accepted=4, target_calls=frozen_calls),
+                  adapted=dict(accepted=adapted_accepted, target_calls=4))
+             for s in range(4) for t in range(2)]
+    return json.dumps(dict(turns=turns))
+
+  (tmp_path / "a.json").write_text(rec(8))
+  (tmp_path / "b.json").write_text(rec(4))
+  (tmp_path / "c.json").write_text(rec(4, frozen_calls=5))
+  monkeypatch.setattr(markdown, "ROOT", str(tmp_path))
+  text = adaptation_tables.two_settings_table("a.json", "b.json", "A", "B")
+  assert "| all turns | 4 | 64 | 2.00 | 3.00 | +0.500 [+0.500, +0.500]" in text
+  with pytest.raises(ValueError, match="differ at session 0, turn 0"):
+    adaptation_tables.two_settings_table("a.json", "c.json", "A", "C")
