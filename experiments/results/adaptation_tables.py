@@ -42,6 +42,7 @@ ONLINE_ADAPTATION_HUMANEVAL = f"{RESULTS}/online_adaptation/smollm2_humaneval.js
 ONLINE_ADAPTATION_TREE = f"{RESULTS}/online_adaptation/smollm2_long_tree.json"
 ONLINE_ADAPTATION_HUMANEVAL_DECAY = f"{RESULTS}/online_adaptation/smollm2_humaneval_decay.json"
 ADAPTATION_COST = f"{RESULTS}/online_adaptation/smollm2_cost.json"
+ADAPTATION_COST_TWO_STAGE = f"{RESULTS}/online_adaptation/smollm2_cost_two_stage.json"
 ONLINE_ADAPTATION_LONGER = f"{RESULTS}/online_adaptation/smollm2_longer.json"
 ONLINE_ADAPTATION_MARS = f"{RESULTS}/online_adaptation/smollm2_long_mars.json"
 ONLINE_ADAPTATION_DEPTH1 = f"{RESULTS}/online_adaptation/smollm2_long_depth1.json"
@@ -494,6 +495,7 @@ OTHER_TABLES = {
     "online_adaptation_long_mars_loglik_smollm2": (lossy_loglik_table, ONLINE_ADAPTATION_MARS),
     "adapter_transfer_smollm2": (adapter_transfer_table, ADAPTER_TRANSFER),
     "adaptation_cost_smollm2": (adaptation_cost_table, ADAPTATION_COST),
+    "adaptation_cost_two_stage_smollm2": (adaptation_cost_table, ADAPTATION_COST_TWO_STAGE),
 }
 # the records set side by side per draft position (:func:`position_table`)
 POSITION_RECORDS = {
