@@ -283,11 +283,10 @@ def _logliks(setup: dict, ids: list, answers: dict) -> dict:
   to ``ids``, by run name."""
   from experiments.compare.quality import target_loglik
   ms = setup["ms"]
-  sums = {}
-  for name, answer in answers.items():
-    ll = target_loglik(ms.target, ms.target_params, [ids], [answer])
-    sums[name] = ll["mean"] * ll["num_tokens"] if ll["num_tokens"] else 0.0
-  return sums
+  names = list(answers)
+  ll = target_loglik(ms.target, ms.target_params, [ids] * len(names),
+                     [answers[n] for n in names])  # one batched forward
+  return {n: m * len(answers[n]) if answers[n] else 0.0 for n, m in zip(names, ll["per_row"])}
 
 
 def run_session(r: Run, setup: dict, conv: Conversation, session: int, served: int) -> list:

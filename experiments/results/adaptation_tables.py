@@ -218,6 +218,11 @@ def served_bins(turns: list, edges: tuple = CURVE_EDGES) -> list[dict]:
   return out
 
 
+def _arrow(frozen: float, adapted: float) -> str:
+  """``frozen -> adapted`` (``-`` where the frozen rate was never measured)."""
+  return "-" if np.isnan(frozen) else f"{frozen:.2f} -> {adapted:.2f}"
+
+
 def _bin_label(b: dict) -> str:
   return f"{b['low']:,}-{b['high']:,}" if b["high"] is not None else f">= {b['low']:,}"
 
@@ -230,10 +235,9 @@ def learning_curve_table(rel: str, figure: str = "") -> str:
     rec = json.load(f)
   bins = served_bins(rec["turns"])
   k = len(bins[0]["position"]["frozen"])
-  arrow = lambda a, b: "-" if np.isnan(a) else f"{a:.2f} -> {b:.2f}"
   rows = [[_bin_label(b), f"{b['sessions']}", f"{b['turns']}", f"{b['tokens']:,}",
-           arrow(b["tau"]["frozen"], b["tau"]["adapted"])]
-          + [arrow(b["position"]["frozen"][j], b["position"]["adapted"][j]) for j in range(k)]
+           _arrow(b["tau"]["frozen"], b["tau"]["adapted"])]
+          + [_arrow(b["position"]["frozen"][j], b["position"]["adapted"][j]) for j in range(k)]
           for b in bins]
   head = (["tokens served before the turn", "sessions", "turns", "tokens",
            "tau, frozen -> adapting"]
@@ -255,8 +259,7 @@ def position_table(rels: dict) -> str:
     b = served_bins(rec["turns"], edges=(0,))[0]
     pos = b["position"]
     k = max(k, len(pos["frozen"]))
-    cells = ["-" if np.isnan(f) else f"{f:.2f} -> {a:.2f}"
-             for f, a in zip(pos["frozen"], pos["adapted"])]
+    cells = [_arrow(f, a) for f, a in zip(pos["frozen"], pos["adapted"])]
     rows.append([label, f"`{rel.rsplit('/', 1)[-1]}`", f"{b['sessions']}",
                  f"{b['tau']['frozen']:.2f} -> {b['tau']['adapted']:.2f}"] + cells)
   rows = [r + ["-"] * (4 + k - len(r)) for r in rows]
@@ -286,10 +289,8 @@ def two_settings_table(rel: str, base: str, name: str, base_name: str) -> str:
     if (a["accepted"], a["target_calls"]) != (b["accepted"], b["target_calls"]):
       raise ValueError(f"{rel} and {base} differ at session {k[0]}, turn {k[1]}: the frozen "
                        f"head's rounds must be the same (greedy, the same sessions)")
-  ours = [keyed[0][k] for k in common]
-  theirs = {k: dict(keyed[1][k], frozen=keyed[1][k]["adapted"]) for k in common}
   # ``_row`` compares "adapted" against "frozen": put the base setting's adapting run there
-  pairs = [dict(t, frozen=theirs[(t["session"], t["turn"])]["frozen"]) for t in ours]
+  pairs = [dict(keyed[0][k], frozen=keyed[1][k]["adapted"]) for k in common]
   column = VerdictColumn(f"{name} vs {base_name}", f"every turn index and all turns pooled: "
                          f"the adapting head's tau with {name} against {base_name}, on the "
                          f"same sessions")

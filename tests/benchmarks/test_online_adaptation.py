@@ -225,7 +225,7 @@ def test_a_greedy_turn_checks_identity_only_under_a_lossless_rule(monkeypatch, l
   monkeypatch.setattr("specjax.decoding.speculative.speculative_generate",
                       lambda *a, **k: _Out(answers[next(order)], accepted=1))
   monkeypatch.setattr("experiments.compare.quality.target_loglik",
-                      lambda m, p, prompts, outs: dict(mean=-1.0, num_tokens=len(outs[0])))
+                      lambda m, p, prompts, outs: dict(per_row=[-1.0] * len(outs)))
   rule = oa.SessionRuleSpec("mars:theta=0.9" if lossy else "lossless").rule()
   r = NS(new_tokens=NS(max_new_tokens=4), temperature=NS(temperature=0.0),
          bench=oa.OnlineAdaptationSpec(timed=False))
