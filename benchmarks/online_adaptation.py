@@ -34,7 +34,9 @@ phase = n - 1).  The adapting chain is timed from the state it starts the turn w
 and every call of a turn uses the turn's key, so every repeat runs the same
 computation.  The record has per turn: the tokens emitted (per run at T > 0), target
 calls, tau and accepted drafts per position for both heads, the decode-phase seconds
-of all three, and the tokens served before the turn (the learning curve's x axis).
+of all three, the tokens served before the turn (the learning curve's x axis), and the
+adapting head's updates in its session so far and how many of them left its gate shut
+(``--adapt=online:...:gate=M``: the frozen head's logits drafted until the next).
 With ``--notimed`` each run is called once and nothing is timed: tau only, and the
 record has no decode-phase seconds (such a run may share the machine).
 
@@ -240,6 +242,7 @@ def run_turn(r: Run, setup: dict, ids: list, state, key) -> tuple[dict, object, 
   (module docstring); returns ``(row, the adapting head's next state, target-only's
   answer ids)``."""
   from benchmarks.common import call_timer, interleaved_medians
+  from specjax.decoding.adaptation import AdapterState
   from specjax.decoding.autoregressive import generate
   from specjax.decoding.speculative import speculative_generate
   ms, n = setup["ms"], r.new_tokens.max_new_tokens
@@ -265,6 +268,9 @@ def run_turn(r: Run, setup: dict, ids: list, state, key) -> tuple[dict, object, 
                      accept_counts=acc, offered_counts=off)
     if not same:  # each run's own answer
       row[name]["tokens"] = len(answers[name])
+  a = outs["adapted"].adapter
+  if isinstance(a, AdapterState):  # the session's updates so far, those that shut the gate
+    row["adapted"].update(updates=int(a.updates[0]), gate_shut=int(a.gate_shut[0]))
   if not rule.is_lossless:  # the answers' law depends on the head: score them
     sums = _logliks(setup, ids, answers)
     row["target_loglik"] = sums["target"]
@@ -387,8 +393,8 @@ def session_settings(r, cfg) -> dict:
 # (adapter settings, ADAPT_ADDED, and the record's own, SETTINGS_ADDED): an older
 # record ran with their defaults, so one it lacks reads as its default.
 ADAPT_SETTINGS = ("every", "steps", "window", "rank", "learning_rate", "label_top_k", "loss",
-                  "update_vocab", "weight_decay", "depths")
-ADAPT_ADDED = ("loss", "update_vocab", "weight_decay", "depths")
+                  "update_vocab", "weight_decay", "depths", "gate")
+ADAPT_ADDED = ("loss", "update_vocab", "weight_decay", "depths", "gate")
 SETTINGS_ADDED = ("timed", "session_set", "draft_shape", "verifier")
 
 

@@ -97,6 +97,10 @@ class SamplingConfig(Hyperparams):
     return self.switches.greedy
 
 
+# Greedy decoding's configuration (temperature 0: argmax, no processors).
+GREEDY = SamplingConfig(temperature=0.0)
+
+
 # --- entropy, normalisation, residuals ----------------------------------------------------
 
 

@@ -112,6 +112,11 @@ def _depths(depths: int) -> str:
           f", adapting the first {depths} draft depths")
 
 
+def _gate(gate: int) -> str:
+  """The prequential gate, when there was one."""
+  return f", gated (memory {gate} entries)" if gate else ""
+
+
 def _drafts(rec: dict) -> str:
   """What drafted: the EAGLE-3 chain (K) or its EAGLE-2 dynamic tree (its sizes)."""
   st = rec.get("settings", {})
@@ -176,7 +181,7 @@ def online_adaptation_table(rel: str = ONLINE_ADAPTATION, served_from: tuple = (
           f"{'' if a.get('loss', 'ce') == 'ce' else ', loss ' + a['loss']}"
           f"{'' if a.get('update_vocab', 'all') == 'all' else LABELS_ONLY}"
           f"{'' if not a.get('weight_decay') else ', weight decay %g' % a['weight_decay']}"
-          f"{_depths(a.get('depths', 0))}; "
+          f"{_depths(a.get('depths', 0))}{_gate(a.get('gate', 0))}; "
           f"{_drafts(rec)}, T = {t:g}, {rec['max_new_tokens']} new tokens per turn"
           f"{_problems(rec)}; {answers}.")
   return table(head, column.fill(rows)) + note + "\n\n" + family_note(column.family())

@@ -46,6 +46,21 @@ shows the adapter.  ``depths`` limits the draft depths whose logits the adapter
 changes (1: the first draft only; deeper drafts are the frozen head's); 0, the
 default, adapts every depth.
 
+An adapter can also draft worse than the frozen head: it follows the window, and a
+conversation that moves on leaves it fitted to text that no longer comes.  With
+``gate = m`` each row keeps a *prequential* score of its adapter against the frozen
+head and drafts with the adapted logits only while that score is >= 0.  At every
+update, before its Adam steps, the entries committed since the row's last update --
+which no update has seen yet -- are scored under both heads' logits: at T = 0 whether
+the draft's argmax is the label's top token (a greedy first draft's acceptance); at
+T > 0 the label's part of ``sum_i min(p_i, q_i)`` with ``q`` the drafter's sampling
+distribution (a sampled first draft's acceptance probability: Leviathan et al. 2023,
+Theorem 3.5).  The score is the difference, adapted minus frozen, summed over entries
+with weight ``(1 - 1/m)^age`` (age in entries, newest 0), an exponential memory of
+about ``m`` entries.  The adapter goes on learning while the gate is shut, so the
+score can reopen it: a follow-the-leader choice between two experts.  Gated or not,
+the adapter a round drafts with is a function of committed entries only.
+
 The head's own weights stay frozen and shared; each row adapts to its own
 conversation (per-row adapters keep rows independent, so results do not depend on
 how rows are batched or split over devices).  ``B`` starts at 0, so an adapter that
@@ -76,6 +91,7 @@ import jax.numpy as jnp
 import optax
 
 from specjax.checks import check_int, check_range
+from specjax.distributions import GREEDY, SamplingConfig, probs_from_logits
 from specjax.hyperparams import Hyperparams
 
 RMS_EPS = 1e-6
@@ -107,6 +123,9 @@ class OnlineAdaptation(Hyperparams):
     depths: the draft depths the adapter changes (module docstring): drafts at depth
       ``<= depths`` (the first draft is depth 1) take the adapted logits, deeper ones
       the frozen head's; 0 (the default): every depth.
+    gate: m, the memory in entries of the prequential gate (module docstring): a row
+      drafts with the adapted logits only while their score on fresh entries is at
+      least the frozen head's; 0 (the default): no gate, always the adapted logits.
   """
 
   every: int = 8
@@ -119,13 +138,15 @@ class OnlineAdaptation(Hyperparams):
   update_vocab: str = "all"
   weight_decay: float = 0.0
   depths: int = 0
+  gate: int = 0
 
   # whether there is decay at all picks the optimiser (a Python branch): static
   static_fields = ("weight_decay",)
 
   def __post_init__(self):
     for name, low, high in (("every", 1, None), ("steps", 1, 64), ("window", 2, 4096),
-                            ("rank", 1, 256), ("label_top_k", 1, 256), ("depths", 0, 64)):
+                            ("rank", 1, 256), ("label_top_k", 1, 256), ("depths", 0, 64),
+                            ("gate", 0, 1 << 20)):
       value = check_int(name, getattr(self, name), low=low)
       if high is not None and value > high:
         raise ValueError(f"{name}={value} must be an integer in [{low}, {high}]")
@@ -139,6 +160,11 @@ class OnlineAdaptation(Hyperparams):
                        f"multiplies the adapter by 1 minus it)")
     if self.update_vocab not in UPDATE_VOCABS:
       raise ValueError(f"update_vocab={self.update_vocab!r} must be one of {UPDATE_VOCABS}")
+
+  @property
+  def gate_decay(self) -> float:
+    """The gate's weight per entry of age, ``1 - 1/gate`` (0 without a gate)."""
+    return 1.0 - 1.0 / self.gate if self.gate else 0.0
 
   def adapts_depth(self, depth: int) -> bool:
     """Whether drafts at ``depth`` (1 = the first draft) take the adapted logits."""
@@ -209,6 +235,12 @@ class AdapterState:
       split over devices).
     updated_at: [B] int32 ``rounds`` at the row's last update.
     updates: [B] int32 updates that saw at least one entry of the row.
+    fresh: [B] int32 entries appended since the row's last update (at most W): the
+      ones the gate scores next.
+    gate_score: [B] float32 the gate's score, adapted minus frozen (module docstring);
+      the row drafts with the adapted logits while it is >= 0.
+    gate_shut: [B] int32 updates after which the gate was shut (the row drafted with
+      the frozen head's logits until the next).
   """
 
   params: AdapterParams
@@ -219,6 +251,9 @@ class AdapterState:
   rounds: jax.Array
   updated_at: jax.Array
   updates: jax.Array
+  fresh: jax.Array
+  gate_score: jax.Array
+  gate_shut: jax.Array
 
 
 def init_params(cfg: OnlineAdaptation, batch: int, hidden: int, draft_vocab: int
@@ -279,7 +314,14 @@ def init_state(cfg: OnlineAdaptation, batch: int, feature_shape: tuple, hidden: 
                   jnp.zeros((batch, w, k), jnp.float32), jnp.zeros((batch, w), bool))
   zeros = jnp.zeros((batch,), jnp.int32)
   return AdapterState(p, opt, window, jnp.zeros((batch,) + tuple(feature_shape), feature_dtype),
-                      jnp.zeros((batch,), bool), zeros, zeros, zeros)
+                      jnp.zeros((batch,), bool), zeros, zeros, zeros, zeros,
+                      jnp.zeros((batch,), jnp.float32), zeros)
+
+
+def drafts_adapted(state: AdapterState) -> jax.Array:
+  """``[B]`` bool: the rows whose next drafts take the adapted logits (the gate open;
+  always without a gate, whose score stays 0)."""
+  return state.gate_score >= 0
 
 
 def rms(h: jax.Array) -> jax.Array:
@@ -386,13 +428,15 @@ def add_entries(cfg: OnlineAdaptation, state: AdapterState, feats: jax.Array,
                  jnp.ones((n.shape[0], 1), bool))
   own = Window(feats[:, :-1], committed[:, 1:], ids[:, 1:], probs[:, 1:],
                jnp.ones(committed[:, 1:].shape, bool))
-  window = _append(state.window, carry, (state.has_carry & ran).astype(jnp.int32))
-  window = _append(window, own, jnp.maximum(n - 1, 0))
+  added = (state.has_carry & ran).astype(jnp.int32), jnp.maximum(n - 1, 0)
+  window = _append(state.window, carry, added[0])
+  window = _append(window, own, added[1])
   last_feat = jax.vmap(lambda f, i: f[i])(feats, jnp.maximum(n - 1, 0))  # [B, n_sel, Ht]
   keep = ran.reshape((-1,) + (1,) * (last_feat.ndim - 1))
   return dataclasses.replace(
       state, window=window, carry_feat=jnp.where(keep, last_feat, state.carry_feat),
-      has_carry=state.has_carry | ran, rounds=state.rounds + ran.astype(jnp.int32))
+      has_carry=state.has_carry | ran, rounds=state.rounds + ran.astype(jnp.int32),
+      fresh=jnp.minimum(state.fresh + added[0] + added[1], window.valid.shape[1]))
 
 
 def window_loss(params: AdapterParams, base_logits: jax.Array, hidden: jax.Array,
@@ -414,15 +458,57 @@ def window_loss(params: AdapterParams, base_logits: jax.Array, hidden: jax.Array
   return jnp.sum(per_entry * w, -1) / jnp.maximum(jnp.sum(w, -1), 1.0)
 
 
+def entry_scores(logits: jax.Array, window: Window, to_draft: jax.Array,
+                 sampling: SamplingConfig) -> jax.Array:
+  """``[B, W]`` how well draft logits ``[B, W, Vd]`` predict each window entry's label
+  as a first draft (module docstring, ``gate``): greedy ``sampling``, 1 where their
+  argmax is the label's top token; else ``sum_{i in label} min(p_i, q_i)`` with ``q``
+  the sampling distribution.  Label tokens outside the draft vocabulary count for
+  nothing."""
+  ids = to_draft[window.label_ids]  # [B, W, k]
+  if sampling.greedy:
+    top = jnp.argmax(logits, -1).astype(jnp.int32)
+    return ((ids[..., 0] >= 0) & (top == ids[..., 0])).astype(jnp.float32)
+  q = probs_from_logits(logits, sampling)
+  picked = jnp.take_along_axis(q, jnp.maximum(ids, 0), -1)
+  return jnp.sum(jnp.where(ids >= 0, jnp.minimum(window.label_probs, picked), 0.0), -1)
+
+
+def gate_update(cfg: OnlineAdaptation, state: AdapterState, params: AdapterParams,
+                base_logits: jax.Array, hidden: jax.Array, to_draft: jax.Array,
+                sampling: SamplingConfig, rows: jax.Array) -> jax.Array:
+  """``[B]`` the gate's score after ``rows`` score their fresh entries (the last
+  ``state.fresh`` valid ones of the window, before any update saw them) under the
+  adapter ``params`` and the frozen head: ``score * d^n + sum_j d^age_j (adapted_j -
+  frozen_j)``, ``d = cfg.gate_decay``, ``n`` fresh entries (module docstring)."""
+  w = state.window.valid.shape[1]
+  age = (w - 1) - jnp.arange(w)[None, :]  # [1, W]: the newest entry is the last
+  fresh = state.window.valid & (age < state.fresh[:, None])
+  adapted = entry_scores(base_logits + logit_delta(params, hidden), state.window, to_draft,
+                         sampling)
+  gain = adapted - entry_scores(base_logits, state.window, to_draft, sampling)
+  d = cfg.gate_decay
+  added = jnp.sum(jnp.where(fresh, gain * d ** age, 0.0), -1)
+  new = state.gate_score * d ** state.fresh + added
+  return jnp.where(rows, new, state.gate_score)
+
+
 def update(cfg: OnlineAdaptation, state: AdapterState, base_logits: jax.Array,
-           hidden: jax.Array, to_draft: jax.Array) -> AdapterState:
+           hidden: jax.Array, to_draft: jax.Array,
+           sampling: Optional[SamplingConfig] = None) -> AdapterState:
   """``cfg.steps`` Adam steps on the adapter of every row that is due
   (:func:`due_rows`) against its window (other rows, and rows with an empty window,
-  keep theirs).  ``base_logits`` / ``hidden`` ``[B, W, ...]``: the frozen
-  head run over the window; ``to_draft``: :func:`target_to_draft`."""
+  keep theirs); with ``cfg.gate``, first the gate's score of the fresh entries under
+  the adapter they were drafted with (:func:`gate_update`; ``sampling``: the
+  drafter's, greedy when None).  ``base_logits`` / ``hidden`` ``[B, W, ...]``: the
+  frozen head run over the window; ``to_draft``: :func:`target_to_draft`."""
   opt = cfg.optimizer()
   due = due_rows(cfg, state)
   has = jnp.any(state.window.valid, 1) & due  # [B]
+  gate_score = state.gate_score
+  if cfg.gate:
+    gate_score = gate_update(cfg, state, state.params, base_logits, hidden, to_draft,
+                             GREEDY if sampling is None else sampling, has)
   movable = (label_tokens(state.window, to_draft, base_logits.shape[-1])
              if cfg.update_vocab == "labels" else None)
 
@@ -440,9 +526,12 @@ def update(cfg: OnlineAdaptation, state: AdapterState, base_logits: jax.Array,
 
   (params, opt_state), _ = jax.lax.scan(one_step, (state.params, state.opt_state), None,
                                         length=cfg.steps)
+  shut = has & (gate_score < 0)
   return dataclasses.replace(state, params=params, opt_state=opt_state,
                              updated_at=jnp.where(due, state.rounds, state.updated_at),
-                             updates=state.updates + has.astype(jnp.int32))
+                             updates=state.updates + has.astype(jnp.int32),
+                             fresh=jnp.where(due, 0, state.fresh), gate_score=gate_score,
+                             gate_shut=state.gate_shut + shut.astype(jnp.int32))
 
 
 def label_tokens(window: Window, to_draft: jax.Array, draft_vocab: int) -> jax.Array:

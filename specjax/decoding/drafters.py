@@ -60,7 +60,7 @@ from specjax.decoding.sampled_tree import check_children
 from specjax.decoding.static_tree_drafting import draft_static_tree
 from specjax.decoding.strategies import CHAIN, TREE
 from specjax.decoding.tree import TreeDraft, static_ancestor_mask, static_tree
-from specjax.distributions import SamplingConfig, probs_from_logits, sample_logits
+from specjax.distributions import GREEDY, SamplingConfig, probs_from_logits, sample_logits
 from specjax.hyperparams import Hyperparams
 from specjax.models import kv_cache as kvc
 from specjax.models.transformer import Model
@@ -396,7 +396,7 @@ class LMTreeDrafter(Drafter):
 
   model: Model = None
   paths: tuple = ((0,), (1,), (0, 0))
-  sampling: SamplingConfig = SamplingConfig(temperature=0.0)
+  sampling: SamplingConfig = GREEDY
   children: str = "topk"
 
   strategy = TREE

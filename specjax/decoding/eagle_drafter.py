@@ -173,13 +173,16 @@ class EagleHeadDrafter(Drafter):
   def _logits(self, params, hidden, adapter=None, depth=1):
     """Target-vocabulary logits of the head's output ``hidden [B, ..., H]``, the drafts
     at ``depth`` (1 = the first draft; a Python int, or a traced one inside a scan),
-    through the row's online adapter when there is one and it adapts that depth
-    (``OnlineAdaptation.depths``)."""
+    through the row's online adapter when there is one, it adapts that depth
+    (``OnlineAdaptation.depths``) and its gate is open (``OnlineAdaptation.gate``)."""
     delta = None
     if adapter is not None and (not isinstance(depth, int) or self.adapt.adapts_depth(depth)):
       delta = adaptation.logit_delta(adapter.params, hidden)
       if not isinstance(depth, int) and self.adapt.depths:
         delta = jnp.where(depth <= self.adapt.depths, delta, 0.0)
+      if self.adapt.gate:
+        open_ = adaptation.drafts_adapted(adapter)
+        delta = jnp.where(open_.reshape((-1,) + (1,) * (delta.ndim - 1)), delta, 0.0)
     return self.head.logits(params["head"], hidden, self._lm(params), params.get("d2t"), delta)
 
   def _consume_pending(self, params, state: EagleState, last):
@@ -243,7 +246,7 @@ class EagleHeadDrafter(Drafter):
       hidden = jax.lax.stop_gradient(out.hidden)
       base = self.head.draft_logits(params["head"], hidden, self._lm(params))  # [B, W, Vd]
       to_draft = adaptation.target_to_draft(c.draft_vocab_size, c.vocab_size, params.get("d2t"))
-      return adaptation.update(cfg, a, base, hidden, to_draft)
+      return adaptation.update(cfg, a, base, hidden, to_draft, self.sampling)
 
     return jax.lax.cond(jnp.any(adaptation.due_rows(cfg, a)), run, lambda a: a, a)
 

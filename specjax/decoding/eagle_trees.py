@@ -22,10 +22,8 @@ from specjax.decoding.sampled_tree import check_children
 from specjax.decoding.static_tree_drafting import draft_static_tree
 from specjax.decoding.strategies import TREE
 from specjax.decoding.tree import TreeDraft, static_ancestor_mask, static_tree
-from specjax.distributions import SamplingConfig
+from specjax.distributions import GREEDY, SamplingConfig
 from specjax.models.eagle import EagleHead
-
-GREEDY = SamplingConfig(temperature=0.0)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -54,7 +54,7 @@ from specjax.decoding import token_history as th
 from specjax.decoding.buckets import check_buckets
 from specjax.decoding.drafters import Drafter
 from specjax.decoding.proposal import Proposal
-from specjax.distributions import SamplingConfig
+from specjax.distributions import GREEDY
 
 
 @jax.tree_util.register_dataclass
@@ -93,7 +93,7 @@ class PromptLookupDrafter(Drafter):
   buckets: Optional[tuple] = None
 
   # Deterministic drafts: greedy is the only "sampling" there is (no PRNG key needed).
-  sampling = SamplingConfig(temperature=0.0)
+  sampling = GREEDY
   follows_committed = True  # commit takes in every committed token
 
   def __post_init__(self):

@@ -53,7 +53,7 @@ from specjax.decoding.drafters import Drafter
 from specjax.decoding.strategies import TREE
 from specjax.decoding.proposal import Proposal
 from specjax.decoding.tree import TreeDraft
-from specjax.distributions import SamplingConfig
+from specjax.distributions import GREEDY
 
 
 @jax.tree_util.register_dataclass
@@ -101,7 +101,7 @@ class SuffixTreeDrafter(Drafter):
   supplies_node_dist = True
   follows_committed = True  # commit takes in every committed token
   # Deterministic candidates: greedy is the only "sampling" there is (no PRNG key needed).
-  sampling = SamplingConfig(temperature=0.0)
+  sampling = GREEDY
 
   def __post_init__(self):
     check_int("vocab", self.vocab, low=1)

@@ -12,7 +12,7 @@ from experiments.results import provenance_notes
 SETTINGS = dict(target="smollm2-135m-instruct", k=4,
                 adapt=dict(every=4, steps=1, window=32, rank=8, learning_rate=0.03,
                            label_top_k=1, loss="ce", update_vocab="all",
-                           weight_decay=0.0, depths=0),
+                           weight_decay=0.0, depths=0, gate=0),
                 max_new_tokens=256, max_context=4096, seed=1, turns=8, min_turns=8,
                 temperature=0.0, timed=True, session_set="sharegpt", draft_shape="chain",
                 verifier="lossless")

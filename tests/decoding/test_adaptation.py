@@ -81,6 +81,7 @@ def test_entries_complete_one_round_late_and_in_order():
   np.testing.assert_array_equal(win.feats[0, -1], feats[0, 1])  # the carried feature
   assert win.label_ids[0, -1].tolist() == [5, 0] and win.label_ids[1, -1].tolist() == [5, 0]
   assert st.has_carry.tolist() == [True, True, True] and st.rounds.tolist() == [2, 2, 1]
+  assert st.fresh.tolist() == [2, 1, 0]  # entries no update has seen yet
 
 
 @pytest.mark.parametrize("loss", adaptation.LOSSES)
@@ -219,6 +220,74 @@ def test_tv_loss_is_minus_the_labels_part_of_the_acceptance_rate():
   np.testing.assert_allclose(np.asarray(got), -acceptance.mean(-1), rtol=1e-5)
 
 
+def _gate_case(sampling):
+  """A window of 5 entries (the first empty; the last ``fresh = 3`` unseen), frozen and
+  adapted draft logits, and the gate's score by hand: the adapted minus the frozen
+  first-draft score of each fresh entry, weighted ``(1 - 1/4)^age``, added to the old
+  score times ``(3/4)^3``."""
+  rng = np.random.default_rng(18)  # greedy gains 0, -1, +1, 0, +1: both signs, some fresh
+  b, w, h, vd = 1, 5, 6, 7
+  cfg = OnlineAdaptation(every=1, window=w, rank=2, label_top_k=3, gate=4)
+  st = adaptation.init_state(cfg, b, (1, h), h, vd)
+  params = dataclasses.replace(st.params, bias=jnp.asarray(
+      3 * rng.standard_normal((b, vd)), jnp.float32))
+  base = jnp.asarray(rng.standard_normal((b, w, vd)), jnp.float32)
+  hidden = jnp.asarray(rng.standard_normal((b, w, h)), jnp.float32)
+  p = rng.dirichlet(np.ones(vd + 1), (b, w)).astype(np.float32)  # target id 7: not draftable
+  ids = np.argsort(-p, -1)[..., :3].astype(np.int32)
+  window = dataclasses.replace(st.window, label_ids=jnp.asarray(ids),
+                               label_probs=jnp.asarray(np.take_along_axis(p, ids, -1)),
+                               valid=jnp.asarray([[False, True, True, True, True]]))
+  st = dataclasses.replace(st, params=params, window=window, fresh=jnp.asarray([3]),
+                           gate_score=jnp.asarray([0.25]), rounds=jnp.ones((b,), jnp.int32))
+  to_draft = jnp.asarray(list(range(vd)) + [-1], jnp.int32)
+
+  def score(logits):  # [W] by hand
+    z = np.asarray(logits[0], np.float64)
+    out = []
+    for j in range(w):
+      lab = [(int(i), float(q)) for i, q in zip(ids[0, j], np.take(p[0, j], ids[0, j]))]
+      if sampling.greedy:
+        out.append(float(lab[0][0] < vd and np.argmax(z[j]) == lab[0][0]))
+      else:
+        q = np.exp(z[j] / sampling.temperature)
+        q /= q.sum()
+        out.append(sum(min(pi, q[i]) for i, pi in lab if i < vd))
+    return np.asarray(out)
+
+  adapted = base + adaptation.logit_delta(params, hidden)
+  gain = score(adapted) - score(base)
+  age = np.arange(w)[::-1]
+  want = 0.25 * 0.75 ** 3 + sum(gain[j] * 0.75 ** age[j] for j in (2, 3, 4))
+  return cfg, st, base, hidden, to_draft, gain, want
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_the_gate_scores_only_the_entries_no_update_has_seen(temperature):
+  """The gate's score against the hand computation (:func:`_gate_case`): fresh entries
+  only (scoring the older two as well -- a broken variant that lets the gate see what
+  the adapter was trained on -- gives another value: the case is drawn so it does);
+  the update then resets ``fresh``, and the row drafts adapted exactly while its score
+  is >= 0.  Without a gate the score stays 0."""
+  sampling = SamplingConfig(temperature=temperature)
+  cfg, st, base, hidden, to_draft, gain, want = _gate_case(sampling)
+  got = adaptation.gate_update(cfg, st, st.params, base, hidden, to_draft, sampling,
+                               jnp.asarray([True]))
+  np.testing.assert_allclose(float(got[0]), want, rtol=1e-5)
+  leaky = want + gain[1] * 0.75 ** 3
+  assert abs(leaky - want) > 1e-3  # the broken variant would be caught
+  new = adaptation.update(cfg, st, base, hidden, to_draft, sampling)
+  np.testing.assert_allclose(float(new.gate_score[0]), want, rtol=1e-5)
+  assert new.fresh.tolist() == [0] and new.updates.tolist() == [1]
+  assert new.gate_shut.tolist() == [int(want < 0)]
+  for score, opened in ((-1e-6, False), (0.0, True), (0.5, True)):
+    gated = dataclasses.replace(st, gate_score=jnp.asarray([score]))
+    assert adaptation.drafts_adapted(gated).tolist() == [opened]
+  plain = adaptation.update(dataclasses.replace(cfg, gate=0), dataclasses.replace(
+      st, gate_score=jnp.zeros((1,))), base, hidden, to_draft, sampling)
+  assert plain.gate_score.tolist() == [0.0] and plain.gate_shut.tolist() == [0]
+
+
 def _setup(kind="eagle3", reduced=True):
   target, tp = eagle_target()
   head, p, d2t = eagle_head(kind, reduced)
@@ -228,10 +297,11 @@ def _setup(kind="eagle3", reduced=True):
 PROMPTS = [[1, 2, 3, 4, 5], [7, 8], [3, 3, 3, 9, 10, 11, 12]]
 
 
-def _chain_q_node(adapt, params, head):
+def _chain_q_node(adapt, params, head, gate_score=0.0):
   """The greedy K = 3 chain's drafts and node distributions from a fixed prefix, with
   an adapter whose bias is small (the same argmax as the frozen head's) and whose
-  low-rank term is not (``adapt=None``: the frozen head)."""
+  low-rank term is not (``adapt=None``: the frozen head), its gate's score set to
+  ``gate_score``."""
   from specjax.models.transformer import Model
   target, tp = eagle_target()
   rng = np.random.default_rng(1)
@@ -251,7 +321,8 @@ def _chain_q_node(adapt, params, head):
       keys = jax.random.split(jax.random.key(5), 2)
       p = dataclasses.replace(p, bias=1e-3 * jax.random.normal(keys[0], p.bias.shape),
                               b=1e-3 * jax.random.normal(keys[1], p.b.shape))
-      state = dataclasses.replace(state, adapter=dataclasses.replace(state.adapter, params=p))
+      state = dataclasses.replace(state, adapter=dataclasses.replace(
+          state.adapter, params=p, gate_score=jnp.full((2,), gate_score)))
     return drafter.propose(params, state, None, last, jax.random.split(jax.random.key(0), 2))
 
   proposal, _ = jax.jit(run)()
@@ -275,6 +346,32 @@ def test_depths_limits_the_drafts_the_adapter_changes():
   np.testing.assert_array_equal(q_one[:, 1:], q0[:, 1:])
   for j in range(3):
     assert not np.array_equal(q_all[:, j], q0[:, j]), j
+
+
+@pytest.mark.slow  # three compiled chains and two loops (~20 s)
+def test_a_shut_gate_drafts_the_frozen_heads_logits():
+  """``gate``: while a row's score is negative every draft of the chain takes the frozen
+  head's logits, bit for bit; at 0 the adapted ones (those of the same adapter without a
+  gate).  In the loop, greedy output stays the target's with the gate on, and an
+  adapter that overshoots (Adam at learning rate 1, eight steps per round) shuts its
+  gate at least once."""
+  target, tp, head, params = _setup()
+  base = dict(every=1, window=4, rank=2)
+  _, q0 = _chain_q_node(None, params, head)
+  _, q_all = _chain_q_node(OnlineAdaptation(**base), params, head)
+  _, q_shut = _chain_q_node(OnlineAdaptation(**base, gate=8), params, head, gate_score=-1.0)
+  _, q_open = _chain_q_node(OnlineAdaptation(**base, gate=8), params, head, gate_score=0.0)
+  np.testing.assert_array_equal(q_shut, q0)
+  np.testing.assert_array_equal(q_open, q_all)
+  ref = generate(target, tp, PROMPTS, max_new_tokens=24, eos_token_id=None).to_lists()
+  wild = OnlineAdaptation(every=1, steps=8, window=8, rank=4, learning_rate=1.0,
+                          label_top_k=4, gate=4)
+  out = speculative_generate(target, tp, EagleDrafter(3, sampling=GREEDY, head=head,
+                                                      adapt=wild),
+                             params, verifiers.get("lossless"), PROMPTS, max_new_tokens=24,
+                             eos_token_id=None)
+  assert out.to_lists() == ref
+  assert int(out.adapter.gate_shut.sum()) > 0, out.adapter.gate_score
 
 
 # The default suite runs the chain; the EAGLE-2 tree runs in the slow step.
