@@ -277,9 +277,11 @@ def position_table(rels: dict) -> str:
                               "commands under each record's own table.")
 
 
-def two_settings_table(rel: str, base: str, name: str, base_name: str) -> str:
+def two_settings_table(rel: str, base: str, name: str, base_name: str,
+                       served_from: tuple = ()) -> str:
   """Two adapter settings on the same greedy sessions (records ``rel`` and ``base``):
-  per turn index and pooled, the adapting head's tau under each and ``rel``'s against
+  per turn index, for each ``served_from`` threshold the turns after that many served
+  tokens, and pooled, the adapting head's tau under each and ``rel``'s against
   ``base``'s, paired over the sessions both hold (Holm over the column).  Greedy
   lossless sessions are the target's whatever drafts them, so the two records' frozen
   runs must agree turn by turn (``ValueError`` otherwise: other sessions)."""
@@ -301,6 +303,10 @@ def two_settings_table(rel: str, base: str, name: str, base_name: str) -> str:
                          f"same sessions")
   rows = [_row(f"turn {t + 1}", [r for r in pairs if r["turn"] == t], column)[:6]
           for t in sorted({r["turn"] for r in pairs})]
+  for least in served_from:
+    later = [r for r in pairs if r["served_before"] >= least]
+    if later:
+      rows.append(_row(f"turns after >= {least:,} served tokens", later, column)[:6])
   rows.append(_row("all turns", pairs, column)[:6])
   head = ["turns", "sessions", "tokens", f"tau, adapting, {base_name}",
           f"tau, adapting, {name}", f"{name} / {base_name} tau - 1 [95% CI, paired over "
