@@ -183,8 +183,23 @@ def online_adaptation_table(rel: str = ONLINE_ADAPTATION, served_from: tuple = (
           f"{'' if not a.get('weight_decay') else ', weight decay %g' % a['weight_decay']}"
           f"{_depths(a.get('depths', 0))}{_gate(a.get('gate', 0))}; "
           f"{_drafts(rec)}, T = {t:g}, {rec['max_new_tokens']} new tokens per turn"
-          f"{_problems(rec)}; {answers}.")
+          f"{_problems(rec)}; {answers}{_gate_counts(turns)}.")
   return table(head, column.fill(rows)) + note + "\n\n" + family_note(column.family())
+
+
+def _gate_counts(turns: list) -> str:
+  """How often a gated adapter's gate was shut: the updates after which it was, over
+  all updates, from each session's last turn (the counts run over a session)."""
+  last = {}
+  for r in turns:
+    if "gate_shut" in r["adapted"] and r["turn"] >= last.get(r["session"], {}).get("turn", -1):
+      last[r["session"]] = dict(r["adapted"], turn=r["turn"])
+  if not last:
+    return ""
+  shut = sum(a["gate_shut"] for a in last.values())
+  updates = sum(a["updates"] for a in last.values())
+  return (f"; the gate was shut after {shut:,} of the adapting head's {updates:,} updates "
+          f"({100 * shut / max(updates, 1):.0f}%)")
 
 
 

@@ -271,12 +271,13 @@ def test_the_lossy_table_scores_each_runs_own_answers(tmp_path, monkeypatch):
 
 def test_two_settings_are_compared_only_on_the_same_greedy_sessions(tmp_path, monkeypatch):
   """The first setting's adapting head reaches tau 3 where the second's reaches 2, on
-  four sessions whose frozen rounds agree: +0.500 on every turn.  A record whose
-  frozen head ran other rounds (other sessions) is refused, naming where."""
+  four sessions whose frozen rounds agree: +0.500 on every turn, and on the second
+  turns alone (those after 8 served tokens) when asked for.  A record whose frozen
+  head ran other rounds (other sessions) is refused, naming where."""
   from experiments.results import adaptation_tables, markdown
 
   def rec(adapted_accepted, frozen_calls=4):
-    turns = [dict(session=s, turn=t, tokens=8,
+    turns = [dict(session=s, turn=t, tokens=8, served_before=8 * t,
                   frozen=dict(accepted=4, target_calls=frozen_calls),
                   adapted=dict(accepted=adapted_accepted, target_calls=4))
              for s in range(4) for t in range(2)]
@@ -288,5 +289,34 @@ def test_two_settings_are_compared_only_on_the_same_greedy_sessions(tmp_path, mo
   monkeypatch.setattr(markdown, "ROOT", str(tmp_path))
   text = adaptation_tables.two_settings_table("a.json", "b.json", "A", "B")
   assert "| all turns | 4 | 64 | 2.00 | 3.00 | +0.500 [+0.500, +0.500]" in text
+  assert "served tokens" not in text
+  text = adaptation_tables.two_settings_table("a.json", "b.json", "A", "B", served_from=(8,))
+  assert "| turns after >= 8 served tokens | 4 | 32 | 2.00 | 3.00 | +0.500" in text
   with pytest.raises(ValueError, match="differ at session 0, turn 0"):
     adaptation_tables.two_settings_table("a.json", "c.json", "A", "C")
+
+
+def test_a_gated_record_says_how_often_its_gate_was_shut(tmp_path, monkeypatch):
+  """The per-turn table's note counts the updates after which the gate was shut from
+  each session's last turn (the counts run over a session): sessions ending at 3 of
+  10 and 1 of 30 updates read "4 of the adapting head's 40 updates (10%)"; an ungated
+  record says nothing about a gate."""
+  from experiments.results import adaptation_tables, markdown
+  counts = {(0, 0): (1, 4), (0, 1): (3, 10), (1, 0): (0, 12), (1, 1): (1, 30)}
+  turns = [dict(session=s, turn=t, tokens=8, served_before=8 * t,
+                frozen=dict(accepted=4, target_calls=4),
+                adapted=dict(accepted=6, target_calls=4, gate_shut=shut, updates=n))
+           for (s, t), (shut, n) in counts.items()]
+  rec = dict(settings=dict(SETTINGS, adapt=dict(SETTINGS["adapt"], gate=64)),
+             adapt=dict(SETTINGS["adapt"], gate=64), k=4, max_new_tokens=256, turns=turns,
+             provenance=dict(command="cmd", git_commit="a" * 40))
+  (tmp_path / "g.json").write_text(json.dumps(rec))
+  monkeypatch.setattr(markdown, "ROOT", str(tmp_path))
+  text = adaptation_tables.online_adaptation_table("g.json")
+  assert "gated (memory 64 entries)" in text
+  assert "the gate was shut after 4 of the adapting head's 40 updates (10%)" in text
+  for t in turns:
+    for k in ("gate_shut", "updates"):
+      del t["adapted"][k]
+  (tmp_path / "u.json").write_text(json.dumps(dict(rec, turns=turns)))
+  assert "gate was shut" not in adaptation_tables.online_adaptation_table("u.json")
