@@ -46,6 +46,7 @@ ADAPTATION_COST_TWO_STAGE = f"{RESULTS}/online_adaptation/smollm2_cost_two_stage
 ONLINE_ADAPTATION_LONGER = f"{RESULTS}/online_adaptation/smollm2_longer.json"
 ONLINE_ADAPTATION_MARS = f"{RESULTS}/online_adaptation/smollm2_long_mars.json"
 ONLINE_ADAPTATION_DEPTH1 = f"{RESULTS}/online_adaptation/smollm2_long_depth1.json"
+ONLINE_ADAPTATION_GATE = f"{RESULTS}/online_adaptation/smollm2_long_gate.json"
 ONLINE_ADAPTATION_LONG_T1_DEPTH1 = f"{RESULTS}/online_adaptation/smollm2_long_t1_top8_depth1.json"
 # the online-adaptation goal: adaptation adds at most this share of decode time (batch 1)
 COST_GOAL = 0.05
@@ -512,6 +513,7 @@ SESSION_TABLES = {
     "online_adaptation_long_t1_top8_depth1_smollm2": (ONLINE_ADAPTATION_LONG_T1_DEPTH1,
                                                       (1000, 2000)),
     "online_adaptation_long_depth1_smollm2": (ONLINE_ADAPTATION_DEPTH1, (1000, 2000)),
+    "online_adaptation_long_gate_smollm2": (ONLINE_ADAPTATION_GATE, (1000, 2000)),
 }
 # every other table of this module -> (its function, the record it reads)
 OTHER_TABLES = {
@@ -544,10 +546,15 @@ TABLES = {**{name: functools.partial(online_adaptation_table, rel, served)
                                                                    POSITION_RECORDS),
           "online_adaptation_depth1_vs_all_smollm2": functools.partial(
               two_settings_table, ONLINE_ADAPTATION_DEPTH1, ONLINE_ADAPTATION_LONG,
-              "the first draft adapted", "every depth adapted")}
+              "the first draft adapted", "every depth adapted"),
+          "online_adaptation_gate_vs_ungated_smollm2": functools.partial(
+              two_settings_table, ONLINE_ADAPTATION_GATE, ONLINE_ADAPTATION_LONG, "gated",
+              "ungated", served_from=(1000,))}
 # table name -> the records it reads (for its provenance note)
 RECORDS = {**{name: (rel,) for name, (rel, _) in SESSION_TABLES.items()},
            **{name: (rel,) for name, (_, rel) in OTHER_TABLES.items()},
            "online_adaptation_positions_smollm2": tuple(POSITION_RECORDS.values()),
            "online_adaptation_depth1_vs_all_smollm2": (ONLINE_ADAPTATION_DEPTH1,
-                                                       ONLINE_ADAPTATION_LONG)}
+                                                       ONLINE_ADAPTATION_LONG),
+           "online_adaptation_gate_vs_ungated_smollm2": (ONLINE_ADAPTATION_GATE,
+                                                         ONLINE_ADAPTATION_LONG)}
