@@ -452,7 +452,8 @@ def test_bad_adaptation_input_is_refused_before_tracing():
                     (dict(steps=2.5), "steps"), (dict(loss="kl"), "loss='kl'.*'tv'"),
                     (dict(update_vocab="seen"), "update_vocab='seen'.*'labels'"),
                     (dict(weight_decay=-1.0), "weight_decay"),
-                    (dict(weight_decay=40.0), "weight_decay=40.0 with learning_rate")):
+                    (dict(weight_decay=40.0), "weight_decay=40.0 with learning_rate"),
+                    (dict(gate=-1), "gate"), (dict(gate=1.5), "gate")):
     with pytest.raises((ValueError, TypeError), match=match):
       OnlineAdaptation(**kw)
   with pytest.raises(TypeError, match="adapt"):
