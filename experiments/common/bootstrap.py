@@ -52,9 +52,30 @@ def bootstrap_distribution(values: Sequence[float], statistic: Callable = np.mea
     raise ValueError(f"values must be a non-empty sequence, got shape {x.shape}")
   if num_resamples < 1:
     raise ValueError(f"num_resamples={num_resamples!r} must be >= 1")
-  rs = np.random.default_rng(seed)
-  idx = rs.integers(0, len(x), size=(num_resamples, len(x)))
-  return np.array([statistic(x[i]) for i in idx])
+  return np.array([statistic(x[i]) for i in _resamples(len(x), num_resamples, seed)])
+
+
+def _resamples(n: int, num_resamples: int, seed: int) -> np.ndarray:
+  """``[num_resamples, n]`` the indices each resample draws (one definition, so that
+  :func:`bootstrap_distribution` and :func:`bootstrap_sums` draw the same resamples)."""
+  return np.random.default_rng(seed).integers(0, n, size=(num_resamples, n))
+
+
+def bootstrap_sums(values: Sequence, num_resamples: int = 2000, seed: int = 0) -> np.ndarray:
+  """``[num_resamples, ...]`` the sums over axis 0 of the resamples of ``values`` [n, ...]
+  that :func:`bootstrap_distribution` draws with the same ``seed``: for a statistic of
+  sums (a ratio of sums, a count table) the whole bootstrap is one product of the
+  resamples' multiplicities ``[num_resamples, n]`` with ``values``, instead of one
+  Python call per resample."""
+  x = np.asarray(values, dtype=np.float64)
+  if x.ndim < 1 or len(x) == 0:
+    raise ValueError(f"values must be a non-empty sequence, got shape {x.shape}")
+  if num_resamples < 1:
+    raise ValueError(f"num_resamples={num_resamples!r} must be >= 1")
+  n = len(x)
+  idx = _resamples(n, num_resamples, seed) + n * np.arange(num_resamples)[:, None]
+  weights = np.bincount(idx.ravel(), minlength=num_resamples * n).reshape(num_resamples, n)
+  return (weights.astype(np.float64) @ x.reshape(n, -1)).reshape((num_resamples,) + x.shape[1:])
 
 
 def _ratio(pairs: np.ndarray) -> float:
@@ -151,11 +172,14 @@ def _paired(x: Sequence, y: Sequence, contrast: Callable, num_resamples: int, se
   if x.ndim != 2 or x.shape[1] != 2 or x.shape != y.shape or len(x) == 0:
     raise ValueError(f"x and y must be [n, 2] rows of the same prompts; got {x.shape}, {y.shape}")
   both = np.concatenate([x, y], 1)
-  stat = lambda z: contrast(_ratio(z[:, :2]), _ratio(z[:, 2:]))
-  lo, hi = bootstrap_ci(both, stat, num_resamples=num_resamples, seed=seed)
+  # the contrast of the two ratios of sums, for one [4] or many [R, 4] column sums
+  of_sums = lambda t: contrast(t[..., 0] / np.maximum(t[..., 1], 1e-300),
+                               t[..., 2] / np.maximum(t[..., 3], 1e-300))
+  draws = of_sums(bootstrap_sums(both, num_resamples, seed))
+  lo, hi = float(np.quantile(draws, 0.025)), float(np.quantile(draws, 0.975))
   per = contrast(x[:, 0] / np.maximum(x[:, 1], 1e-300), y[:, 0] / np.maximum(y[:, 1], 1e-300))
   sd = float(np.std(per, ddof=1)) if len(per) > 1 else 0.0
-  return {"diff": float(stat(both)), "ci95": [lo, hi], "prompts": len(x), "sd": sd,
+  return {"diff": float(of_sums(both.sum(0))), "ci95": [lo, hi], "prompts": len(x), "sd": sd,
           "mde80": mde80(sd, len(x)), "excludes_zero": bool(lo > 0 or hi < 0)}
 
 

@@ -38,7 +38,7 @@ from typing import Mapping
 
 import numpy as np
 
-from experiments.common.bootstrap import bootstrap_distribution
+from experiments.common.bootstrap import bootstrap_sums
 
 SIGNALS = ("S", "SA")  # the SV table's two inputs: S alone (one A bin) or (S, A)
 
@@ -98,24 +98,38 @@ def prompt_counts(rec: CalibrationRecords, s_edges, a_edges, signals: str = "SA"
   return rows, counts
 
 
+def _entropies(tables: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """``(n, H(X), H(X | bin))`` (bits) of ``[..., cells, 2]`` (rejected, accepted) count
+  tables, one value per table (empty cells count for nothing)."""
+  from specjax.policies.calibration import binary_entropy
+  per_cell = tables.sum(-1)
+  n = per_cell.sum(-1)
+  h_x = binary_entropy(tables[..., 1].sum(-1) / np.maximum(n, 1))
+  seen = per_cell > 0
+  rate = tables[..., 1] / np.where(seen, per_cell, 1.0)
+  h_cond = np.sum(np.where(seen, per_cell * binary_entropy(rate), 0.0), -1) / np.maximum(n, 1)
+  return n, h_x, h_cond
+
+
+def _ig_frac(h_x: np.ndarray, h_cond: np.ndarray) -> np.ndarray:
+  """``1 - H(X | bin) / H(X)``, 0 where ``H(X) = 0``."""
+  return np.where(h_x > 0, (h_x - h_cond) / np.where(h_x > 0, h_x, 1.0), 0.0)
+
+
 def information_of_counts(counts: np.ndarray) -> dict:
   """Plug-in ``H(X)``, ``H(X | bin)`` (bits) and ``ig_frac = 1 - H(X | bin) / H(X)`` of a
   ``[cells, 2]`` (rejected, accepted) count table."""
-  from specjax.policies.calibration import binary_entropy
-  counts = np.asarray(counts, np.float64)
-  per_cell = counts.sum(-1)
-  n = per_cell.sum()
+  n, h_x, h_cond = (float(v) for v in _entropies(np.asarray(counts, np.float64)))
   if n == 0:
     raise ValueError("no records in the count table")
-  h_x = float(binary_entropy(counts[:, 1].sum() / n))
-  seen = per_cell > 0
-  h_cond = float(np.sum(per_cell[seen] / n * binary_entropy(counts[seen, 1] / per_cell[seen])))
   return {"n": int(n), "H_X": h_x, "H_X_given": h_cond, "ig": h_x - h_cond,
-          "ig_frac": (h_x - h_cond) / h_x if h_x > 0 else 0.0}
+          "ig_frac": float(_ig_frac(h_x, h_cond))}
 
 
-def _ig_frac_of_sum(counts: np.ndarray) -> float:
-  return information_of_counts(counts.sum(0))["ig_frac"]
+def _ig_frac_of_sums(tables: np.ndarray) -> np.ndarray:
+  """``ig_frac`` of each ``[..., cells, 2]`` count table (e.g. one per resample)."""
+  _, h_x, h_cond = _entropies(tables)
+  return _ig_frac(h_x, h_cond)
 
 
 def bias_corrected(estimate: float, draws: np.ndarray, alpha: float = 0.05) -> dict:
@@ -136,8 +150,8 @@ def gain_with_interval(rec: CalibrationRecords, s_edges, a_edges, signals: str =
   ``cells`` (for the plug-in bias)."""
   _, counts = prompt_counts(rec, s_edges, a_edges, signals)
   out = information_of_counts(counts.sum(0))
-  bc = bias_corrected(out["ig_frac"], bootstrap_distribution(counts, _ig_frac_of_sum,
-                                                             num_resamples, seed))
+  bc = bias_corrected(out["ig_frac"],
+                      _ig_frac_of_sums(bootstrap_sums(counts, num_resamples, seed)))
   out["ig_frac_corrected"], out["ig_frac_ci"] = bc["corrected"], bc["ci"]
   out["prompts"], out["cells"] = int(len(counts)), int(counts.shape[1])
   return out
@@ -156,9 +170,9 @@ def paired_gain_difference(a: CalibrationRecords, b: CalibrationRecords, s_edges
   if len(common) == 0:
     raise ValueError("the two runs share no prompt rows")
   both = np.stack([ca[ia], cb[ib]], axis=1)  # [P, 2, cells, 2]
-  diff = lambda x: _ig_frac_of_sum(x[:, 0]) - _ig_frac_of_sum(x[:, 1])
-  est = diff(both)
-  bc = bias_corrected(est, bootstrap_distribution(both, diff, num_resamples, seed))
+  diff = lambda sums: _ig_frac_of_sums(sums[..., 0, :, :]) - _ig_frac_of_sums(sums[..., 1, :, :])
+  est = float(diff(both.sum(0).astype(np.float64)))
+  bc = bias_corrected(est, diff(bootstrap_sums(both, num_resamples, seed)))
   return {"difference": est, "corrected": bc["corrected"], "ci": bc["ci"],
           "prompts": int(len(common))}
 
@@ -175,10 +189,11 @@ def a_signal_against_s(rec: CalibrationRecords, s_edges, a_edges, num_resamples:
   _, c_s = prompt_counts(rec, s_edges, a_edges, "S")
   cells = c_sa.shape[1]
   both = np.concatenate([c_sa, c_s], axis=1)  # [P, cells (S, A) + cells S, 2]: same prompts
-  gains = lambda x: (_ig_frac_of_sum(x[:, :cells]), _ig_frac_of_sum(x[:, cells:]))
-  sa, s = gains(both)
-  diff = lambda x: (lambda g: g[0] - 2 * g[1])(gains(x))
-  bc = bias_corrected(sa - 2 * s, bootstrap_distribution(both, diff, num_resamples, seed))
+  gains = lambda sums: (_ig_frac_of_sums(sums[..., :cells, :]),
+                        _ig_frac_of_sums(sums[..., cells:, :]))
+  sa, s = (float(g) for g in gains(both.sum(0).astype(np.float64)))
+  sa_draws, s_draws = gains(bootstrap_sums(both, num_resamples, seed))
+  bc = bias_corrected(sa - 2 * s, sa_draws - 2 * s_draws)
   return {"a_gain": sa - s, "s_gain": s, "difference": sa - 2 * s,
           "corrected": bc["corrected"], "ci": bc["ci"], "prompts": int(len(both))}
 

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from experiments.common.bootstrap import bootstrap_ci
+from experiments.common.bootstrap import (bootstrap_ci, bootstrap_distribution, bootstrap_sums,
+                                           paired_ratio_gain)
 from experiments.humaneval.run import batch_configs
 from experiments.humaneval.summary import summarize
 
@@ -26,6 +27,27 @@ def test_bootstrap_ci_of_a_ratio_resamples_pairs():
   rows = np.array([[4.0, 1.0], [2.0, 1.0], [6.0, 2.0]])  # tau per prompt 4, 2, 3
   lo, hi = bootstrap_ci(rows, statistic=lambda a: a[:, 0].sum() / a[:, 1].sum())
   assert 2.0 <= lo <= 3.0 <= hi <= 4.0
+
+
+def test_bootstrap_sums_are_the_sums_of_the_same_resamples():
+  """``bootstrap_sums`` draws the resamples ``bootstrap_distribution`` draws with the same
+  seed, so the sums agree resample by resample ([7, 2, 3] values; another seed's do
+  not); and the paired ratio gain it serves equals the one computed resample by
+  resample with ``bootstrap_distribution`` (the way it was computed before)."""
+  x = np.random.default_rng(2).random((7, 2, 3))
+  got = bootstrap_sums(x, 300, seed=5)
+  want = bootstrap_distribution(x.reshape(7, -1), lambda a: a.sum(0), 300, seed=5)
+  np.testing.assert_allclose(got.reshape(300, -1), want, rtol=1e-12)
+  assert not np.allclose(bootstrap_sums(x, 300, seed=6), got)
+  a, b = np.abs(x[:, 0, :2]) + 0.1, np.abs(x[:, 1, :2]) + 0.1
+  both = np.concatenate([a, b], 1)
+  ratio = lambda z: (z[:, 0].sum() / z[:, 1].sum()) / (z[:, 2].sum() / z[:, 3].sum()) - 1
+  draws = bootstrap_distribution(both, ratio, 500, seed=0)
+  gain = paired_ratio_gain(a, b, num_resamples=500)
+  np.testing.assert_allclose(gain["ci95"], np.quantile(draws, [0.025, 0.975]), rtol=1e-12)
+  np.testing.assert_allclose(gain["diff"], ratio(both), rtol=1e-12)
+  with pytest.raises(ValueError, match="non-empty"):
+    bootstrap_sums([])
 
 
 def test_bootstrap_ci_refuses_bad_input():

@@ -79,7 +79,7 @@ def test_basic_interval_holds_a_zero_gain_the_percentile_one_misses(seed):
   the plug-in one is positive, and resampled prompts inflate it further. The basic
   interval holds 0 on every seed; the percentile interval of the same draws (the broken
   variant) lies above 0 on every one of these seeds."""
-  from experiments.common.bootstrap import bootstrap_distribution
+  from experiments.common.bootstrap import bootstrap_sums
   rs = np.random.RandomState(seed)
   n = 1200
   row = np.repeat(np.arange(20), 60)
@@ -89,7 +89,7 @@ def test_basic_interval_holds_a_zero_gain_the_percentile_one_misses(seed):
   g = inf.gain_with_interval(rec, e, e, "SA", num_resamples=500)
   assert g["ig_frac"] > 0 and g["ig_frac_ci"][0] <= 0 <= g["ig_frac_ci"][1]
   _, counts = inf.prompt_counts(rec, e, e)
-  draws = bootstrap_distribution(counts, inf._ig_frac_of_sum, 500)
+  draws = inf._ig_frac_of_sums(bootstrap_sums(counts, 500))
   assert np.quantile(draws, 0.025) > 0
 
 
