@@ -320,3 +320,33 @@ def test_a_gated_record_says_how_often_its_gate_was_shut(tmp_path, monkeypatch):
       del t["adapted"][k]
   (tmp_path / "u.json").write_text(json.dumps(dict(rec, turns=turns)))
   assert "gate was shut" not in adaptation_tables.online_adaptation_table("u.json")
+
+
+def test_a_turn_records_the_sessions_updates_and_shut_gates(monkeypatch):
+  """A turn whose adapting run returns an adapter state records that state's counts
+  (the session's updates so far and those after which its gate was shut); a run
+  without one (the fake's placeholder) records neither."""
+  from types import SimpleNamespace as NS
+  import dataclasses
+  import jax.numpy as jnp
+  from specjax.decoding import adaptation
+  state = adaptation.init_state(adaptation.OnlineAdaptation(window=2, rank=1, gate=4), 1,
+                                (1, 2), 2, 3)
+  state = dataclasses.replace(state, updates=jnp.asarray([7]), gate_shut=jnp.asarray([2]))
+  outs = iter([_Out([1, 2], accepted=1), _Out([1, 2], accepted=1)])
+  monkeypatch.setattr("specjax.decoding.autoregressive.generate", lambda *a, **k: _Out([1, 2]))
+  monkeypatch.setattr("specjax.decoding.speculative.speculative_generate",
+                      lambda *a, **k: next(outs))
+  r = NS(new_tokens=NS(max_new_tokens=2), temperature=NS(temperature=0.0),
+         bench=oa.OnlineAdaptationSpec(timed=False))
+  setup = dict(ms=NS(target=None, target_params=None), rule=oa.SessionRuleSpec().rule(),
+               sampling=None, frozen=None, fparams=None, adapting=None, aparams={})
+  row, _, _ = oa.run_turn(r, setup, [0], None, None)
+  assert "updates" not in row["adapted"] and "gate_shut" not in row["adapted"]
+  adapted = _Out([1, 2], accepted=1)
+  adapted.adapter = state
+  outs = iter([_Out([1, 2], accepted=1), adapted])
+  row, got, _ = oa.run_turn(r, setup, [0], None, None)
+  assert got is state
+  assert (row["adapted"]["updates"], row["adapted"]["gate_shut"]) == (7, 2)
+  assert "updates" not in row["frozen"]
