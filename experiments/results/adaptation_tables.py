@@ -47,6 +47,7 @@ ONLINE_ADAPTATION_LONGER = f"{RESULTS}/online_adaptation/smollm2_longer.json"
 ONLINE_ADAPTATION_MARS = f"{RESULTS}/online_adaptation/smollm2_long_mars.json"
 ONLINE_ADAPTATION_DEPTH1 = f"{RESULTS}/online_adaptation/smollm2_long_depth1.json"
 ONLINE_ADAPTATION_GATE = f"{RESULTS}/online_adaptation/smollm2_long_gate.json"
+ONLINE_ADAPTATION_LONGER_GATE = f"{RESULTS}/online_adaptation/smollm2_longer_gate.json"
 ONLINE_ADAPTATION_LONG_T1_DEPTH1 = f"{RESULTS}/online_adaptation/smollm2_long_t1_top8_depth1.json"
 # the online-adaptation goal: adaptation adds at most this share of decode time (batch 1)
 COST_GOAL = 0.05
@@ -514,6 +515,7 @@ SESSION_TABLES = {
                                                       (1000, 2000)),
     "online_adaptation_long_depth1_smollm2": (ONLINE_ADAPTATION_DEPTH1, (1000, 2000)),
     "online_adaptation_long_gate_smollm2": (ONLINE_ADAPTATION_GATE, (1000, 2000)),
+    "online_adaptation_longer_gate_smollm2": (ONLINE_ADAPTATION_LONGER_GATE, (1000, 2000)),
 }
 # every other table of this module -> (its function, the record it reads)
 OTHER_TABLES = {
@@ -549,7 +551,10 @@ TABLES = {**{name: functools.partial(online_adaptation_table, rel, served)
               "the first draft adapted", "every depth adapted"),
           "online_adaptation_gate_vs_ungated_smollm2": functools.partial(
               two_settings_table, ONLINE_ADAPTATION_GATE, ONLINE_ADAPTATION_LONG, "gated",
-              "ungated", served_from=(1000,))}
+              "ungated", served_from=(1000,)),
+          "online_adaptation_longer_gate_vs_ungated_smollm2": functools.partial(
+              two_settings_table, ONLINE_ADAPTATION_LONGER_GATE, ONLINE_ADAPTATION_LONGER,
+              "gated", "ungated", served_from=(1000, 2000))}
 # table name -> the records it reads (for its provenance note)
 RECORDS = {**{name: (rel,) for name, (rel, _) in SESSION_TABLES.items()},
            **{name: (rel,) for name, (_, rel) in OTHER_TABLES.items()},
@@ -557,4 +562,6 @@ RECORDS = {**{name: (rel,) for name, (rel, _) in SESSION_TABLES.items()},
            "online_adaptation_depth1_vs_all_smollm2": (ONLINE_ADAPTATION_DEPTH1,
                                                        ONLINE_ADAPTATION_LONG),
            "online_adaptation_gate_vs_ungated_smollm2": (ONLINE_ADAPTATION_GATE,
-                                                         ONLINE_ADAPTATION_LONG)}
+                                                         ONLINE_ADAPTATION_LONG),
+           "online_adaptation_longer_gate_vs_ungated_smollm2": (
+               ONLINE_ADAPTATION_LONGER_GATE, ONLINE_ADAPTATION_LONGER)}
