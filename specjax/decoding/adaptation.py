@@ -451,7 +451,7 @@ def window_loss(params: AdapterParams, base_logits: jax.Array, hidden: jax.Array
   mass = jnp.sum(probs, -1)
   picked = jnp.take_along_axis(logp, jnp.maximum(ids, 0), -1)
   if loss == "tv":
-    per_entry = -jnp.sum(jnp.where(ids >= 0, jnp.minimum(probs, jnp.exp(picked)), 0.0), -1)
+    per_entry = -_label_overlap(jnp.exp(picked), ids, window.label_probs)
   else:
     per_entry = -jnp.sum(probs * picked, -1) / jnp.maximum(mass, 1e-30)
   w = (window.valid & (mass > 0)).astype(jnp.float32)
@@ -470,22 +470,30 @@ def entry_scores(logits: jax.Array, window: Window, to_draft: jax.Array,
     top = jnp.argmax(logits, -1).astype(jnp.int32)
     return ((ids[..., 0] >= 0) & (top == ids[..., 0])).astype(jnp.float32)
   q = probs_from_logits(logits, sampling)
-  picked = jnp.take_along_axis(q, jnp.maximum(ids, 0), -1)
-  return jnp.sum(jnp.where(ids >= 0, jnp.minimum(window.label_probs, picked), 0.0), -1)
+  return _label_overlap(jnp.take_along_axis(q, jnp.maximum(ids, 0), -1), ids,
+                        window.label_probs)
 
 
-def gate_update(cfg: OnlineAdaptation, state: AdapterState, params: AdapterParams,
-                base_logits: jax.Array, hidden: jax.Array, to_draft: jax.Array,
-                sampling: SamplingConfig, rows: jax.Array) -> jax.Array:
+def _label_overlap(q_at: jax.Array, ids: jax.Array, label_probs: jax.Array) -> jax.Array:
+  """``[...]`` the label's part of a first draft's acceptance probability,
+  ``sum_{i in label} min(p_i, q_i)``: ``q_at [..., k]`` the draft probabilities of the
+  label's tokens, ``ids`` their draft ids (-1 outside the draft vocabulary: nothing)."""
+  return jnp.sum(jnp.where(ids >= 0, jnp.minimum(label_probs, q_at), 0.0), -1)
+
+
+def gate_update(cfg: OnlineAdaptation, state: AdapterState, base_logits: jax.Array,
+                hidden: jax.Array, to_draft: jax.Array, sampling: SamplingConfig,
+                rows: jax.Array) -> jax.Array:
   """``[B]`` the gate's score after ``rows`` score their fresh entries (the last
   ``state.fresh`` valid ones of the window, before any update saw them) under the
-  adapter ``params`` and the frozen head: ``score * d^n + sum_j d^age_j (adapted_j -
-  frozen_j)``, ``d = cfg.gate_decay``, ``n`` fresh entries (module docstring)."""
+  row's adapter (the one they were drafted with) and the frozen head:
+  ``score * d^n + sum_j d^age_j (adapted_j - frozen_j)``, ``d = cfg.gate_decay``,
+  ``n`` fresh entries (module docstring)."""
   w = state.window.valid.shape[1]
   age = (w - 1) - jnp.arange(w)[None, :]  # [1, W]: the newest entry is the last
   fresh = state.window.valid & (age < state.fresh[:, None])
-  adapted = entry_scores(base_logits + logit_delta(params, hidden), state.window, to_draft,
-                         sampling)
+  adapted = entry_scores(base_logits + logit_delta(state.params, hidden), state.window,
+                         to_draft, sampling)
   gain = adapted - entry_scores(base_logits, state.window, to_draft, sampling)
   d = cfg.gate_decay
   added = jnp.sum(jnp.where(fresh, gain * d ** age, 0.0), -1)
@@ -507,7 +515,7 @@ def update(cfg: OnlineAdaptation, state: AdapterState, base_logits: jax.Array,
   has = jnp.any(state.window.valid, 1) & due  # [B]
   gate_score = state.gate_score
   if cfg.gate:
-    gate_score = gate_update(cfg, state, state.params, base_logits, hidden, to_draft,
+    gate_score = gate_update(cfg, state, base_logits, hidden, to_draft,
                              GREEDY if sampling is None else sampling, has)
   movable = (label_tokens(state.window, to_draft, base_logits.shape[-1])
              if cfg.update_vocab == "labels" else None)

@@ -271,8 +271,7 @@ def test_the_gate_scores_only_the_entries_no_update_has_seen(temperature):
   is >= 0.  Without a gate the score stays 0."""
   sampling = SamplingConfig(temperature=temperature)
   cfg, st, base, hidden, to_draft, gain, want = _gate_case(sampling)
-  got = adaptation.gate_update(cfg, st, st.params, base, hidden, to_draft, sampling,
-                               jnp.asarray([True]))
+  got = adaptation.gate_update(cfg, st, base, hidden, to_draft, sampling, jnp.asarray([True]))
   np.testing.assert_allclose(float(got[0]), want, rtol=1e-5)
   leaky = want + gain[1] * 0.75 ** 3
   assert abs(leaky - want) > 1e-3  # the broken variant would be caught
