@@ -2,9 +2,10 @@ r"""What online adaptation costs per round, apart from what it changes: the EAGL
 chain frozen and adapting with an adapter that learns nothing, side by side.
 
 An adapting drafter does two things a frozen one does not: every round it keeps the
-round's entries (their labels: ``label_top_k`` passes over the target's vocabulary),
-and every ``every`` rounds it runs the frozen head over the window and takes Adam
-steps (``specjax.decoding.adaptation``).  With ``learning_rate`` at
+round's entries (the head's outputs it computed anyway, and their labels: about two
+passes over the target's vocabulary), and every ``every`` rounds it maps the window's
+outputs to the frozen head's draft logits and takes Adam steps
+(``specjax.decoding.adaptation``).  With ``learning_rate`` at
 :data:`NULL_LEARNING_RATE` the same computation runs -- the same shapes, the same
 schedule, every op -- but the adapter moves by about that much per step, so its
 drafts, and therefore its rounds, are the frozen head's: the time between the two is

@@ -4,18 +4,17 @@ Every verify forward computes, at each position the target commits, exactly what
 EAGLE head is trained on: the target's features there and its next-token
 distribution.  With :class:`OnlineAdaptation` the drafter keeps them: each committed
 token adds one *entry* to a per-row window of the last ``window`` entries -- the
-head's input at that position (the target features ``f_t`` and the next committed
-token ``x_{t+1}``) and its label, the target's
-distribution over ``x_{t+2}`` (its ``label_top_k`` most likely tokens at
-temperature 1; the head's own training target) -- and after every ``every`` rounds in
-which a row committed tokens, it takes ``steps`` Adam steps on that row's small
-*adapter* of the head's draft logits:
+head's output ``h`` at that position (run on the target features ``f_t`` and the
+next committed token ``x_{t+1}``, with the row's whole history in its cache) and its
+label, the target's distribution over ``x_{t+2}`` (its ``label_top_k`` most likely
+tokens at temperature 1; the head's own training target) -- and after every
+``every`` rounds in which a row committed tokens, it takes ``steps`` Adam steps on
+that row's small *adapter* of the head's draft logits:
 
     draft logits = head logits(h) + bias + rms(h) A B        (bias [Vd], A [H, r], B [r, Vd])
 
-with ``h`` the head's output feature, ``rms(h) = h / sqrt(mean(h^2) + eps)`` and the
-loss, over the window's entries under the adapted logits of the head run over the
-window (causal attention within the window), one of (``loss``):
+with ``rms(h) = h / sqrt(mean(h^2) + eps)`` and the loss, over the window's entries
+under the adapted logits, one of (``loss``):
 
 * ``"ce"``: the cross-entropy of the label (renormalised over its tokens) -- the
   head's own training loss, the forward KL from the label to the draft distribution;
@@ -66,19 +65,33 @@ conversation (per-row adapters keep rows independent, so results do not depend o
 how rows are batched or split over devices).  ``B`` starts at 0, so an adapter that
 has not learned yet drafts as the frozen head does.
 
+**Where an entry's parts come from.**  The drafter computes ``h`` anyway: every
+round it first runs the head over the previous round's committed positions (its
+*pending* entries, each with the token committed after it) to catch its cache up
+before drafting, and :func:`keep_drafted` keeps those outputs -- the features the
+adapter's logits are applied to when it drafts, so an update needs no head forward
+of its own, only the head's LM head over the window.  Their labels come from two
+verify forwards: an entry's label is the target's distribution after its token, a
+row of the previous round's verify for all but the last pending entry, and for the
+last (whose token is this round's ``last``) row 0 of this round's.  So
+:func:`add_entries`, at the end of a round, completes the *previous* round's
+entries: an entry joins the window one round after its token is committed, and a
+row's final round's entries are never learned from (whatever rows it is batched
+with: a finished row adds nothing).
+
 **Exact by construction** (docs/spec.md §4, "Online adaptation").  The adapter a
 round drafts with is a function of tokens committed before that round and of the
 target's features and distributions at those positions: an entry is complete only
-when the token after it is committed (the entry at the last committed position waits
-for the next round), entries are added in ``commit``, after the round's verification,
-and the update runs there too, on those committed entries.  Conditioned on
+when the token after it is committed and the target's distribution after that token
+verified, entries are added in ``commit``, after the round's verification, and the
+update runs there too, on those committed entries.  Conditioned on
 the history, every round is ordinary speculative sampling with the adapted drafter's
 q, so lossless rules stay lossless; lossy rules' output laws depend on the adapter
 (measure their KL with adaptation on).
 
-Shapes: B rows, W = ``window`` entries, n_sel x Ht the target features an entry keeps,
-H the head's hidden size, Vd its draft vocabulary, V the target's, r = ``rank``,
-k = ``label_top_k``.
+Shapes: B rows, W = ``window`` entries, P the drafter's pending entries per round (its
+most committed tokens per round), H the head's hidden size, Vd its draft vocabulary,
+V the target's, r = ``rank``, k = ``label_top_k``.
 """
 
 from __future__ import annotations
@@ -91,7 +104,7 @@ import jax.numpy as jnp
 import optax
 
 from specjax.checks import check_int, check_range
-from specjax.distributions import GREEDY, SamplingConfig, probs_from_logits
+from specjax.distributions import GREEDY, SamplingConfig, argmax, probs_from_logits
 from specjax.hyperparams import Hyperparams
 
 RMS_EPS = 1e-6
@@ -203,15 +216,15 @@ class Window:
   """The last W complete entries of each row, oldest first (``valid`` marks them).
 
   Attributes:
-    feats: [B, W, n_sel, Ht] the target features at the entry's position.
-    tokens: [B, W] int32 the token paired with each feature (the next committed one).
+    hidden: [B, W, H] the head's output at the entry, as the drafter computed it (run on
+      the target's features there and the next committed token, the row's history in
+      its cache).
     label_ids: [B, W, k] int32 target-vocabulary ids of the label.
     label_probs: [B, W, k] float32 their probabilities at temperature 1.
     valid: [B, W] bool.
   """
 
-  feats: jax.Array
-  tokens: jax.Array
+  hidden: jax.Array
   label_ids: jax.Array
   label_probs: jax.Array
   valid: jax.Array
@@ -226,10 +239,11 @@ class AdapterState:
     params: the :class:`AdapterParams` the next round drafts with.
     opt_state: Adam's state for them (per row).
     window: the :class:`Window` of complete entries.
-    carry_feat: [B, n_sel, Ht] the target features at the row's last committed
-      position: its entry
-      completes when the next token is committed (the next round's ``last``).
-    has_carry: [B] bool.
+    drafted: [B, P, H] the head's outputs at the row's pending entries, kept by the
+      drafter's last catch-up (:func:`keep_drafted`); ``drafted_count`` [B] of them.
+    last_ids: [B, P, k] int32 and last_probs: [B, P, k] float32: the labels of the
+      last round's verify (row j: the target's distribution after its committed
+      position j), which the next round's :func:`add_entries` pairs with them.
     rounds: [B] int32 rounds the row committed tokens in (the update schedule: a
       finished row stops counting, so its adapter is the same however the rows are
       split over devices).
@@ -246,8 +260,10 @@ class AdapterState:
   params: AdapterParams
   opt_state: Any
   window: Window
-  carry_feat: jax.Array
-  has_carry: jax.Array
+  drafted: jax.Array
+  drafted_count: jax.Array
+  last_ids: jax.Array
+  last_probs: jax.Array
   rounds: jax.Array
   updated_at: jax.Array
   updates: jax.Array
@@ -296,26 +312,32 @@ def check_carried(carried, cfg: OnlineAdaptation, batch: int, hidden: int, draft
                        f"with the same head, rank and rows")
 
 
-def init_state(cfg: OnlineAdaptation, batch: int, feature_shape: tuple, hidden: int,
-               draft_vocab: int, carried=None, feature_dtype=jnp.float32) -> AdapterState:
-  """The adapter state a call starts from: ``feature_shape = (n_sel, Ht)`` of the target
-  features an entry keeps.  ``carried`` (:func:`check_carried`): a session's state from
-  an earlier call -- its adapters, Adam's moments and window go on (the window's
-  entries lie in the conversation the next call continues), its pending entry does
-  not (the next call's first token is not the one after it) -- or bare
+def init_state(cfg: OnlineAdaptation, batch: int, pending: int, hidden: int,
+               draft_vocab: int, carried=None, hidden_dtype=jnp.float32) -> AdapterState:
+  """The adapter state a call starts from, for a drafter of ``pending`` = P pending
+  entries per round and a head of width ``hidden`` (its outputs kept in
+  ``hidden_dtype``).  ``carried`` (:func:`check_carried`): a session's state from an
+  earlier call -- its adapters, Adam's moments and window go on (the window's entries
+  lie in the conversation the next call continues), its pending entries do not (the
+  next call's first token is not the one after them) -- or bare
   :class:`AdapterParams` (a fresh window and optimiser); None: :func:`init_params`."""
+  k = cfg.label_top_k
+  pend = dict(drafted=jnp.zeros((batch, pending, hidden), hidden_dtype),
+              drafted_count=jnp.zeros((batch,), jnp.int32),
+              last_ids=jnp.zeros((batch, pending, k), jnp.int32),
+              last_probs=jnp.zeros((batch, pending, k), jnp.float32))
   if isinstance(carried, AdapterState):
-    return dataclasses.replace(carried, has_carry=jnp.zeros_like(carried.has_carry))
+    return dataclasses.replace(carried, **pend)
   p = init_params(cfg, batch, hidden, draft_vocab) if carried is None else carried
   opt = jax.vmap(cfg.optimizer().init)(p)
-  w, k = cfg.window, cfg.label_top_k
-  window = Window(jnp.zeros((batch, w) + tuple(feature_shape), feature_dtype),
-                  jnp.zeros((batch, w), jnp.int32), jnp.zeros((batch, w, k), jnp.int32),
-                  jnp.zeros((batch, w, k), jnp.float32), jnp.zeros((batch, w), bool))
+  w = cfg.window
+  window = Window(jnp.zeros((batch, w, hidden), hidden_dtype),
+                  jnp.zeros((batch, w, k), jnp.int32), jnp.zeros((batch, w, k), jnp.float32),
+                  jnp.zeros((batch, w), bool))
   zeros = jnp.zeros((batch,), jnp.int32)
-  return AdapterState(p, opt, window, jnp.zeros((batch,) + tuple(feature_shape), feature_dtype),
-                      jnp.zeros((batch,), bool), zeros, zeros, zeros, zeros,
-                      jnp.zeros((batch,), jnp.float32), zeros)
+  return AdapterState(p, opt, window, rounds=zeros, updated_at=zeros, updates=zeros,
+                      fresh=zeros, gate_score=jnp.zeros((batch,), jnp.float32),
+                      gate_shut=zeros, **pend)
 
 
 def drafts_adapted(state: AdapterState) -> jax.Array:
@@ -357,12 +379,14 @@ def labels(logits: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
   a top-k over their ``k * LABEL_CHUNK`` entries finishes -- about two passes over
   the vocabulary for any ``k`` (with the log-normaliser), against one per label token
   for repeated argmax.  With ``k = 1`` the label is the most likely token alone
-  (probability 1 after renormalising: one argmax, no softmax)."""
+  (probability 1 after renormalising: one argmax, no softmax) -- the two-reduction
+  :func:`specjax.distributions.argmax`, since XLA:CPU's variadic ``jnp.argmax``
+  costs about four times as long as the whole two-stage top-k."""
   v = logits.shape[-1]
   if not 1 <= k <= v:
     raise ValueError(f"k={k} must be in [1, {v}] (the vocabulary's size)")
   if k == 1:
-    ids = jnp.argmax(logits, -1)[..., None].astype(jnp.int32)
+    ids = argmax(logits)[..., None]
     return ids, jnp.ones(ids.shape, jnp.float32)
   logits = logits.astype(jnp.float32)
   lead, chunk = logits.shape[:-1], min(LABEL_CHUNK, v)
@@ -402,41 +426,52 @@ def _append(window: Window, new: Window, count: jax.Array) -> Window:
   return jax.tree.map(shift, window, new)
 
 
-def add_entries(cfg: OnlineAdaptation, state: AdapterState, feats: jax.Array,
-                committed: jax.Array, num_committed: jax.Array, target_logits: jax.Array
-                ) -> AdapterState:
-  """The entries this round completes, appended to each row's window; counts the round.
+def keep_drafted(state: AdapterState, hidden: jax.Array, count: jax.Array) -> AdapterState:
+  """The head's outputs ``hidden [B, P, H]`` at the drafter's ``count [B]`` pending
+  entries (its catch-up before drafting: the previous round's committed positions),
+  kept until this round's :func:`add_entries` labels them."""
+  if hidden.shape[1] != state.drafted.shape[1]:
+    raise ValueError(f"hidden has {hidden.shape[1]} pending entries per row; this adapter "
+                     f"state was made for {state.drafted.shape[1]}")
+  return dataclasses.replace(state, drafted=hidden.astype(state.drafted.dtype),
+                             drafted_count=count.astype(jnp.int32))
+
+
+def add_entries(cfg: OnlineAdaptation, state: AdapterState, num_committed: jax.Array,
+                target_logits: jax.Array) -> AdapterState:
+  """The previous round's entries, complete now, appended to each row's window; counts
+  the round (module docstring, "Where an entry's parts come from").
 
   Args:
-    feats: [B, D+1, n_sel, Ht] the target features at the committed positions
-      (``last`` and the accepted drafts).
-    committed: [B, D+1] int32 ``last`` and the accepted drafts; ``num_committed`` [B]
-      of them (0: an idle row, nothing changes).
-    target_logits: [B, D+1, V] the target's logits there (row j: the distribution of
-      the token after committed position j).
+    num_committed: [B] the tokens each row committed this round (0: a finished row,
+      which adds nothing and does not count the round).
+    target_logits: [B, P, V] this round's verify logits at its committed positions
+      (row j: the target's distribution after committed position j).
 
-  The carried entry (the last committed position of the previous round) completes
-  with this round's ``last`` and its label ``target_logits[:, 0]``; entry j of this
-  round (j < num_committed - 1) pairs ``feats[:, j]`` with ``committed[:, j + 1]`` and
-  the label ``target_logits[:, j + 1]``; the feature at the last committed position
-  becomes the new carry.
+  Kept entry i of ``state.drafted`` (i < ``drafted_count``) is labelled by row i + 1 of
+  the previous round's labels (``state.last_ids`` / ``last_probs``) when i is not the
+  last, and by this round's row 0 when it is (its token is this round's ``last``).
+  This round's labels are kept for the next round's call.
   """
-  ids, probs = labels(target_logits, cfg.label_top_k)  # [B, D+1, k]
-  n = num_committed.astype(jnp.int32)
-  ran = n > 0
-  carry = Window(state.carry_feat[:, None], committed[:, :1], ids[:, :1], probs[:, :1],
-                 jnp.ones((n.shape[0], 1), bool))
-  own = Window(feats[:, :-1], committed[:, 1:], ids[:, 1:], probs[:, 1:],
-               jnp.ones(committed[:, 1:].shape, bool))
-  added = (state.has_carry & ran).astype(jnp.int32), jnp.maximum(n - 1, 0)
-  window = _append(state.window, carry, added[0])
-  window = _append(window, own, added[1])
-  last_feat = jax.vmap(lambda f, i: f[i])(feats, jnp.maximum(n - 1, 0))  # [B, n_sel, Ht]
-  keep = ran.reshape((-1,) + (1,) * (last_feat.ndim - 1))
+  ids, probs = labels(target_logits, cfg.label_top_k)  # [B, P, k]
+  if ids.shape[1] != state.last_ids.shape[1]:
+    raise ValueError(f"target_logits has {ids.shape[1]} committed positions per row; this "
+                     f"adapter state was made for {state.last_ids.shape[1]}")
+  n = state.drafted_count
+  is_last = (jnp.arange(ids.shape[1])[None, :] == (n - 1)[:, None])[..., None]  # [B, P, 1]
+  entries = Window(state.drafted,
+                   jnp.where(is_last, ids[:, :1], jnp.roll(state.last_ids, -1, 1)),
+                   jnp.where(is_last, probs[:, :1], jnp.roll(state.last_probs, -1, 1)),
+                   jnp.ones(ids.shape[:2], bool))
+  ran = num_committed > 0
+  added = jnp.where(ran, n, 0)
+  keep = ran[:, None, None]
   return dataclasses.replace(
-      state, window=window, carry_feat=jnp.where(keep, last_feat, state.carry_feat),
-      has_carry=state.has_carry | ran, rounds=state.rounds + ran.astype(jnp.int32),
-      fresh=jnp.minimum(state.fresh + added[0] + added[1], window.valid.shape[1]))
+      state, window=_append(state.window, entries, added),
+      last_ids=jnp.where(keep, ids, state.last_ids),
+      last_probs=jnp.where(keep, probs, state.last_probs),
+      rounds=state.rounds + ran.astype(jnp.int32),
+      fresh=jnp.minimum(state.fresh + added, state.window.valid.shape[1]))
 
 
 def window_loss(params: AdapterParams, base_logits: jax.Array, hidden: jax.Array,
@@ -467,7 +502,7 @@ def entry_scores(logits: jax.Array, window: Window, to_draft: jax.Array,
   nothing."""
   ids = to_draft[window.label_ids]  # [B, W, k]
   if sampling.greedy:
-    top = jnp.argmax(logits, -1).astype(jnp.int32)
+    top = argmax(logits)
     return ((ids[..., 0] >= 0) & (top == ids[..., 0])).astype(jnp.float32)
   q = probs_from_logits(logits, sampling)
   return _label_overlap(jnp.take_along_axis(q, jnp.maximum(ids, 0), -1), ids,
@@ -508,8 +543,9 @@ def update(cfg: OnlineAdaptation, state: AdapterState, base_logits: jax.Array,
   (:func:`due_rows`) against its window (other rows, and rows with an empty window,
   keep theirs); with ``cfg.gate``, first the gate's score of the fresh entries under
   the adapter they were drafted with (:func:`gate_update`; ``sampling``: the
-  drafter's, greedy when None).  ``base_logits`` / ``hidden`` ``[B, W, ...]``: the
-  frozen head run over the window; ``to_draft``: :func:`target_to_draft`."""
+  drafter's, greedy when None).  ``hidden [B, W, H]``: the window's head outputs,
+  ``base_logits [B, W, Vd]`` the frozen head's draft logits of them; ``to_draft``:
+  :func:`target_to_draft`."""
   opt = cfg.optimizer()
   due = due_rows(cfg, state)
   has = jnp.any(state.window.valid, 1) & due  # [B]
@@ -556,11 +592,3 @@ def due_rows(cfg: OnlineAdaptation, state: AdapterState) -> jax.Array:
   ``cfg.every`` since their last update (the round about to draft updates them first)."""
   r = state.rounds
   return (r > state.updated_at) & ((r % cfg.every) == 0)
-
-
-def window_attention(valid: jax.Array) -> jax.Array:
-  """``[B, W, W]`` causal attention among a window's entries that skips the empty ones
-  (each entry always sees itself)."""
-  w = valid.shape[1]
-  causal = jnp.tril(jnp.ones((w, w), bool))
-  return causal[None] & (valid[:, None, :] | jnp.eye(w, dtype=bool)[None])

@@ -38,6 +38,10 @@ same visibility rule as the target's ``attn_mask``).  ``commit`` simply resets
 the head to L_old = new target length - num_committed entries and stores the
 committed tokens' target features as the next pending buffer, so rejected
 drafts never leave a trace (per-row lengths: rows accept different amounts).
+An adapting drafter (``adapt``: :mod:`specjax.decoding.adaptation`) keeps the head's
+outputs over the pending entries -- the features its drafts are computed from, with
+the row's whole history in the cache -- and the next ``commit`` adds them, labelled by
+the target, to the row's window and updates the row's adapter there.
 """
 
 from __future__ import annotations
@@ -187,7 +191,9 @@ class EagleHeadDrafter(Drafter):
 
   def _consume_pending(self, params, state: EagleState, last):
     """Run the pending entries (closed by ``last``); returns the root's output
-    feature [B, H], its logits [B, V] and the cache, now L entries long."""
+    feature [B, H], its logits [B, V], the cache, now L entries long, and the adapter
+    state, which keeps the pending entries' outputs (``adaptation.keep_drafted``:
+    the next ``commit`` labels them)."""
     w = state.pend_tokens.shape[1]
     cnt = jnp.maximum(state.pend_count, 1)
     idx = jnp.arange(w)[None, :]
@@ -198,7 +204,10 @@ class EagleHeadDrafter(Drafter):
     out = self.head.apply(params["head"], self._embed(params, toks), feats, pos, cache)
     cache = kvc.commit(out.cache, cnt)
     h = jnp.take_along_axis(out.hidden, (cnt - 1)[:, None, None], axis=1)[:, 0]  # [B, H]
-    return h, self._logits(params, h, state.adapter), cache
+    adapter = state.adapter
+    if adapter is not None:
+      adapter = adaptation.keep_drafted(adapter, out.hidden, cnt)
+    return h, self._logits(params, h, adapter), cache, adapter
 
   # ---- protocol ----------------------------------------------------------------------------
   def prefill(self, params, tokens, lengths, cache_length: int, target_hidden=None
@@ -221,29 +230,20 @@ class EagleHeadDrafter(Drafter):
     adapter = None
     if self.adapt is not None:
       c = self.head.config
-      features = (target_hidden.shape[0], target_hidden.shape[-1])  # (n_sel, Ht)
-      adapter = adaptation.init_state(self.adapt, b, features, c.hidden_size,
-                                      c.draft_vocab_size, params.get("adapter"),
-                                      target_hidden.dtype)
+      adapter = adaptation.init_state(self.adapt, b, w, c.hidden_size, c.draft_vocab_size,
+                                      params.get("adapter"), jnp.dtype(c.dtype))
     return EagleState(cache, jnp.zeros((b, w), jnp.int32), pend_hidden,
                       jnp.ones((b,), jnp.int32), adapter)
 
   def _adapt(self, params, a: adaptation.AdapterState) -> adaptation.AdapterState:
     """Every ``adapt.every`` committing rounds of a row, right after its commit: the
-    row's adapter update on its window (``adaptation.update``), the frozen head run
-    over each window."""
+    row's adapter update on its window (``adaptation.update``), against the frozen
+    head's draft logits of the window's kept outputs."""
     cfg = self.adapt
     c = self.head.config
 
     def run(a):
-      win = a.window
-      b, w = win.tokens.shape
-      feats = self.head.project(params["head"], jnp.moveaxis(win.feats, 2, 0))  # [B, W, H]
-      cache = self.head.init_cache(b, w)
-      pos = jnp.broadcast_to(jnp.arange(w, dtype=jnp.int32), (b, w))
-      out = self.head.apply(params["head"], self._embed(params, win.tokens), feats, pos, cache,
-                            attn_mask=adaptation.window_attention(win.valid))
-      hidden = jax.lax.stop_gradient(out.hidden)
+      hidden = a.window.hidden
       base = self.head.draft_logits(params["head"], hidden, self._lm(params))  # [B, W, Vd]
       to_draft = adaptation.target_to_draft(c.draft_vocab_size, c.vocab_size, params.get("d2t"))
       return adaptation.update(cfg, a, base, hidden, to_draft, self.sampling)
@@ -265,9 +265,7 @@ class EagleHeadDrafter(Drafter):
       if target_logits is None or params is None:
         raise ValueError("an adapting EagleDrafter's commit needs the target's logits at the "
                          "committed positions and its params (reads_target_logits)")
-      feats = jnp.moveaxis(target_hidden, 0, 2).astype(adapter.carry_feat.dtype)
-      adapter = adaptation.add_entries(self.adapt, adapter, feats, committed.astype(jnp.int32),
-                                       num, target_logits)
+      adapter = adaptation.add_entries(self.adapt, adapter, num, target_logits)
       adapter = self._adapt(params, adapter)
     return EagleState(cache, toks, hid, num, adapter)
 
@@ -339,9 +337,9 @@ class EagleDrafter(EagleHeadDrafter):
 
   def _chain(self, params, state: EagleState, last, keys, gate):
     """K drafts, each feeding the head's output feature back (module docstring)."""
-    h, z, cache = self._consume_pending(params, state, last)
+    h, z, cache, adapter = self._consume_pending(params, state, last)
     # the scan's drafts are at depths 2..K: none of them adapted with depths = 1
-    deeper = state.adapter if self.adapt is None or self.adapt.adapts_depth(2) else None
+    deeper = adapter if self.adapt is None or self.adapt.adapts_depth(2) else None
 
     def step(carry, tok):
       cache, h, depth = carry  # depth: that of the draft these logits are for
@@ -353,4 +351,4 @@ class EagleDrafter(EagleHeadDrafter):
 
     proposal, (cache, _, _) = sample_chain(self.sampling, keys, z, step,
                                            (cache, h, jnp.int32(2)), self.num_draft, gate=gate)
-    return proposal, dataclasses.replace(state, cache=cache)
+    return proposal, dataclasses.replace(state, cache=cache, adapter=adapter)

@@ -85,7 +85,7 @@ class EagleTreeDrafter(EagleHeadDrafter):
     del prev, keys, gate  # top-k drafts are deterministic; trees take no draft gate
     """Expand top_k children per frontier node, keep the global top_k (EAGLE-2, Alg. 1)."""
     k, depth, n = self.top_k, self.depth, self.total_tokens
-    h_root, z, cache = self._consume_pending(params, state, last)
+    h_root, z, cache, adapter = self._consume_pending(params, state, last)
     base = cache.lengths
     b = last.shape[0]
     lp_root = jax.nn.log_softmax(z, axis=-1)
@@ -104,7 +104,7 @@ class EagleTreeDrafter(EagleHeadDrafter):
       own = jax.nn.one_hot(off + jnp.arange(k), region, dtype=bool)  # [k, region]
       anc = f_anc | own[None]
       hid, cache = self._tree_forward(params, cache, base, off, region, f_tok, f_feat, i, anc)
-      logits = self._logits(params, hid, state.adapter, i + 1)  # [B, k, V], depth i + 1
+      logits = self._logits(params, hid, adapter, i + 1)  # [B, k, V], depth i + 1
       exp_idx.append(f_idx)
       exp_dist.append(node_distribution(logits, self.sampling))
       lp = jax.nn.log_softmax(logits, axis=-1)  # [B, k, V]
@@ -147,7 +147,7 @@ class EagleTreeDrafter(EagleHeadDrafter):
       got = jnp.take_along_axis(e_dist, src[:, :, None], 1)  # [B, N, V]
       q_node = q_node.at[:, 1:].set(jnp.where(jnp.any(hit, 2)[:, :, None], got, 0.0))
     return (Proposal.from_tree(tree, self._one_hot(tok), q_node),
-            dataclasses.replace(state, cache=cache))
+            dataclasses.replace(state, cache=cache, adapter=adapter))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,7 +209,7 @@ class EagleStaticTreeDrafter(EagleHeadDrafter):
     n = len(parents)
     # [N, N]: node j sees node i (its ancestors and itself; the root is in the cache)
     anc_nodes = static_ancestor_mask(parents)[1:, 1:]
-    h_root, z, cache = self._consume_pending(params, state, last)
+    h_root, z, cache, adapter = self._consume_pending(params, state, last)
     base = cache.lengths
     b = last.shape[0]
     feats = jnp.zeros((b, n + 1, h_root.shape[-1]), h_root.dtype).at[:, 0].set(h_root)
@@ -219,7 +219,7 @@ class EagleStaticTreeDrafter(EagleHeadDrafter):
       anc = jnp.broadcast_to(jnp.asarray(anc_nodes[level]), (b, len(level), n))
       hid, cache = self._tree_forward(params, cache, base, int(level[0]), n, tokens[:, level],
                                       feats[:, parents[level]], d, anc)
-      logits = self._logits(params, hid, state.adapter, d + 1)  # [B, T, V], depth d + 1
+      logits = self._logits(params, hid, adapter, d + 1)  # [B, T, V], depth d + 1
       return level + 1, logits, (cache, feats.at[:, level + 1].set(hid))
 
     filled = draft_static_tree(self.tree_paths, z, self.sampling, self.children, keys, expand,
@@ -227,4 +227,4 @@ class EagleStaticTreeDrafter(EagleHeadDrafter):
     tree = TreeDraft(filled.tokens, jnp.broadcast_to(jnp.asarray(parents), (b, n)),
                      jnp.broadcast_to(jnp.asarray(depths), (b, n)))
     return (Proposal.from_tree(tree, filled.q, filled.q_node),
-            dataclasses.replace(state, cache=filled.carry[0]))
+            dataclasses.replace(state, cache=filled.carry[0], adapter=adapter))

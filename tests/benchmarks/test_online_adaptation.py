@@ -331,7 +331,7 @@ def test_a_turn_records_the_sessions_updates_and_shut_gates(monkeypatch):
   import jax.numpy as jnp
   from specjax.decoding import adaptation
   state = adaptation.init_state(adaptation.OnlineAdaptation(window=2, rank=1, gate=4), 1,
-                                (1, 2), 2, 3)
+                                2, 2, 3)
   state = dataclasses.replace(state, updates=jnp.asarray([7]), gate_shut=jnp.asarray([2]))
   outs = iter([_Out([1, 2], accepted=1), _Out([1, 2], accepted=1)])
   monkeypatch.setattr("specjax.decoding.autoregressive.generate", lambda *a, **k: _Out([1, 2]))
