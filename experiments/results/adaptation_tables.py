@@ -43,6 +43,7 @@ ONLINE_ADAPTATION_TREE = f"{RESULTS}/online_adaptation/smollm2_long_tree.json"
 ONLINE_ADAPTATION_HUMANEVAL_DECAY = f"{RESULTS}/online_adaptation/smollm2_humaneval_decay.json"
 ADAPTATION_COST = f"{RESULTS}/online_adaptation/smollm2_cost.json"
 ADAPTATION_COST_TWO_STAGE = f"{RESULTS}/online_adaptation/smollm2_cost_two_stage.json"
+ADAPTATION_COST_KEPT = f"{RESULTS}/online_adaptation/smollm2_cost_kept_outputs.json"
 ONLINE_ADAPTATION_LONGER = f"{RESULTS}/online_adaptation/smollm2_longer.json"
 ONLINE_ADAPTATION_MARS = f"{RESULTS}/online_adaptation/smollm2_long_mars.json"
 ONLINE_ADAPTATION_DEPTH1 = f"{RESULTS}/online_adaptation/smollm2_long_depth1.json"
@@ -527,6 +528,7 @@ OTHER_TABLES = {
     "adapter_transfer_smollm2": (adapter_transfer_table, ADAPTER_TRANSFER),
     "adaptation_cost_smollm2": (adaptation_cost_table, ADAPTATION_COST),
     "adaptation_cost_two_stage_smollm2": (adaptation_cost_table, ADAPTATION_COST_TWO_STAGE),
+    "adaptation_cost_kept_outputs_smollm2": (adaptation_cost_table, ADAPTATION_COST_KEPT),
 }
 # the records set side by side per draft position (:func:`position_table`)
 POSITION_RECORDS = {
