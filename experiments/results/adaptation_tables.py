@@ -44,12 +44,14 @@ ONLINE_ADAPTATION_HUMANEVAL_DECAY = f"{RESULTS}/online_adaptation/smollm2_humane
 ADAPTATION_COST = f"{RESULTS}/online_adaptation/smollm2_cost.json"
 ADAPTATION_COST_TWO_STAGE = f"{RESULTS}/online_adaptation/smollm2_cost_two_stage.json"
 ADAPTATION_COST_KEPT = f"{RESULTS}/online_adaptation/smollm2_cost_kept_outputs.json"
+ADAPTATION_COST_KEPT_R7 = f"{RESULTS}/online_adaptation/smollm2_cost_kept_outputs_r7.json"
 ONLINE_ADAPTATION_LONGER = f"{RESULTS}/online_adaptation/smollm2_longer.json"
 ONLINE_ADAPTATION_MARS = f"{RESULTS}/online_adaptation/smollm2_long_mars.json"
 ONLINE_ADAPTATION_DEPTH1 = f"{RESULTS}/online_adaptation/smollm2_long_depth1.json"
 ONLINE_ADAPTATION_GATE = f"{RESULTS}/online_adaptation/smollm2_long_gate.json"
 ONLINE_ADAPTATION_LONGER_GATE = f"{RESULTS}/online_adaptation/smollm2_longer_gate.json"
 ONLINE_ADAPTATION_LONG_T1_DEPTH1 = f"{RESULTS}/online_adaptation/smollm2_long_t1_top8_depth1.json"
+ONLINE_ADAPTATION_LONG_KEPT = f"{RESULTS}/online_adaptation/smollm2_long_kept.json"
 # the online-adaptation goal: adaptation adds at most this share of decode time (batch 1)
 COST_GOAL = 0.05
 
@@ -186,13 +188,14 @@ def online_adaptation_table(rel: str = ONLINE_ADAPTATION, served_from: tuple = (
           f"{'' if not a.get('weight_decay') else ', weight decay %g' % a['weight_decay']}"
           f"{_depths(a.get('depths', 0))}{_gate(a.get('gate', 0))}; "
           f"{_drafts(rec)}, T = {t:g}, {rec['max_new_tokens']} new tokens per turn"
-          f"{_problems(rec)}; {answers}{_gate_counts(turns)}.")
+          f"{_problems(rec)}; {answers}{_gate_counts(turns) if a.get('gate') else ''}.")
   return table(head, column.fill(rows)) + note + "\n\n" + family_note(column.family())
 
 
 def _gate_counts(turns: list) -> str:
   """How often a gated adapter's gate was shut: the updates after which it was, over
-  all updates, from each session's last turn (the counts run over a session)."""
+  all updates, from each session's last turn (the counts run over a session; a record
+  without a gate holds them too, all 0, and its table does not say so)."""
   last = {}
   for r in turns:
     if "gate_shut" in r["adapted"] and r["turn"] >= last.get(r["session"], {}).get("turn", -1):
@@ -517,6 +520,7 @@ SESSION_TABLES = {
     "online_adaptation_long_depth1_smollm2": (ONLINE_ADAPTATION_DEPTH1, (1000, 2000)),
     "online_adaptation_long_gate_smollm2": (ONLINE_ADAPTATION_GATE, (1000, 2000)),
     "online_adaptation_longer_gate_smollm2": (ONLINE_ADAPTATION_LONGER_GATE, (1000, 2000)),
+    "online_adaptation_long_kept_smollm2": (ONLINE_ADAPTATION_LONG_KEPT, (1000, 2000)),
 }
 # every other table of this module -> (its function, the record it reads)
 OTHER_TABLES = {
@@ -529,6 +533,7 @@ OTHER_TABLES = {
     "adaptation_cost_smollm2": (adaptation_cost_table, ADAPTATION_COST),
     "adaptation_cost_two_stage_smollm2": (adaptation_cost_table, ADAPTATION_COST_TWO_STAGE),
     "adaptation_cost_kept_outputs_smollm2": (adaptation_cost_table, ADAPTATION_COST_KEPT),
+    "adaptation_cost_kept_outputs_r7_smollm2": (adaptation_cost_table, ADAPTATION_COST_KEPT_R7),
 }
 # the records set side by side per draft position (:func:`position_table`)
 POSITION_RECORDS = {
@@ -556,7 +561,10 @@ TABLES = {**{name: functools.partial(online_adaptation_table, rel, served)
               "ungated", served_from=(1000,)),
           "online_adaptation_longer_gate_vs_ungated_smollm2": functools.partial(
               two_settings_table, ONLINE_ADAPTATION_LONGER_GATE, ONLINE_ADAPTATION_LONGER,
-              "gated", "ungated", served_from=(1000, 2000))}
+              "gated", "ungated", served_from=(1000, 2000)),
+          "online_adaptation_kept_vs_rerun_smollm2": functools.partial(
+              two_settings_table, ONLINE_ADAPTATION_LONG_KEPT, ONLINE_ADAPTATION_LONG,
+              "kept outputs", "window rerun", served_from=(1000,))}
 # table name -> the records it reads (for its provenance note)
 RECORDS = {**{name: (rel,) for name, (rel, _) in SESSION_TABLES.items()},
            **{name: (rel,) for name, (_, rel) in OTHER_TABLES.items()},
@@ -566,4 +574,6 @@ RECORDS = {**{name: (rel,) for name, (rel, _) in SESSION_TABLES.items()},
            "online_adaptation_gate_vs_ungated_smollm2": (ONLINE_ADAPTATION_GATE,
                                                          ONLINE_ADAPTATION_LONG),
            "online_adaptation_longer_gate_vs_ungated_smollm2": (
-               ONLINE_ADAPTATION_LONGER_GATE, ONLINE_ADAPTATION_LONGER)}
+               ONLINE_ADAPTATION_LONGER_GATE, ONLINE_ADAPTATION_LONGER),
+           "online_adaptation_kept_vs_rerun_smollm2": (ONLINE_ADAPTATION_LONG_KEPT,
+                                                       ONLINE_ADAPTATION_LONG)}
