@@ -52,6 +52,8 @@ ONLINE_ADAPTATION_GATE = f"{RESULTS}/online_adaptation/smollm2_long_gate.json"
 ONLINE_ADAPTATION_LONGER_GATE = f"{RESULTS}/online_adaptation/smollm2_longer_gate.json"
 ONLINE_ADAPTATION_LONG_T1_DEPTH1 = f"{RESULTS}/online_adaptation/smollm2_long_t1_top8_depth1.json"
 ONLINE_ADAPTATION_LONG_KEPT = f"{RESULTS}/online_adaptation/smollm2_long_kept.json"
+ONLINE_ADAPTATION_LONG_T1_TOP8_KEPT = (
+    f"{RESULTS}/online_adaptation/smollm2_long_t1_top8_kept.json")
 # the online-adaptation goal: adaptation adds at most this share of decode time (batch 1)
 COST_GOAL = 0.05
 
@@ -521,6 +523,8 @@ SESSION_TABLES = {
     "online_adaptation_long_gate_smollm2": (ONLINE_ADAPTATION_GATE, (1000, 2000)),
     "online_adaptation_longer_gate_smollm2": (ONLINE_ADAPTATION_LONGER_GATE, (1000, 2000)),
     "online_adaptation_long_kept_smollm2": (ONLINE_ADAPTATION_LONG_KEPT, (1000, 2000)),
+    "online_adaptation_long_t1_top8_kept_smollm2": (ONLINE_ADAPTATION_LONG_T1_TOP8_KEPT,
+                                                    (1000, 2000)),
 }
 # every other table of this module -> (its function, the record it reads)
 OTHER_TABLES = {
