@@ -52,6 +52,7 @@ ONLINE_ADAPTATION_GATE = f"{RESULTS}/online_adaptation/smollm2_long_gate.json"
 ONLINE_ADAPTATION_LONGER_GATE = f"{RESULTS}/online_adaptation/smollm2_longer_gate.json"
 ONLINE_ADAPTATION_LONG_T1_DEPTH1 = f"{RESULTS}/online_adaptation/smollm2_long_t1_top8_depth1.json"
 ONLINE_ADAPTATION_LONG_KEPT = f"{RESULTS}/online_adaptation/smollm2_long_kept.json"
+ONLINE_ADAPTATION_LONGER_KEPT = f"{RESULTS}/online_adaptation/smollm2_longer_kept.json"
 ONLINE_ADAPTATION_LONG_T1_TOP8_KEPT = (
     f"{RESULTS}/online_adaptation/smollm2_long_t1_top8_kept.json")
 # the online-adaptation goal: adaptation adds at most this share of decode time (batch 1)
@@ -523,6 +524,7 @@ SESSION_TABLES = {
     "online_adaptation_long_gate_smollm2": (ONLINE_ADAPTATION_GATE, (1000, 2000)),
     "online_adaptation_longer_gate_smollm2": (ONLINE_ADAPTATION_LONGER_GATE, (1000, 2000)),
     "online_adaptation_long_kept_smollm2": (ONLINE_ADAPTATION_LONG_KEPT, (1000, 2000)),
+    "online_adaptation_longer_kept_smollm2": (ONLINE_ADAPTATION_LONGER_KEPT, (1000, 2000)),
     "online_adaptation_long_t1_top8_kept_smollm2": (ONLINE_ADAPTATION_LONG_T1_TOP8_KEPT,
                                                     (1000, 2000)),
 }
@@ -568,7 +570,10 @@ TABLES = {**{name: functools.partial(online_adaptation_table, rel, served)
               "gated", "ungated", served_from=(1000, 2000)),
           "online_adaptation_kept_vs_rerun_smollm2": functools.partial(
               two_settings_table, ONLINE_ADAPTATION_LONG_KEPT, ONLINE_ADAPTATION_LONG,
-              "kept outputs", "window rerun", served_from=(1000,))}
+              "kept outputs", "window rerun", served_from=(1000,)),
+          "online_adaptation_longer_kept_vs_rerun_smollm2": functools.partial(
+              two_settings_table, ONLINE_ADAPTATION_LONGER_KEPT, ONLINE_ADAPTATION_LONGER,
+              "kept outputs", "window rerun", served_from=(1000, 2000))}
 # table name -> the records it reads (for its provenance note)
 RECORDS = {**{name: (rel,) for name, (rel, _) in SESSION_TABLES.items()},
            **{name: (rel,) for name, (_, rel) in OTHER_TABLES.items()},
@@ -580,4 +585,6 @@ RECORDS = {**{name: (rel,) for name, (rel, _) in SESSION_TABLES.items()},
            "online_adaptation_longer_gate_vs_ungated_smollm2": (
                ONLINE_ADAPTATION_LONGER_GATE, ONLINE_ADAPTATION_LONGER),
            "online_adaptation_kept_vs_rerun_smollm2": (ONLINE_ADAPTATION_LONG_KEPT,
-                                                       ONLINE_ADAPTATION_LONG)}
+                                                       ONLINE_ADAPTATION_LONG),
+           "online_adaptation_longer_kept_vs_rerun_smollm2": (ONLINE_ADAPTATION_LONGER_KEPT,
+                                                              ONLINE_ADAPTATION_LONGER)}
